@@ -1,0 +1,3 @@
+module github.com/hearth-dev/hearth
+
+go 1.26.8
