@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/config"
+	httpsrc "github.com/hearth-dev/hearth/sources/http"
+	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// connectTimeout bounds each start-up check of Redis and the sources.
+const connectTimeout = 5 * time.Second
+
+// newRedis builds a UniversalClient: single node, Sentinel (master_name) or Cluster
+// (several addresses).
+func newRedis(c config.Redis) redis.UniversalClient {
+	opts := &redis.UniversalOptions{
+		Addrs:        c.Addrs,
+		Username:     c.Username,
+		Password:     c.Password,
+		DB:           c.DB,
+		MasterName:   c.MasterName,
+		PoolSize:     c.PoolSize,
+		DialTimeout:  c.DialTimeout,
+		ReadTimeout:  c.ReadTimeout,
+		WriteTimeout: c.WriteTimeout,
+	}
+	if c.TLS {
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return redis.NewUniversalClient(opts)
+}
+
+// pingRedis fails with a message naming the addresses and the cause, never the password.
+func pingRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis) error {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		msg := err.Error()
+		if c.Password != "" {
+			msg = strings.ReplaceAll(msg, c.Password, "xxxxx")
+		}
+		return fmt.Errorf("redis %s unreachable: %s", strings.Join(c.Addrs, ","), msg)
+	}
+	return nil
+}
+
+// closer is a source that holds connections.
+type closer interface{ Close() }
+
+// openSources builds every configured source and checks that each answers.
+func openSources(ctx context.Context, cfg *config.Config) (map[string]warmer.Source, func(), error) {
+	srcs := make(map[string]warmer.Source, len(cfg.Sources))
+	var closers []closer
+	closeAll := func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}
+	for _, sc := range cfg.Sources {
+		var (
+			src warmer.Source
+			err error
+		)
+		switch sc.Type {
+		case "postgres":
+			var s *postgres.Source
+			s, err = postgres.New(postgres.Config{Name: sc.Name, DSN: sc.DSN, MaxConns: sc.MaxConns, StatementTimeout: sc.StatementTimeout})
+			if err == nil {
+				closers = append(closers, s)
+				src = s
+			}
+		case "http":
+			var s *httpsrc.Source
+			s, err = httpsrc.New(httpsrc.Config{Name: sc.Name, BaseURL: sc.BaseURL, Headers: sc.Headers, Timeout: sc.Timeout,
+				Concurrency: sc.Concurrency, MaxBodyBytes: sc.MaxBodyBytes, HealthPath: sc.HealthPath})
+			if err == nil {
+				closers = append(closers, s)
+				src = s
+			}
+		default:
+			err = errors.New("unknown type " + sc.Type)
+		}
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("source %s: %w", sc.Name, err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		err = src.Ping(pctx)
+		cancel()
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("source %s unreachable: %w", sc.Name, err)
+		}
+		srcs[sc.Name] = src
+	}
+	return srcs, closeAll, nil
+}

@@ -1,0 +1,469 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// Problem is one thing wrong with a config: the field path and what is wrong.
+type Problem struct {
+	Path string
+	Msg  string
+}
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Msg
+	}
+	return p.Path + ": " + p.Msg
+}
+
+// Error lists every problem found in one config file.
+type Error struct {
+	File     string
+	Problems []Problem
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if e.File != "" {
+			b.WriteString(e.File + ": ")
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+var nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+type checker struct{ problems []Problem }
+
+func (c *checker) add(path, format string, args ...any) {
+	c.problems = append(c.problems, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Validate checks the whole config and returns an *Error listing every problem.
+func (cfg *Config) Validate() error {
+	c := &checker{}
+	cfg.validateRedis(c)
+	if _, _, err := net.SplitHostPort(cfg.HTTP.Listen); err != nil {
+		c.add("http.listen", "must be host:port (got %q)", cfg.HTTP.Listen)
+	}
+	switch cfg.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		c.add("log.level", "must be debug, info, warn or error (got %q)", cfg.Log.Level)
+	}
+	switch cfg.Log.Format {
+	case "auto", "json", "console":
+	default:
+		c.add("log.format", "must be auto, json or console (got %q)", cfg.Log.Format)
+	}
+	cfg.validateRefresh(c)
+	types := cfg.validateSources(c)
+	cfg.validateKeys(c, types)
+	if len(c.problems) > 0 {
+		return &Error{File: cfg.File, Problems: c.problems}
+	}
+	return nil
+}
+
+func (cfg *Config) validateRedis(c *checker) {
+	r := cfg.Redis
+	if len(r.Addrs) == 0 {
+		c.add("redis.addrs", "must list at least one address")
+	}
+	for i, a := range r.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			c.add(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port (got %q)", a)
+		}
+	}
+	if r.DB < 0 {
+		c.add("redis.db", "must be >= 0 (got %d)", r.DB)
+	}
+	if r.DB != 0 && len(r.Addrs) > 1 && r.MasterName == "" {
+		c.add("redis.db", "a cluster has only database 0 (got %d)", r.DB)
+	}
+	for _, f := range []struct {
+		path string
+		d    time.Duration
+	}{{"redis.dial_timeout", r.DialTimeout}, {"redis.read_timeout", r.ReadTimeout}, {"redis.write_timeout", r.WriteTimeout}} {
+		if f.d <= 0 {
+			c.add(f.path, "must be > 0 (got %s)", f.d)
+		}
+	}
+	if !nameRe.MatchString(r.Namespace) {
+		c.add("redis.namespace", "must be 1-64 letters, digits, '_', '.' or '-' (got %q)", r.Namespace)
+	}
+}
+
+func (cfg *Config) validateRefresh(c *checker) {
+	r := cfg.Refresh
+	if r.MaxConcurrentLoads < 1 {
+		c.add("refresh.max_concurrent_loads", "must be >= 1 (got %d)", r.MaxConcurrentLoads)
+	}
+	if r.BatchSize < 1 {
+		c.add("refresh.batch_size", "must be >= 1 (got %d)", r.BatchSize)
+	}
+	if r.LoadTimeout <= 0 {
+		c.add("refresh.load_timeout", "must be > 0 (got %s)", r.LoadTimeout)
+	}
+	if r.Spread < 0 || r.Spread > 0.9 {
+		c.add("refresh.spread", "must be between 0 and 0.9 of the interval (got %g)", r.Spread)
+	}
+	if r.ShutdownTimeout <= 0 {
+		c.add("refresh.shutdown_timeout", "must be > 0 (got %s)", r.ShutdownTimeout)
+	}
+	if r.Jitter < 0 || r.Jitter >= 1 {
+		c.add("refresh.jitter", "must be >= 0 and < 1 (got %g)", r.Jitter)
+	}
+	if r.NegativeTTL <= 0 {
+		c.add("refresh.negative_ttl", "must be > 0 (got %s)", r.NegativeTTL)
+	}
+	if r.MaxStale < 0 {
+		c.add("refresh.max_stale", "must be >= 0 (got %s)", r.MaxStale)
+	}
+	if r.MaxValueBytes < 1 {
+		c.add("refresh.max_value_bytes", "must be >= 1 (got %d)", r.MaxValueBytes)
+	}
+	if r.MaxMembers < 1 {
+		c.add("refresh.max_members", "must be >= 1 (got %d)", r.MaxMembers)
+	}
+}
+
+func (cfg *Config) validateSources(c *checker) map[string]string {
+	types := map[string]string{}
+	for i, s := range cfg.Sources {
+		path := fmt.Sprintf("sources[%d]", i)
+		if nameRe.MatchString(s.Name) {
+			path = fmt.Sprintf("sources[%s]", s.Name)
+		} else {
+			c.add(path+".name", "must be 1-64 letters, digits, '_', '.' or '-' (got %q)", s.Name)
+		}
+		if _, dup := types[s.Name]; dup {
+			c.add(path+".name", "duplicate source name %q", s.Name)
+		}
+		types[s.Name] = s.Type
+		switch s.Type {
+		case "postgres":
+			if s.DSN == "" {
+				c.add(path+".dsn", "is required for a postgres source")
+			} else if _, err := pgconn.ParseConfig(s.DSN); err != nil {
+				c.add(path+".dsn", "cannot be parsed (value withheld: it may hold a password)")
+			}
+			if s.MaxConns < 0 {
+				c.add(path+".max_conns", "must be >= 0 (got %d)", s.MaxConns)
+			}
+			if s.StatementTimeout < 0 {
+				c.add(path+".statement_timeout", "must be >= 0 (got %s)", s.StatementTimeout)
+			}
+			for _, f := range setFields(field{"base_url", s.BaseURL != ""}, field{"headers", len(s.Headers) > 0}, field{"timeout", s.Timeout != 0}, field{"health_path", s.HealthPath != ""}) {
+				c.add(path+"."+f, "is not valid for a postgres source")
+			}
+		case "http":
+			u, err := url.Parse(s.BaseURL)
+			if s.BaseURL == "" {
+				c.add(path+".base_url", "is required for an http source")
+			} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				c.add(path+".base_url", "must be an absolute http(s) URL (got %q)", redactURL(s.BaseURL))
+			}
+			if s.Timeout <= 0 {
+				c.add(path+".timeout", "must be > 0 (got %s)", s.Timeout)
+			}
+			if s.Concurrency < 0 {
+				c.add(path+".concurrency", "must be >= 0 (got %d)", s.Concurrency)
+			}
+			if s.HealthPath != "" && !strings.HasPrefix(s.HealthPath, "/") {
+				c.add(path+".health_path", "must start with '/' (got %q)", s.HealthPath)
+			}
+			for _, f := range setFields(field{"dsn", s.DSN != ""}, field{"max_conns", s.MaxConns != 0}, field{"statement_timeout", s.StatementTimeout != 0}) {
+				c.add(path+"."+f, "is not valid for an http source")
+			}
+		default:
+			c.add(path+".type", "must be postgres or http (got %q)", s.Type)
+		}
+	}
+	return types
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
+}
+
+func (cfg *Config) validateKeys(c *checker, sourceTypes map[string]string) {
+	if len(cfg.Keys) == 0 {
+		c.add("keys", "must declare at least one key")
+	}
+	names := map[string]bool{}
+	type declared struct {
+		path string
+		t    warmer.Template
+	}
+	var templates []declared
+	for i, k := range cfg.Keys {
+		path := fmt.Sprintf("keys[%d]", i)
+		if nameRe.MatchString(k.Name) {
+			path = fmt.Sprintf("keys[%s]", k.Name)
+		} else {
+			c.add(path+".name", "must be 1-64 letters, digits, '_', '.' or '-' (got %q)", k.Name)
+		}
+		if names[k.Name] {
+			c.add(path+".name", "duplicate declaration name %q", k.Name)
+		}
+		names[k.Name] = true
+
+		spec, problems := cfg.spec(k)
+		for _, p := range problems {
+			c.add(path+"."+p.Path, "%s", p.Msg)
+		}
+		if spec == nil {
+			continue
+		}
+		for _, d := range templates {
+			if d.t.Overlaps(spec.Template) {
+				c.add(path+".key", "template %q overlaps %q of %s: a key could belong to both", spec.Template, d.t, d.path)
+			}
+		}
+		templates = append(templates, declared{path, spec.Template})
+		typ, ok := sourceTypes[k.Source]
+		switch {
+		case k.Source == "":
+			c.add(path+".source", "is required")
+		case !ok:
+			c.add(path+".source", "names no configured source (got %q)", k.Source)
+		default:
+			checkLoad(c, path, typ, k, spec)
+		}
+	}
+}
+
+func checkLoad(c *checker, path, typ string, k Key, spec *warmer.Spec) {
+	switch typ {
+	case "postgres":
+		if k.Query == "" {
+			c.add(path+".query", "is required for a postgres source")
+		} else if spec.Template.IsFamily() && !strings.Contains(k.Query, "$1") {
+			c.add(path+".query", "must take the members as $1 (text[]), e.g. WHERE id = ANY($1)")
+		} else if !spec.Template.IsFamily() && strings.Contains(k.Query, "$1") {
+			c.add(path+".query", "a single key's query takes no parameter ($1 found)")
+		}
+		for _, f := range setFields(field{"path", k.Path != ""}, field{"json_pointer", k.JSONPointer != ""}) {
+			c.add(path+"."+f, "is not valid with a postgres source")
+		}
+	case "http":
+		if k.Path == "" {
+			c.add(path+".path", "is required for an http source")
+		} else {
+			checkPath(c, path, k.Path, spec.Template)
+		}
+		if k.JSONPointer != "" && !strings.HasPrefix(k.JSONPointer, "/") {
+			c.add(path+".json_pointer", "must start with '/' (got %q)", k.JSONPointer)
+		}
+		if k.Query != "" {
+			c.add(path+".query", "is not valid with an http source")
+		}
+		if k.MembersQuery != "" {
+			c.add(path+".members_query", "needs a postgres source; list the members instead")
+		}
+	}
+}
+
+var pathParam = regexp.MustCompile(`\{([^{}]*)\}`)
+
+func checkPath(c *checker, path, p string, t warmer.Template) {
+	if !strings.HasPrefix(p, "/") {
+		c.add(path+".path", "must start with '/' (got %q)", p)
+		return
+	}
+	for _, r := range p {
+		if r <= ' ' || r == 0x7f {
+			c.add(path+".path", "must not contain whitespace or control characters")
+			return
+		}
+	}
+	found := false
+	for _, m := range pathParam.FindAllStringSubmatch(p, -1) {
+		if m[1] != t.Param() || t.Param() == "" {
+			c.add(path+".path", "uses {%s}, which the key template %q does not define", m[1], t)
+			return
+		}
+		found = true
+	}
+	if t.IsFamily() && !found {
+		c.add(path+".path", "must use {%s} so each member gets its own URL", t.Param())
+	}
+}
+
+// spec turns one key declaration into a warmer.Spec, with field-relative problems.
+func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
+	var ps []Problem
+	add := func(field, format string, args ...any) {
+		ps = append(ps, Problem{Path: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	r := cfg.Refresh
+	t, err := warmer.ParseTemplate(k.Key)
+	if err != nil {
+		add("key", "%v", err)
+		return nil, ps
+	}
+	if k.MaxParamLen < 0 || k.MaxParamLen > 1024 {
+		add("max_param_len", "must be between 1 and 1024 (got %d)", k.MaxParamLen)
+	}
+	t, err = t.WithMemberRules(k.ParamPattern, k.MaxParamLen)
+	if err != nil {
+		add("param_pattern", "%v", err)
+	}
+	s := &warmer.Spec{
+		Name: k.Name, Template: t, Source: k.Source,
+		TTL: k.TTL, Jitter: r.Jitter, Interval: k.Interval, LoadTimeout: r.LoadTimeout,
+		Members: k.Members, MembersQuery: k.MembersQuery, MaxMembers: r.MaxMembers, BatchSize: r.BatchSize,
+		Query: k.Query, Path: k.Path, JSONPointer: k.JSONPointer,
+		NegativeTTL: r.NegativeTTL, MaxStale: r.MaxStale, MaxValueBytes: r.MaxValueBytes,
+	}
+	if k.Jitter != nil {
+		s.Jitter = *k.Jitter
+	}
+	if k.LoadTimeout != 0 {
+		s.LoadTimeout = k.LoadTimeout
+	}
+	if k.MaxMembers != 0 {
+		s.MaxMembers = k.MaxMembers
+	}
+	if k.BatchSize != 0 {
+		s.BatchSize = k.BatchSize
+	}
+	if k.NegativeTTL != 0 {
+		s.NegativeTTL = k.NegativeTTL
+	}
+	if k.NegativeValue != nil {
+		s.NegativeValue = []byte(*k.NegativeValue)
+	} else {
+		s.NegativeValue = []byte{}
+	}
+	if k.MaxStale != nil {
+		s.MaxStale = *k.MaxStale
+	}
+	if k.MaxValueBytes != 0 {
+		s.MaxValueBytes = k.MaxValueBytes
+	}
+
+	switch {
+	case k.TTL <= 0:
+		add("ttl", "must be > 0 (got %s)", k.TTL)
+	case k.TTL < 100*time.Millisecond:
+		add("ttl", "must be at least 100ms (got %s)", k.TTL)
+	}
+	if s.Jitter < 0 || s.Jitter >= 1 {
+		add("jitter", "must be >= 0 and < 1 (got %g)", s.Jitter)
+	}
+	if s.LoadTimeout <= 0 {
+		add("load_timeout", "must be > 0 (got %s)", s.LoadTimeout)
+	}
+	if k.TTL > 0 {
+		half := k.TTL / 2
+		switch {
+		case k.Interval < 0:
+			add("interval", "must be > 0 (got %s)", k.Interval)
+		case k.Interval == 0:
+			s.Interval = half
+		case k.Interval > half:
+			add("interval", "must be at most ttl/2 = %s (got %s)", half, k.Interval)
+		}
+		if s.Interval > 0 && s.Jitter >= 0 && s.Jitter < 1 && s.LoadTimeout > 0 {
+			if need := s.Interval + s.LoadTimeout; s.MinTTL() <= need {
+				add("ttl", "smallest jittered ttl %s must exceed refresh interval %s + load timeout %s (got ttl %s, jitter %g)",
+					s.MinTTL().Round(time.Millisecond), s.Interval, s.LoadTimeout, k.TTL, s.Jitter)
+			}
+		}
+		if s.NegativeTTL <= 0 || s.NegativeTTL > k.TTL {
+			add("negative_ttl", "must be > 0 and at most ttl %s (got %s)", k.TTL, s.NegativeTTL)
+		}
+	}
+	if s.MaxStale < 0 {
+		add("max_stale", "must be >= 0 (got %s)", s.MaxStale)
+	}
+	if s.MaxValueBytes < 1 {
+		add("max_value_bytes", "must be >= 1 (got %d)", s.MaxValueBytes)
+	}
+	if s.BatchSize < 1 {
+		add("batch_size", "must be >= 1 (got %d)", s.BatchSize)
+	}
+	if s.MaxMembers < 1 {
+		add("max_members", "must be >= 1 (got %d)", s.MaxMembers)
+	}
+	if t.IsFamily() {
+		switch {
+		case len(k.Members) == 0 && k.MembersQuery == "":
+			add("members", "a family needs members or members_query")
+		case len(k.Members) > 0 && k.MembersQuery != "":
+			add("members", "set members or members_query, not both")
+		}
+		if len(k.Members) > s.MaxMembers {
+			add("members", "lists %d members, more than max_members %d", len(k.Members), s.MaxMembers)
+		}
+		seen := map[string]bool{}
+		for i, m := range k.Members {
+			if err := t.ValidateMember(m); err != nil {
+				add(fmt.Sprintf("members[%d]", i), "%v (got %q)", err, truncate(m))
+			} else if seen[m] {
+				add(fmt.Sprintf("members[%d]", i), "duplicate member %q", m)
+			}
+			seen[m] = true
+		}
+	} else {
+		for _, f := range setFields(field{"members", len(k.Members) > 0}, field{"members_query", k.MembersQuery != ""}, field{"param_pattern", k.ParamPattern != ""}) {
+			add(f, "is only valid for a family (a key with a {parameter})")
+		}
+	}
+	return s, ps
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// Specs returns the validated declarations. Call it only on a config that passed Validate.
+func (cfg *Config) Specs() []*warmer.Spec {
+	out := make([]*warmer.Spec, 0, len(cfg.Keys))
+	for _, k := range cfg.Keys {
+		if s, ps := cfg.spec(k); s != nil && len(ps) == 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+type field struct {
+	name string
+	set  bool
+}
+
+// setFields returns, in order, the names of the fields that are set.
+func setFields(fs ...field) []string {
+	var out []string
+	for _, f := range fs {
+		if f.set {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}

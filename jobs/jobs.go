@@ -1,0 +1,174 @@
+// Package jobs turns key declarations into gocron schedules: one job per
+// declaration, every interval, first runs spread over the interval by a hash of
+// the name, never overlapping itself, gated by leadership. It knows schedules,
+// not SQL or Redis.
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// Refresher is the part of the warmer the scheduler drives.
+type Refresher interface {
+	Refresh(ctx context.Context, name string, ro warmer.RunOptions) (warmer.Outcome, error)
+}
+
+// Options configures a Scheduler.
+type Options struct {
+	Refresher Refresher
+	Specs     []*warmer.Spec
+	// Spread is the fraction of the interval a family's batches are paced over.
+	Spread float64
+	// Elector gates every run; nil runs every job (no leadership).
+	Elector gocron.Elector
+	Logger  zerolog.Logger
+}
+
+// Scheduler owns the gocron scheduler and its jobs.
+type Scheduler struct {
+	opts   Options
+	sched  gocron.Scheduler
+	log    zerolog.Logger
+	drain  chan struct{}
+	runCtx context.Context
+	cancel context.CancelFunc
+
+	mu   sync.Mutex
+	jobs map[string]gocron.Job
+}
+
+// New builds the scheduler; nothing runs until Open.
+func New(opts Options) (*Scheduler, error) {
+	var so []gocron.SchedulerOption
+	if opts.Elector != nil {
+		so = append(so, gocron.WithDistributedElector(opts.Elector))
+	}
+	so = append(so, gocron.WithStopTimeout(time.Hour)) // Close's context bounds the wait
+	sched, err := gocron.NewScheduler(so...)
+	if err != nil {
+		return nil, fmt.Errorf("new scheduler: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Scheduler{
+		opts: opts, sched: sched,
+		log:   opts.Logger.With().Str("component", "jobs").Logger(),
+		drain: make(chan struct{}), runCtx: ctx, cancel: cancel,
+		jobs: map[string]gocron.Job{},
+	}, nil
+}
+
+// Offset is where in its interval a declaration's runs fall: a hash of its name,
+// so that keys declared together never refresh together, and so that a restart
+// or a new leader keeps the same phase.
+func Offset(name string, interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return time.Duration(h.Sum64() % uint64(interval))
+}
+
+// Open schedules every declaration and starts the scheduler. Each first run is
+// at its offset within one interval of now.
+func (s *Scheduler) Open(ctx context.Context) error {
+	now := time.Now()
+	for _, spec := range s.opts.Specs {
+		if err := s.add(spec, now); err != nil {
+			return err
+		}
+	}
+	s.sched.Start()
+	s.log.Info().Int("jobs", len(s.opts.Specs)).Msg("scheduled")
+	return nil
+}
+
+func (s *Scheduler) add(spec *warmer.Spec, now time.Time) error {
+	first := phase(now, spec.Name, spec.Interval)
+	name := spec.Name
+	interval := spec.Interval
+	spread := time.Duration(float64(interval) * s.opts.Spread)
+	log := s.log.With().Str("family", name).Logger()
+	task := func() {
+		planned := plannedStart(time.Now(), first, interval)
+		out, err := s.opts.Refresher.Refresh(s.runCtx, name, warmer.RunOptions{Planned: planned, Spread: spread, Drain: s.drain})
+		if err != nil {
+			log.Warn().Err(err).Int("written", out.Written).Int("failed", out.Failed).Msg("refresh failed")
+			return
+		}
+		log.Debug().Int("written", out.Written).Int("negative", out.Negative).Dur("took", out.Duration).Msg("refreshed")
+	}
+	job, err := s.sched.NewJob(
+		gocron.DurationJob(interval),
+		gocron.NewTask(task),
+		gocron.WithName("hearth:"+name),
+		gocron.WithTags(name),
+		gocron.WithStartAt(gocron.WithStartDateTime(first)),
+		gocron.WithSingletonMode(gocron.LimitModeReschedule),
+	)
+	if err != nil {
+		return fmt.Errorf("schedule %s: %w", name, err)
+	}
+	s.mu.Lock()
+	s.jobs[name] = job
+	s.mu.Unlock()
+	return nil
+}
+
+// phase returns the first run time of a declaration after now, at its offset.
+func phase(now time.Time, name string, interval time.Duration) time.Time {
+	off := Offset(name, interval)
+	first := now.Truncate(interval).Add(off)
+	for !first.After(now.Add(time.Millisecond)) {
+		first = first.Add(interval)
+	}
+	return first
+}
+
+// plannedStart is the scheduled time of the run closest to now.
+func plannedStart(now, first time.Time, interval time.Duration) time.Time {
+	if now.Before(first) {
+		return first
+	}
+	k := (now.Sub(first) + interval/2) / interval
+	return first.Add(k * interval)
+}
+
+// NextRun returns when a declaration runs next.
+func (s *Scheduler) NextRun(name string) (time.Time, bool) {
+	s.mu.Lock()
+	job, ok := s.jobs[name]
+	s.mu.Unlock()
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := job.NextRun()
+	return t, err == nil
+}
+
+// Close stops scheduling, lets in-flight runs finish their current batches until
+// ctx is done, then abandons them.
+func (s *Scheduler) Close(ctx context.Context) error {
+	close(s.drain)
+	done := make(chan error, 1)
+	go func() { done <- s.sched.Shutdown() }()
+	select {
+	case err := <-done:
+		s.cancel()
+		return err
+	case <-ctx.Done():
+		s.cancel()
+		err := <-done
+		return errors.Join(fmt.Errorf("drain: %w", context.Cause(ctx)), err)
+	}
+}

@@ -1,0 +1,134 @@
+package warmer
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+)
+
+// Spec is one validated key declaration: a single key or a family of keys, where
+// its values come from and how long they live.
+type Spec struct {
+	// Name identifies the declaration in logs, metrics and the admin API.
+	Name string
+	// Template is the key (single) or key template (family).
+	Template Template
+	// Source names the origin the values are loaded from.
+	Source string
+
+	// TTL is the nominal time to live of a written value.
+	TTL time.Duration
+	// Jitter spreads TTLs: a value lives TTL * (1 + Jitter*(rand-0.5)).
+	Jitter float64
+	// Interval is how often the declaration is refreshed (at most TTL/2).
+	Interval time.Duration
+	// LoadTimeout bounds one load from the origin.
+	LoadTimeout time.Duration
+
+	// Members lists a family's members when they are declared statically.
+	Members []string
+	// MembersQuery lists a family's members from the source when set.
+	MembersQuery string
+	// MaxMembers bounds how many members a members query may return.
+	MaxMembers int
+	// BatchSize is how many members one load asks the origin for.
+	BatchSize int
+
+	// Query is the SQL a postgres source runs: no parameter for a single key,
+	// $1 = text[] of members for a family, returning (member, value) rows.
+	Query string
+	// Path is the URL path (and query) template an HTTP source requests.
+	Path string
+	// JSONPointer selects the value inside a JSON response (RFC 6901); empty
+	// means the whole body.
+	JSONPointer string
+
+	// NegativeTTL is how long the not-found sentinel lives.
+	NegativeTTL time.Duration
+	// NegativeValue is the sentinel written for a member the origin does not have.
+	NegativeValue []byte
+	// MaxStale bounds how long a value is kept alive past its last successful load
+	// while the origin fails; zero disables stale extension.
+	MaxStale time.Duration
+	// MaxValueBytes rejects larger values (the old value is kept).
+	MaxValueBytes int
+}
+
+// JitteredTTL returns TTL * (1 + Jitter*(r-0.5)) for r in [0,1).
+func (s *Spec) JitteredTTL(r float64) time.Duration {
+	return time.Duration(float64(s.TTL) * (1 + s.Jitter*(r-0.5)))
+}
+
+// MinTTL is the shortest TTL jitter can produce.
+func (s *Spec) MinTTL() time.Duration { return s.JitteredTTL(0) }
+
+// MaxTTL is the longest TTL jitter can produce.
+func (s *Spec) MaxTTL() time.Duration { return s.JitteredTTL(1) }
+
+func defaultRand() float64 { return rand.Float64() }
+
+// Result is what an origin returned for one member (Member is "" for a single key).
+type Result struct {
+	Member string
+	// Value is written byte for byte.
+	Value []byte
+	// Missing means the origin says the member does not exist (no row, HTTP 404).
+	Missing bool
+	// Err means this member could not be loaded; its old value is kept.
+	Err error
+}
+
+// Source is an origin Hearth loads values from.
+type Source interface {
+	// Load returns one result per member it could account for. Members absent
+	// from the results are treated as missing. An error fails the whole batch.
+	// For a single key, members is nil and the result's Member is "".
+	Load(ctx context.Context, spec *Spec, members []string) ([]Result, error)
+	// Ping checks that the origin is reachable.
+	Ping(ctx context.Context) error
+}
+
+// MemberLister is a Source that can list a family's members (members_query).
+type MemberLister interface {
+	ListMembers(ctx context.Context, spec *Spec) ([]string, error)
+}
+
+// Reasons a member or a batch was not refreshed, as counted in metrics.
+var (
+	ErrTooLarge     = errors.New("value too large")
+	ErrBadPayload   = errors.New("bad payload")
+	ErrNullValue    = errors.New("null value")
+	ErrDuplicate    = errors.New("duplicate member")
+	ErrBadMember    = errors.New("invalid member")
+	ErrTooMany      = errors.New("too many members")
+	ErrOrigin       = errors.New("origin error")
+	ErrUnknownSpec  = errors.New("unknown declaration")
+	ErrSourceAbsent = errors.New("source not configured")
+)
+
+// reason maps an error to a bounded metric label.
+func reason(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, ErrTooLarge):
+		return "too_large"
+	case errors.Is(err, ErrBadPayload):
+		return "bad_payload"
+	case errors.Is(err, ErrNullValue):
+		return "null_value"
+	case errors.Is(err, ErrDuplicate):
+		return "duplicate"
+	case errors.Is(err, ErrBadMember):
+		return "bad_member"
+	case errors.Is(err, ErrTooMany):
+		return "too_many_members"
+	default:
+		return "origin"
+	}
+}

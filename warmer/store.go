@@ -1,0 +1,94 @@
+package warmer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Entry is one value to write.
+type Entry struct {
+	Key   string
+	Value []byte
+	TTL   time.Duration
+}
+
+// Store is where the warmer's writes land. The plain store writes directly; the
+// leader lease supplies a fenced one so that only the current leader's writes land.
+type Store interface {
+	// Set writes every entry with its TTL (SET key value PX ttl), pipelined.
+	Set(ctx context.Context, entries []Entry) error
+	// Extend pushes each existing key's expiry out to ttl without touching its
+	// value and never shortens it; kept[i] reports whether keys[i] still existed.
+	Extend(ctx context.Context, keys []string, ttls []time.Duration) (kept []bool, err error)
+}
+
+// RedisStore is the unfenced Store: pipelined SET … PX and PEXPIRE … GT.
+type RedisStore struct {
+	Client redis.UniversalClient
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// Set writes entries in one pipeline. SET is idempotent, so a retransmitted
+// pipeline is harmless.
+func (s *RedisStore) Set(ctx context.Context, entries []Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	pipe := s.Client.Pipeline()
+	for _, e := range entries {
+		pipe.Set(ctx, e.Key, e.Value, e.TTL)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("write %d keys: %w", len(entries), err)
+	}
+	return nil
+}
+
+// Extend sets PEXPIRE … GT on each key in one pipeline.
+func (s *RedisStore) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	pipe := s.Client.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Do(ctx, "pexpire", k, ttls[i].Milliseconds(), "gt")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("extend %d keys: %w", len(keys), err)
+	}
+	return existed(ctx, s.Client, keys, cmds)
+}
+
+// existed tells, for keys whose PEXPIRE GT answered 0, whether the key exists
+// (its TTL was already longer) or is gone.
+func existed(ctx context.Context, c redis.UniversalClient, keys []string, cmds []*redis.Cmd) ([]bool, error) {
+	kept := make([]bool, len(keys))
+	var check []int
+	for i, cmd := range cmds {
+		if n, _ := cmd.Int64(); n == 1 {
+			kept[i] = true
+		} else {
+			check = append(check, i)
+		}
+	}
+	if len(check) == 0 {
+		return kept, nil
+	}
+	pipe := c.Pipeline()
+	ex := make([]*redis.IntCmd, len(check))
+	for j, i := range check {
+		ex[j] = pipe.Exists(ctx, keys[i])
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("check %d keys: %w", len(check), err)
+	}
+	for j, i := range check {
+		kept[i] = ex[j].Val() == 1
+	}
+	return kept, nil
+}

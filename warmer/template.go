@@ -1,0 +1,190 @@
+package warmer
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// DefaultMaxMemberLen bounds a family member (a template parameter value) when the
+// declaration sets no length of its own.
+const DefaultMaxMemberLen = 128
+
+// maxTemplateLen bounds a key template; Redis allows far longer keys, but a hot
+// key's name is short, and a bound keeps hostile configs and log lines small.
+const maxTemplateLen = 512
+
+var paramName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// Template is a cache key name as declared: either a plain key ("top-products:global")
+// or a family with exactly one parameter ("product:{id}").
+type Template struct {
+	raw     string
+	prefix  string
+	param   string
+	suffix  string
+	pattern *regexp.Regexp
+	maxLen  int
+}
+
+// ParseTemplate parses a key template. Literal parts may not contain braces,
+// whitespace or control characters; a family has exactly one {param}.
+func ParseTemplate(s string) (Template, error) {
+	if s == "" {
+		return Template{}, errors.New("must not be empty")
+	}
+	if len(s) > maxTemplateLen {
+		return Template{}, fmt.Errorf("must be at most %d bytes (got %d)", maxTemplateLen, len(s))
+	}
+	if !utf8.ValidString(s) {
+		return Template{}, errors.New("must be valid UTF-8")
+	}
+	open := strings.IndexByte(s, '{')
+	if open < 0 {
+		if strings.IndexByte(s, '}') >= 0 {
+			return Template{}, fmt.Errorf("unbalanced '}' in %q", s)
+		}
+		if err := checkLiteral(s); err != nil {
+			return Template{}, err
+		}
+		return Template{raw: s, prefix: s, maxLen: DefaultMaxMemberLen}, nil
+	}
+	closing := strings.IndexByte(s[open:], '}')
+	if closing < 0 {
+		return Template{}, fmt.Errorf("unclosed '{' in %q", s)
+	}
+	closing += open
+	prefix, param, suffix := s[:open], s[open+1:closing], s[closing+1:]
+	if !paramName.MatchString(param) {
+		return Template{}, fmt.Errorf("parameter %q must be a name of letters, digits and '_' (at most 64)", param)
+	}
+	if strings.ContainsAny(suffix, "{}") || strings.IndexByte(prefix, '}') >= 0 {
+		return Template{}, fmt.Errorf("at most one {parameter} is allowed in %q", s)
+	}
+	for _, lit := range []string{prefix, suffix} {
+		if err := checkLiteral(lit); err != nil {
+			return Template{}, err
+		}
+	}
+	if prefix == "" && suffix == "" {
+		return Template{}, fmt.Errorf("%q has no fixed part: it would match every key", s)
+	}
+	return Template{raw: s, prefix: prefix, param: param, suffix: suffix, maxLen: DefaultMaxMemberLen}, nil
+}
+
+func checkLiteral(s string) error {
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Errorf("must not contain whitespace or control characters (found %q)", r)
+		}
+	}
+	return nil
+}
+
+// WithMemberRules returns the template with its member validation set: pattern
+// (optional, matched against the whole member) and the maximum member length.
+func (t Template) WithMemberRules(pattern string, maxLen int) (Template, error) {
+	if maxLen > 0 {
+		t.maxLen = maxLen
+	}
+	if pattern != "" {
+		re, err := regexp.Compile(`^(?:` + pattern + `)$`)
+		if err != nil {
+			return t, fmt.Errorf("invalid pattern %q: %w", pattern, err)
+		}
+		t.pattern = re
+	}
+	return t, nil
+}
+
+// String returns the template as declared.
+func (t Template) String() string { return t.raw }
+
+// IsFamily reports whether the template has a parameter.
+func (t Template) IsFamily() bool { return t.param != "" }
+
+// Param returns the parameter's name, or "" for a single key.
+func (t Template) Param() string { return t.param }
+
+// Key returns the cache key for a member; for a single key it returns the key.
+// The member must have passed ValidateMember.
+func (t Template) Key(member string) string {
+	if !t.IsFamily() {
+		return t.raw
+	}
+	return t.prefix + member + t.suffix
+}
+
+// Match returns the member a cache key names, if the key belongs to this template
+// and its member is valid.
+func (t Template) Match(key string) (string, bool) {
+	if !t.IsFamily() {
+		return "", key == t.raw
+	}
+	if len(key) <= len(t.prefix)+len(t.suffix) ||
+		!strings.HasPrefix(key, t.prefix) || !strings.HasSuffix(key, t.suffix) {
+		return "", false
+	}
+	member := key[len(t.prefix) : len(key)-len(t.suffix)]
+	if t.ValidateMember(member) != nil {
+		return "", false
+	}
+	return member, true
+}
+
+// Member validation failures.
+var (
+	ErrMemberEmpty   = errors.New("member is empty")
+	ErrMemberTooLong = errors.New("member is too long")
+	ErrMemberChars   = errors.New("member has braces, whitespace, control characters or invalid UTF-8")
+	ErrMemberPattern = errors.New("member does not match the declared pattern")
+)
+
+// ValidateMember checks a family member before it becomes part of a key, a SQL
+// parameter or a URL: by default no braces, whitespace or control characters and a
+// bounded length; a declared pattern must also match.
+func (t Template) ValidateMember(m string) error {
+	switch {
+	case m == "":
+		return ErrMemberEmpty
+	case len(m) > t.maxLen:
+		return fmt.Errorf("%w (%d bytes, at most %d)", ErrMemberTooLong, len(m), t.maxLen)
+	case !utf8.ValidString(m):
+		return ErrMemberChars
+	}
+	for _, r := range m {
+		if r == '{' || r == '}' || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return ErrMemberChars
+		}
+	}
+	if t.pattern != nil && !t.pattern.MatchString(m) {
+		return ErrMemberPattern
+	}
+	return nil
+}
+
+// Overlaps reports whether some key could belong to both templates, in which case
+// two declarations would fight over it.
+func (t Template) Overlaps(o Template) bool {
+	switch {
+	case !t.IsFamily() && !o.IsFamily():
+		return t.raw == o.raw
+	case !t.IsFamily():
+		return o.couldMatch(t.raw)
+	case !o.IsFamily():
+		return t.couldMatch(o.raw)
+	}
+	// Two families share a key exactly when one prefix extends the other and one
+	// suffix extends the other: the key longer prefix + "x" + longer suffix is in both.
+	return (strings.HasPrefix(t.prefix, o.prefix) || strings.HasPrefix(o.prefix, t.prefix)) &&
+		(strings.HasSuffix(t.suffix, o.suffix) || strings.HasSuffix(o.suffix, t.suffix))
+}
+
+// couldMatch ignores member rules: overlap is judged on names alone.
+func (t Template) couldMatch(key string) bool {
+	return len(key) > len(t.prefix)+len(t.suffix) &&
+		strings.HasPrefix(key, t.prefix) && strings.HasSuffix(key, t.suffix)
+}

@@ -1,0 +1,567 @@
+// Package warmer is Hearth's engine: key declarations (specs), the refresh of a
+// declaration from its origin, and the pipelined writes to Redis with jittered
+// TTLs, negative sentinels and stale extension on origin failure.
+package warmer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
+)
+
+// Options configures a Warmer. Store, Sources and Specs are required.
+type Options struct {
+	Store   Store
+	Sources map[string]Source
+	Specs   []*Spec
+	// MaxConcurrentLoads bounds origin loads in flight across all declarations.
+	MaxConcurrentLoads int
+	Registerer         prometheus.Registerer
+	Logger             zerolog.Logger
+	// Now and Rand are the clock and the jitter source; tests inject them.
+	Now  func() time.Time
+	Rand func() float64
+}
+
+// Warmer refreshes declarations: load from the origin, write to Redis.
+type Warmer struct {
+	store   Store
+	sources map[string]Source
+	specs   map[string]*Spec
+	order   []string
+	loads   *semaphore.Weighted
+	metrics *metrics
+	log     zerolog.Logger
+	now     func() time.Time
+	rand    func() float64
+
+	mu    sync.Mutex
+	state map[string]*declState
+}
+
+// declState is what the warmer remembers about a declaration between runs.
+type declState struct {
+	mu sync.Mutex
+	// lastOK holds each member's last successful load (unix nanoseconds); a
+	// failing member's value is kept alive for at most MaxStale past it.
+	lastOK map[string]int64
+	// members is the last member list that loaded, reused if listing fails.
+	members []string
+	// lastRunOK is the end of the last run in which every member loaded.
+	lastRunOK time.Time
+	errors    int64
+	lastErr   string
+}
+
+// New builds a Warmer.
+func New(opts Options) (*Warmer, error) {
+	if opts.Store == nil {
+		return nil, errors.New("warmer: no store")
+	}
+	if opts.MaxConcurrentLoads <= 0 {
+		opts.MaxConcurrentLoads = 8
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Rand == nil {
+		opts.Rand = defaultRand
+	}
+	w := &Warmer{
+		store:   opts.Store,
+		sources: opts.Sources,
+		specs:   make(map[string]*Spec, len(opts.Specs)),
+		loads:   semaphore.NewWeighted(int64(opts.MaxConcurrentLoads)),
+		metrics: newMetrics(opts.Registerer),
+		log:     opts.Logger.With().Str("component", "warmer").Logger(),
+		now:     opts.Now,
+		rand:    opts.Rand,
+		state:   make(map[string]*declState, len(opts.Specs)),
+	}
+	for _, s := range opts.Specs {
+		if _, dup := w.specs[s.Name]; dup {
+			return nil, fmt.Errorf("warmer: declaration %q twice", s.Name)
+		}
+		if _, ok := opts.Sources[s.Source]; !ok {
+			return nil, fmt.Errorf("warmer: declaration %q: %w: %q", s.Name, ErrSourceAbsent, s.Source)
+		}
+		w.specs[s.Name] = s
+		w.order = append(w.order, s.Name)
+		w.state[s.Name] = &declState{lastOK: map[string]int64{}}
+	}
+	return w, nil
+}
+
+// Specs returns the declarations in their declared order.
+func (w *Warmer) Specs() []*Spec {
+	out := make([]*Spec, 0, len(w.order))
+	for _, n := range w.order {
+		out = append(out, w.specs[n])
+	}
+	return out
+}
+
+// Spec returns the declaration with the given name.
+func (w *Warmer) Spec(name string) (*Spec, bool) {
+	s, ok := w.specs[name]
+	return s, ok
+}
+
+// RunOptions shapes one refresh run.
+type RunOptions struct {
+	// Planned is when the run was meant to start; lag is measured against it.
+	Planned time.Time
+	// Spread paces a family's batches evenly over this duration, so that the
+	// origin sees a steady rate rather than a burst; zero loads as fast as the
+	// concurrency bound allows.
+	Spread time.Duration
+	// Drain, when closed, stops the run from starting further batches; the
+	// batches already started finish (their context still bounds them).
+	Drain <-chan struct{}
+}
+
+// Outcome counts what one run did.
+type Outcome struct {
+	Members   int
+	Written   int
+	Negative  int
+	Failed    int
+	Extended  int
+	Skipped   int
+	Duration  time.Duration
+	LastError error
+}
+
+// Refresh runs one refresh of a declaration: list members, load them in batches,
+// write values and sentinels, keep failed members' old values alive.
+func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outcome, error) {
+	spec, ok := w.specs[name]
+	if !ok {
+		return Outcome{}, fmt.Errorf("refresh %q: %w", name, ErrUnknownSpec)
+	}
+	start := w.now()
+	if !ro.Planned.IsZero() {
+		w.metrics.lag.WithLabelValues(name).Observe(max(0, start.Sub(ro.Planned)).Seconds())
+	}
+	st := w.state[name]
+	members, skipped, err := w.members(ctx, spec, st)
+	out := Outcome{Members: len(members), Skipped: skipped}
+	if err != nil {
+		out.LastError = err
+	}
+	if spec.Template.IsFamily() {
+		w.metrics.members.WithLabelValues(name).Set(float64(len(members)))
+	} else {
+		w.metrics.members.WithLabelValues(name).Set(1)
+	}
+
+	batches := w.batches(spec, members)
+	var gap time.Duration
+	if len(batches) > 1 && ro.Spread > 0 {
+		gap = ro.Spread / time.Duration(len(batches))
+	}
+	var (
+		mu sync.Mutex
+		g  errgroup.Group
+	)
+	for i, batch := range batches {
+		planned := start.Add(time.Duration(i) * gap)
+		if draining(ro.Drain) {
+			break
+		}
+		if gap > 0 && i > 0 {
+			if err := sleepUntil(ctx, ro.Drain, w.now, planned); err != nil {
+				break
+			}
+			w.metrics.lag.WithLabelValues(name).Observe(max(0, w.now().Sub(planned)).Seconds())
+		}
+		if err := w.loads.Acquire(ctx, 1); err != nil {
+			break
+		}
+		g.Go(func() error {
+			defer w.loads.Release(1)
+			o := w.refreshBatch(ctx, spec, st, batch)
+			mu.Lock()
+			out.add(o)
+			mu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait()
+	out.Duration = w.now().Sub(start)
+	if ctx.Err() != nil && out.LastError == nil {
+		out.LastError = ctx.Err()
+	}
+	w.finishRun(spec, st, &out)
+	return out, out.LastError
+}
+
+func (o *Outcome) add(b Outcome) {
+	o.Written += b.Written
+	o.Negative += b.Negative
+	o.Failed += b.Failed
+	o.Extended += b.Extended
+	o.Skipped += b.Skipped
+	if b.LastError != nil {
+		o.LastError = b.LastError
+	}
+}
+
+func (w *Warmer) finishRun(spec *Spec, st *declState, out *Outcome) {
+	end := w.now()
+	result := "ok"
+	switch {
+	case out.LastError != nil && out.Written+out.Negative == 0:
+		result = "error"
+	case out.LastError != nil || out.Failed > 0:
+		result = "partial"
+	}
+	w.metrics.runs.WithLabelValues(spec.Name, result).Inc()
+	w.metrics.runDuration.WithLabelValues(spec.Name).Observe(out.Duration.Seconds())
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if result == "ok" {
+		st.lastRunOK = end
+		w.metrics.lastSuccess.WithLabelValues(spec.Name).Set(float64(end.UnixNano()) / 1e9)
+		w.metrics.staleness.WithLabelValues(spec.Name).Set(0)
+		return
+	}
+	st.errors++
+	if out.LastError != nil {
+		st.lastErr = out.LastError.Error()
+	}
+	if !st.lastRunOK.IsZero() {
+		w.metrics.staleness.WithLabelValues(spec.Name).Set(end.Sub(st.lastRunOK).Seconds())
+	}
+	w.log.Warn().Str("family", spec.Name).Str("result", result).Int("failed", out.Failed).
+		Int("extended", out.Extended).AnErr("error", out.LastError).Msg("refresh incomplete")
+}
+
+// members returns the validated, de-duplicated members of a declaration (nil
+// slice with one nil batch for a single key) and how many were skipped.
+func (w *Warmer) members(ctx context.Context, spec *Spec, st *declState) ([]string, int, error) {
+	if !spec.Template.IsFamily() {
+		return []string{""}, 0, nil
+	}
+	raw := spec.Members
+	var listErr error
+	if spec.MembersQuery != "" {
+		lister, ok := w.sources[spec.Source].(MemberLister)
+		if !ok {
+			return nil, 0, fmt.Errorf("list members of %s: source %s cannot list members", spec.Name, spec.Source)
+		}
+		lctx, cancel := context.WithTimeout(ctx, spec.LoadTimeout)
+		list, err := lister.ListMembers(lctx, spec)
+		cancel()
+		if err != nil {
+			listErr = fmt.Errorf("list members of %s: %w", spec.Name, err)
+			w.metrics.failures.WithLabelValues(spec.Name, reason(err)).Inc()
+			st.mu.Lock()
+			raw = st.members
+			st.mu.Unlock()
+			if raw == nil {
+				return nil, 0, listErr
+			}
+		} else {
+			raw = list
+		}
+	}
+	seen := make(map[string]struct{}, len(raw))
+	out := make([]string, 0, len(raw))
+	skipped := 0
+	for _, m := range raw {
+		if err := spec.Template.ValidateMember(m); err != nil {
+			skipped++
+			w.metrics.failures.WithLabelValues(spec.Name, "bad_member").Inc()
+			w.log.Debug().Str("family", spec.Name).Err(err).Msg("member skipped")
+			continue
+		}
+		if _, dup := seen[m]; dup {
+			continue
+		}
+		seen[m] = struct{}{}
+		out = append(out, m)
+	}
+	if listErr == nil && spec.MembersQuery != "" {
+		st.mu.Lock()
+		st.members = out
+		st.mu.Unlock()
+	}
+	return out, skipped, listErr
+}
+
+func (w *Warmer) batches(spec *Spec, members []string) [][]string {
+	size := spec.BatchSize
+	if size <= 0 {
+		size = len(members)
+	}
+	var out [][]string
+	for len(members) > 0 {
+		n := min(size, len(members))
+		out = append(out, members[:n:n])
+		members = members[n:]
+	}
+	return out
+}
+
+// RefreshMembers loads and writes one set of members of a declaration (a single
+// key is the member ""), with the global load bound held by the caller or not.
+func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []string) (Outcome, error) {
+	spec, ok := w.specs[name]
+	if !ok {
+		return Outcome{}, fmt.Errorf("refresh %q: %w", name, ErrUnknownSpec)
+	}
+	if err := w.loads.Acquire(ctx, 1); err != nil {
+		return Outcome{}, err
+	}
+	defer w.loads.Release(1)
+	o := w.refreshBatch(ctx, spec, w.state[name], members)
+	return o, o.LastError
+}
+
+// refreshBatch loads one batch and writes the outcome. It never returns early
+// on a bad member: each member's fate is decided alone.
+func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string) Outcome {
+	out := Outcome{}
+	src := w.sources[spec.Source]
+	lctx, cancel := context.WithTimeout(ctx, spec.LoadTimeout)
+	var req []string
+	if spec.Template.IsFamily() {
+		req = batch
+	}
+	w.metrics.inFlight.Inc()
+	t0 := time.Now()
+	results, err := src.Load(lctx, spec, req)
+	w.metrics.inFlight.Dec()
+	cancel()
+	w.metrics.loadDuration.WithLabelValues(spec.Source, loadResult(err)).Observe(time.Since(t0).Seconds())
+
+	now := w.now()
+	var (
+		entries []Entry
+		okm     []string
+		failed  []string
+	)
+	if err != nil {
+		err = fmt.Errorf("load %s (%d members) from %s: %w", spec.Name, len(batch), spec.Source, err)
+		w.metrics.failures.WithLabelValues(spec.Name, reason(err)).Add(float64(len(batch)))
+		out.Failed = len(batch)
+		out.LastError = err
+		failed = batch
+	} else {
+		pending := make(map[string]bool, len(batch))
+		for _, m := range batch {
+			pending[m] = true
+		}
+		for _, r := range results {
+			if !pending[r.Member] {
+				// Not asked for, or already answered: never written.
+				w.metrics.failures.WithLabelValues(spec.Name, "unexpected_member").Inc()
+				continue
+			}
+			delete(pending, r.Member)
+			if r.Err == nil && !r.Missing && spec.MaxValueBytes > 0 && len(r.Value) > spec.MaxValueBytes {
+				r.Err = fmt.Errorf("%w: %d bytes, max_value_bytes is %d", ErrTooLarge, len(r.Value), spec.MaxValueBytes)
+			}
+			switch {
+			case r.Err != nil:
+				w.metrics.failures.WithLabelValues(spec.Name, reason(r.Err)).Inc()
+				out.Failed++
+				out.LastError = fmt.Errorf("load %s from %s: %w", spec.Template.Key(r.Member), spec.Source, r.Err)
+				failed = append(failed, r.Member)
+			case r.Missing:
+				entries = append(entries, w.negative(spec, r.Member))
+				out.Negative++
+				okm = append(okm, r.Member)
+			default:
+				entries = append(entries, Entry{Key: spec.Template.Key(r.Member), Value: r.Value, TTL: spec.JitteredTTL(w.rand())})
+				out.Written++
+				okm = append(okm, r.Member)
+			}
+		}
+		for _, m := range batch {
+			if pending[m] {
+				entries = append(entries, w.negative(spec, m))
+				out.Negative++
+				okm = append(okm, m)
+			}
+		}
+	}
+
+	if len(entries) > 0 {
+		if werr := w.store.Set(ctx, entries); werr != nil {
+			w.metrics.redisErrors.WithLabelValues("set").Inc()
+			out.LastError = fmt.Errorf("write %s: %w", spec.Name, werr)
+			out.Written, out.Negative = 0, 0
+			out.Failed += len(okm)
+			okm = nil
+		} else {
+			w.metrics.keysWritten.WithLabelValues(spec.Name, "value").Add(float64(out.Written))
+			w.metrics.keysWritten.WithLabelValues(spec.Name, "negative").Add(float64(out.Negative))
+		}
+	}
+	st.mu.Lock()
+	for _, m := range okm {
+		st.lastOK[m] = now.UnixNano()
+	}
+	st.mu.Unlock()
+	if len(failed) > 0 {
+		out.Extended = w.extendStale(ctx, spec, st, failed, now)
+	}
+	return out
+}
+
+func (w *Warmer) negative(spec *Spec, member string) Entry {
+	ttl := time.Duration(float64(spec.NegativeTTL) * (1 + spec.Jitter*(w.rand()-0.5)))
+	return Entry{Key: spec.Template.Key(member), Value: spec.NegativeValue, TTL: ttl}
+}
+
+// extendStale keeps failed members' existing values alive, never past MaxStale
+// after their last successful load. A member never loaded by this process gets
+// its budget from the first failure seen.
+func (w *Warmer) extendStale(ctx context.Context, spec *Spec, st *declState, failed []string, now time.Time) int {
+	if spec.MaxStale <= 0 {
+		return 0
+	}
+	keys := make([]string, 0, len(failed))
+	ttls := make([]time.Duration, 0, len(failed))
+	st.mu.Lock()
+	for _, m := range failed {
+		last, ok := st.lastOK[m]
+		if !ok {
+			last = now.UnixNano()
+			st.lastOK[m] = last
+		}
+		budget := time.Unix(0, last).Add(spec.MaxStale).Sub(now)
+		if budget <= 0 {
+			continue
+		}
+		keys = append(keys, spec.Template.Key(m))
+		ttls = append(ttls, min(spec.JitteredTTL(w.rand()), budget))
+	}
+	st.mu.Unlock()
+	if len(keys) == 0 {
+		return 0
+	}
+	kept, err := w.store.Extend(ctx, keys, ttls)
+	if err != nil {
+		w.metrics.redisErrors.WithLabelValues("extend").Inc()
+		w.log.Warn().Str("family", spec.Name).Err(err).Msg("stale extension failed")
+		return 0
+	}
+	n := 0
+	for _, k := range kept {
+		if k {
+			n++
+		}
+	}
+	w.metrics.staleExtended.WithLabelValues(spec.Name).Add(float64(n))
+	return n
+}
+
+func loadResult(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return reason(err)
+}
+
+// RefreshAll refreshes every declaration once, as fast as the load bound allows;
+// it is the start-up load that precedes readiness. It returns the errors of the
+// declarations that did not fully load.
+func (w *Warmer) RefreshAll(ctx context.Context) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		g    errgroup.Group
+	)
+	for _, name := range w.order {
+		g.Go(func() error {
+			if _, err := w.Refresh(ctx, name, RunOptions{}); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return errors.Join(errs...)
+}
+
+// Status is what the warmer knows of one declaration.
+type Status struct {
+	Name       string    `json:"name"`
+	Key        string    `json:"key"`
+	Interval   string    `json:"interval"`
+	LastOK     time.Time `json:"last_success"`
+	Errors     int64     `json:"errors"`
+	LastError  string    `json:"last_error,omitempty"`
+	Staleness  string    `json:"staleness"`
+	NumMembers int       `json:"members"`
+}
+
+// Status reports every declaration's state, in declared order.
+func (w *Warmer) Status() []Status {
+	now := w.now()
+	out := make([]Status, 0, len(w.order))
+	for _, n := range w.order {
+		s, st := w.specs[n], w.state[n]
+		st.mu.Lock()
+		stale := time.Duration(0)
+		if st.errors > 0 && !st.lastRunOK.IsZero() {
+			stale = now.Sub(st.lastRunOK)
+		}
+		members := len(st.lastOK)
+		if !s.Template.IsFamily() {
+			members = 1
+		}
+		out = append(out, Status{
+			Name: n, Key: s.Template.String(), Interval: s.Interval.String(),
+			LastOK: st.lastRunOK, Errors: st.errors, LastError: st.lastErr,
+			Staleness: stale.Round(time.Millisecond).String(), NumMembers: members,
+		})
+		st.mu.Unlock()
+	}
+	return out
+}
+
+var errDrained = errors.New("drained")
+
+func draining(drain <-chan struct{}) bool {
+	select {
+	case <-drain:
+		return true
+	default:
+		return false
+	}
+}
+
+func sleepUntil(ctx context.Context, drain <-chan struct{}, now func() time.Time, t time.Time) error {
+	d := t.Sub(now())
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-drain:
+		return errDrained
+	case <-timer.C:
+		return nil
+	}
+}
