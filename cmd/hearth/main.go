@@ -100,9 +100,9 @@ func (g *globals) load() (*config.Config, error) {
 
 func newValidateCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "validate",
-		Short: "Check a config file and exit",
-		Long:  "Validate loads the config, expands ${VAR} references and HEARTH_… overrides, and\nreports every problem with its field path. Exit code 0 if valid, 2 if not.",
+		Use:     "validate",
+		Short:   "Check a config file and exit",
+		Long:    "Validate loads the config, expands ${VAR} references and HEARTH_… overrides, and\nreports every problem with its field path. Exit code 0 if valid, 2 if not.",
 		Example: `  hearth validate --config /etc/hearth/config.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
