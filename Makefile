@@ -1,0 +1,34 @@
+# Hearth — build, run, test.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+GO      ?= go
+CONFIG  ?= config.yaml
+
+.PHONY: build run demo test bench lint docker clean
+
+build: ## static binary in bin/hearth
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth ./cmd/hearth
+
+run: build ## run the daemon on $(CONFIG)
+	./bin/hearth run --config $(CONFIG)
+
+demo: build ## self-contained demo: no Redis or PostgreSQL needed
+	./bin/hearth demo
+
+test: ## every test, race detector on, against real Redis and PostgreSQL
+	$(GO) test -race -count=1 -timeout 14m ./...
+
+bench: ## benchmarks that print figures (see README "Performance")
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+
+lint: ## gofmt, go vet, go mod tidy
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(GO) mod tidy -diff
+
+docker: ## container image (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t hearth:$(VERSION) .
+
+clean:
+	rm -rf bin
