@@ -83,7 +83,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	}
 	rows, err := s.pool.Query(ctx, spec.Query, members)
 	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", classify(err))
 	}
 	defer rows.Close()
 	if n := len(rows.FieldDescriptions()); n != 2 {
@@ -113,7 +113,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", classify(err))
 	}
 	return dedupe(out), nil
 }
@@ -147,7 +147,7 @@ func dedupe(rs []warmer.Result) []warmer.Result {
 func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Result, error) {
 	rows, err := s.pool.Query(ctx, spec.Query)
 	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", classify(err))
 	}
 	defer rows.Close()
 	if n := len(rows.FieldDescriptions()); n != 1 {
@@ -164,7 +164,7 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Re
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", classify(err))
 	}
 	switch {
 	case n == 0:
@@ -182,7 +182,7 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Re
 func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, error) {
 	rows, err := s.pool.Query(ctx, spec.MembersQuery)
 	if err != nil {
-		return nil, fmt.Errorf("members query: %w", err)
+		return nil, fmt.Errorf("members query: %w", classify(err))
 	}
 	defer rows.Close()
 	if n := len(rows.FieldDescriptions()); n != 1 {
@@ -202,7 +202,7 @@ func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, 
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("members query: %w", err)
+		return nil, fmt.Errorf("members query: %w", classify(err))
 	}
 	return out, nil
 }
