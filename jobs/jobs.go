@@ -87,6 +87,9 @@ func (s *Scheduler) Open(ctx context.Context) error {
 		if err := s.add(spec, now); err != nil {
 			return err
 		}
+		if err := s.addNegative(spec, now); err != nil {
+			return err
+		}
 	}
 	s.sched.Start()
 	s.log.Info().Int("jobs", len(s.opts.Specs)).Msg("scheduled")
