@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -207,4 +208,117 @@ func TestPrivateRedisPauseResume(t *testing.T) {
 	// Stop works on a paused server too (cleanup relies on it).
 	s.Pause(t)
 	s.Stop(t)
+}
+
+func TestPostgresSchemaIsolation(t *testing.T) {
+	t.Parallel()
+	a, b := testenv.Postgres(t), testenv.Postgres(t)
+	ctx := ctxT(t)
+	if a.Schema == b.Schema {
+		t.Fatalf("two envs got the same schema %q", a.Schema)
+	}
+	if !strings.Contains(a.DSN, "search_path="+a.Schema) {
+		t.Fatalf("DSN %q lacks search_path=%s", a.DSN, a.Schema)
+	}
+
+	for _, env := range []*testenv.PostgresEnv{a, b} {
+		var sp, cur string
+		if err := env.Pool.QueryRow(ctx, "SELECT current_setting('search_path'), current_schema()").Scan(&sp, &cur); err != nil {
+			t.Fatal(err)
+		}
+		if sp != env.Schema || cur != env.Schema {
+			t.Fatalf("search_path %q, current_schema %q; want %q", sp, cur, env.Schema)
+		}
+	}
+
+	// An unqualified table lands in the env's schema and is not visible from
+	// the other env.
+	if _, err := a.Pool.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	var where string
+	if err := a.Pool.QueryRow(ctx, "SELECT table_schema FROM information_schema.tables WHERE table_name = 'items' AND table_schema = $1", a.Schema).Scan(&where); err != nil {
+		t.Fatalf("items is not in schema %s: %v", a.Schema, err)
+	}
+	var reg *string
+	if err := b.Pool.QueryRow(ctx, "SELECT to_regclass('items')::text").Scan(&reg); err != nil {
+		t.Fatal(err)
+	}
+	if reg != nil {
+		t.Fatalf("env b sees env a's table as %q", *reg)
+	}
+	if _, err := b.Pool.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY)"); err != nil {
+		t.Fatalf("env b cannot create its own items: %v", err)
+	}
+
+	// The DSN works on its own, with a plain pgx connection.
+	conn, err := pgx.Connect(ctx, a.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("count(*) from items via DSN: %d, %v; want 1", n, err)
+	}
+}
+
+func TestPostgresSchemaDroppedAtCleanup(t *testing.T) {
+	t.Parallel()
+	outer := testenv.Postgres(t)
+	var schema string
+	t.Run("inner", func(t *testing.T) {
+		env := testenv.Postgres(t)
+		schema = env.Schema
+		if _, err := env.Pool.Exec(ctxT(t), "CREATE TABLE t (x int)"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var n int
+	if err := outer.Pool.QueryRow(ctxT(t), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("schema %s still exists after cleanup", schema)
+	}
+}
+
+func TestPrivatePostgresStopStart(t *testing.T) {
+	t.Parallel()
+	s := testenv.PrivatePostgres(t)
+	ctx := ctxT(t)
+	wantDSN := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/test?sslmode=disable", s.Port)
+	if s.DSN() != wantDSN {
+		t.Fatalf("DSN %q, want %q", s.DSN(), wantDSN)
+	}
+	exec := func(sql string) error {
+		conn, err := pgx.Connect(ctx, s.DSN()+"&connect_timeout=2")
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	if err := exec("CREATE TABLE kept (x int); INSERT INTO kept VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	port := s.Port
+
+	s.Stop(t)
+	if err := exec("SELECT 1"); err == nil {
+		t.Fatal("query succeeded on a stopped server")
+	}
+	s.Start(t)
+	if s.Port != port {
+		t.Fatalf("port changed from %d to %d", port, s.Port)
+	}
+	if err := exec("SELECT x FROM kept"); err != nil {
+		t.Fatalf("data lost across stop and start: %v", err)
+	}
+	s.Stop(t)
+	s.Start(t)
+	if err := exec("SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
 }
