@@ -1,4 +1,5 @@
-// Package testenv gives tests real Redis and PostgreSQL servers.
+// Package testenv gives tests real Redis and PostgreSQL servers and a
+// fault-injecting TCP proxy.
 //
 // # Shared and private servers
 //
@@ -44,6 +45,12 @@
 // (or initdb and postgres on PATH). PostgreSQL refuses to run as root, so when
 // the tests run as root the server binaries are run as user postgres through
 // runuser, in a directory under /tmp owned by that user.
+//
+// # Faults
+//
+// [NewProxy] puts a Toxiproxy proxy (used as a library, in process) in front
+// of any TCP address; the test can then add latency, cut connections or black
+// hole traffic and restore it.
 //
 // All functions that take a testing.TB must be called from the test's own
 // goroutine, because they may call t.Fatalf or t.Skipf.
