@@ -102,7 +102,7 @@ func familySpec(t *testing.T, name, key, path string) *warmer.Spec {
 		t.Fatal(err)
 	}
 	return &warmer.Spec{Name: name, Template: tp, Source: "api", Path: path, TTL: 4 * time.Second,
-		Interval: 2 * time.Second, LoadTimeout: 2 * time.Second, NegativeTTL: time.Second, MaxValueBytes: 1 << 20,
+		Interval: 2 * time.Second, LoadTimeout: time.Second, NegativeTTL: time.Second, MaxValueBytes: 1 << 20,
 		NegativeValue: []byte{}, BatchSize: 100, MaxMembers: 1000}
 }
 

@@ -180,6 +180,10 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Re
 // ListMembers runs the members query (one text column), stopping with an error
 // past the declaration's MaxMembers.
 func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, error) {
+	// Cancelled past MaxMembers, so that the server stops sending rows instead
+	// of the client reading the rest of a huge result only to discard it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, spec.MembersQuery)
 	if err != nil {
 		return nil, fmt.Errorf("members query: %w", classify(err))
@@ -191,6 +195,7 @@ func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, 
 	var out []string
 	for rows.Next() {
 		if spec.MaxMembers > 0 && len(out) >= spec.MaxMembers {
+			cancel()
 			return nil, fmt.Errorf("keys[%s].members_query: %w: more than max_members %d", spec.Name, warmer.ErrTooMany, spec.MaxMembers)
 		}
 		var m *string
