@@ -87,6 +87,9 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	}
 	defer rows.Close()
 	if n := len(rows.FieldDescriptions()); n != 2 {
+		if err := failed(rows); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("keys[%s].query: %w: must return 2 columns (member, value), got %d", spec.Name, warmer.ErrBadPayload, n)
 	}
 	out := make([]warmer.Result, 0, len(members))
@@ -151,6 +154,9 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Re
 	}
 	defer rows.Close()
 	if n := len(rows.FieldDescriptions()); n != 1 {
+		if err := failed(rows); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("keys[%s].query: %w: must return 1 column (value), got %d", spec.Name, warmer.ErrBadPayload, n)
 	}
 	var (
@@ -190,6 +196,9 @@ func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, 
 	}
 	defer rows.Close()
 	if n := len(rows.FieldDescriptions()); n != 1 {
+		if err := failed(rows); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("keys[%s].members_query: %w: must return 1 column, got %d", spec.Name, warmer.ErrBadPayload, n)
 	}
 	var out []string
