@@ -388,6 +388,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 				w.metrics.failures.WithLabelValues(spec.Name, reason(r.Err)).Inc()
 				out.Failed++
 				out.LastError = fmt.Errorf("load %s from %s: %w", spec.Template.Key(r.Member), spec.Source, r.Err)
+				w.log.Debug().Str("family", spec.Name).Str("reason", reason(r.Err)).Err(out.LastError).Msg("member not refreshed")
 				failed = append(failed, r.Member)
 			case r.Missing:
 				entries = append(entries, w.negative(spec, r.Member))
