@@ -50,8 +50,9 @@ type Fence interface {
 // LeaseOptions configures a Lease. Client, Namespace and Duration are required.
 type LeaseOptions struct {
 	Client redis.UniversalClient
-	// Namespace prefixes the lease's keys, {ns}:lease and {ns}:epoch (one hash
-	// tag, so that a Cluster keeps them in one slot), and its release channel.
+	// Namespace prefixes the lease's keys, <ns>:{lease} and <ns>:{lease}:epoch
+	// (one hash tag, so that a Cluster keeps them in one slot), and its
+	// release channel <ns>:lease:released.
 	Namespace string
 	// ID names this instance in the lease; the default is host-pid-random.
 	ID string
@@ -69,7 +70,7 @@ type LeaseOptions struct {
 }
 
 // Lease is a Redis leader lease with fencing epochs. Acquisition is one script:
-// SET {ns}:lease <epoch>:<token> NX PX <lease> and the next epoch, atomically,
+// SET <ns>:{lease} <epoch>:<token> NX PX <lease> and the next epoch, atomically,
 // so every term gets a strictly greater epoch. The leader renews with a
 // compare-and-PEXPIRE every RenewInterval from a goroutine owned by the term;
 // it counts as leader only until the start of its last successful renewal plus
@@ -132,9 +133,9 @@ func NewLease(opts LeaseOptions) (*Lease, error) {
 	ns := opts.Namespace
 	return &Lease{
 		opts:     opts,
-		leaseKey: "{" + ns + "}:lease",
-		epochKey: "{" + ns + "}:epoch",
-		channel:  "{" + ns + "}:lease:released",
+		leaseKey: ns + ":{lease}",
+		epochKey: ns + ":{lease}:epoch",
+		channel:  ns + ":lease:released",
 		safety:   opts.Duration / 10,
 		base:     time.Now(),
 		metrics:  newLeaseMetrics(opts.Registerer),
@@ -304,11 +305,16 @@ func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
 
 // renewLoop keeps the term's lease alive until the term ends. It is the only
 // goroutine that renews, and it stops with its term: a lease never outlives
-// the work it protects.
+// the work it protects. The term ends at its renew deadline even while a
+// renewal hangs (a paused or partitioned Redis).
 func (l *Lease) renewLoop(t *Term) {
 	defer l.wg.Done()
 	timer := time.NewTimer(l.opts.RenewInterval)
 	defer timer.Stop()
+	type result struct {
+		n   int64
+		err error
+	}
 	for {
 		select {
 		case <-t.done:
@@ -323,22 +329,37 @@ func (l *Lease) renewLoop(t *Term) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), deadline-start)
-		n, err := renewScript.Run(ctx, l.opts.Client, []string{l.leaseKey}, t.value, l.opts.Duration.Milliseconds()).Int64()
+		res := make(chan result, 1)
+		go func() {
+			n, err := renewScript.Run(ctx, l.opts.Client, []string{l.leaseKey}, t.value, l.opts.Duration.Milliseconds()).Int64()
+			res <- result{n, err}
+		}()
+		var r result
+		select {
+		case r = <-res:
+		case <-ctx.Done():
+			t.end(ErrLeaseExpired)
+			<-res // no renewal outlives this loop
+			cancel()
+			l.metrics.renew.WithLabelValues("error").Observe((l.since() - start).Seconds())
+			l.bestEffortRelease(t)
+			return
+		}
 		cancel()
 		took := (l.since() - start).Seconds()
 		switch {
-		case err == nil && n == 1:
+		case r.err == nil && r.n == 1:
 			l.metrics.renew.WithLabelValues("ok").Observe(took)
 			t.extend(start + l.opts.Duration - l.safety)
 			timer.Reset(l.opts.RenewInterval)
-		case err == nil:
+		case r.err == nil:
 			l.metrics.renew.WithLabelValues("lost").Observe(took)
 			t.end(ErrLeaseLost)
 			return
 		default:
 			l.metrics.renew.WithLabelValues("error").Observe(took)
 			left := deadline - l.since()
-			l.log.Warn().Err(err).Dur("left", left).Msg("lease renew failed; retrying until the renew deadline")
+			l.log.Warn().Err(r.err).Dur("left", left).Msg("lease renew failed; retrying until the renew deadline")
 			timer.Reset(max(0, min(l.opts.RetryPeriod, l.opts.RenewInterval, left)))
 		}
 	}
