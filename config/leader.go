@@ -12,7 +12,8 @@ type Leader struct {
 	Enabled bool `mapstructure:"enabled"`
 	// Lease is how long the lease outlives the leader's last renewal, and so
 	// the longest a crashed leader keeps the standbys waiting. Zero picks
-	// DefaultLease, shortened to fit the refresh margin (see LeaseTiming).
+	// DefaultLease, or a shorter one that fits the refresh margin (see
+	// LeaseTiming).
 	Lease time.Duration `mapstructure:"lease"`
 	// RenewInterval is how often the leader renews (default lease/3).
 	RenewInterval time.Duration `mapstructure:"renew_interval"`
@@ -54,9 +55,10 @@ func (t LeaseTiming) Fits() bool {
 	return t.Margin <= 0 || t.Lease+t.RetryPeriod < t.Margin
 }
 
-// LeaseTiming resolves the lease's timing. An unset lease is DefaultLease,
-// shortened to half the smallest refresh margin but not below MinAutoLease; an
-// unset retry period is DefaultRetryPeriod or lease/5, whichever is shorter.
+// LeaseTiming resolves the lease's timing. An unset lease is DefaultLease, or,
+// if DefaultLease + DefaultRetryPeriod do not fit the smallest refresh margin,
+// half that margin but not below MinAutoLease; an unset retry period is
+// DefaultRetryPeriod or lease/5, whichever is shorter.
 func (cfg *Config) LeaseTiming() LeaseTiming {
 	var t LeaseTiming
 	for i, k := range cfg.Keys {
@@ -80,8 +82,8 @@ func (cfg *Config) LeaseTiming() LeaseTiming {
 	t.Lease = l.Lease
 	if t.Lease == 0 {
 		t.Lease = DefaultLease
-		if t.Margin > 0 {
-			t.Lease = min(t.Lease, max(t.Margin/2, MinAutoLease))
+		if t.Margin > 0 && DefaultLease+DefaultRetryPeriod >= t.Margin {
+			t.Lease = min(DefaultLease, max(t.Margin/2, MinAutoLease))
 		}
 	}
 	t.RenewInterval = l.RenewInterval

@@ -47,6 +47,16 @@ func TestLeaseTiming(t *testing.T) {
 			lease: time.Second, renew: time.Second / 3, retry: 200 * time.Millisecond, margin: 2 * time.Second, fits: true,
 		},
 		{
+			// 16s − 8s − 1s leaves 7s: 5s + 1s fit, the defaults stay.
+			name: "defaults when they fit", yaml: leaderConfig("16s", "1s", 0, ""),
+			lease: 5 * time.Second, renew: 5 * time.Second / 3, retry: time.Second, margin: 7 * time.Second, fits: true,
+		},
+		{
+			// 12s − 6s − 1s leaves 5s: 5s + 1s do not fit.
+			name: "margin below the defaults", yaml: leaderConfig("12s", "1s", 0, ""),
+			lease: 2500 * time.Millisecond, renew: 2500 * time.Millisecond / 3, retry: 500 * time.Millisecond, margin: 5 * time.Second, fits: true,
+		},
+		{
 			// 3.6s − 2s − 1s leaves 600ms: the lease stops at 1s, and the
 			// daemon warns instead of refusing a config nobody tuned.
 			name: "tiny margin keeps the minimum lease", yaml: leaderConfig("4s", "1s", 0.2, ""),
