@@ -85,8 +85,12 @@ func (w *Warmer) CatchUp(ctx context.Context, due func(*Spec) time.Duration) (Ca
 		errs = append(errs, err)
 		mu.Unlock()
 	}
-	for _, name := range w.order {
-		spec, st := w.specs[name], w.state[name]
+	for _, spec := range w.Specs() {
+		name := spec.Name
+		st, ok := w.stateOf(name)
+		if !ok {
+			continue
+		}
 		members, _, err := w.members(ctx, spec, st)
 		if err != nil {
 			fail(fmt.Errorf("catch up %s: %w", name, err))
@@ -138,4 +142,13 @@ func (w *Warmer) CatchUp(ctx context.Context, due func(*Spec) time.Duration) (Ca
 	}
 	_ = g.Wait()
 	return res, errors.Join(errs...)
+}
+
+// stateOf returns a declaration's state, under the lock that guards the
+// declarations.
+func (w *Warmer) stateOf(name string) (*declState, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, ok := w.state[name]
+	return st, ok
 }

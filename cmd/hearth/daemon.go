@@ -22,10 +22,12 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon: load every declared key, then keep it warm",
-		Long: `Run connects to Redis and every source (exit 1 if one is unreachable), loads every
-declared key once, reports ready on /readyz, then refreshes each declaration every
-interval (TTL/2 by default) until SIGTERM or SIGINT, which drain in-flight writes
-within refresh.shutdown_timeout and exit 0. A second signal aborts at once.`,
+		Long: `Run connects to Redis and every source (exit 1 if one is unreachable) and campaigns
+for the leader lease. The leader loads every declared key once, reports ready on
+/readyz, then refreshes each declaration every interval (TTL/2 by default), every
+write fenced by its epoch; a standby stays idle and takes over when the leader
+goes. SIGTERM or SIGINT drain in-flight writes within refresh.shutdown_timeout,
+release the lease and exit 0. A second signal aborts at once.`,
 		Example: `  hearth run --config config.yaml
   HEARTH_REDIS_PASSWORD=secret hearth run -c /etc/hearth/config.yaml`,
 		Args: cobra.NoArgs,
