@@ -13,13 +13,13 @@ import (
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// origin is an in-process Source that records which members it was asked for.
-type origin struct {
+// catchOrigin is an in-process Source that records which members it was asked for.
+type catchOrigin struct {
 	mu    sync.Mutex
 	asked []string
 }
 
-func (o *origin) Load(_ context.Context, _ *warmer.Spec, members []string) ([]warmer.Result, error) {
+func (o *catchOrigin) Load(_ context.Context, _ *warmer.Spec, members []string) ([]warmer.Result, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := make([]warmer.Result, len(members))
@@ -30,9 +30,9 @@ func (o *origin) Load(_ context.Context, _ *warmer.Spec, members []string) ([]wa
 	return out, nil
 }
 
-func (o *origin) Ping(context.Context) error { return nil }
+func (o *catchOrigin) Ping(context.Context) error { return nil }
 
-func (o *origin) loaded() []string {
+func (o *catchOrigin) loaded() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := slices.Clone(o.asked)
@@ -58,7 +58,7 @@ func TestCatchUp(t *testing.T) {
 	ctx := context.Background()
 	env := newLeaseEnv(t)
 	inst := env.instance(2*time.Second, 20*time.Millisecond, false)
-	src := &origin{}
+	src := &catchOrigin{}
 	spec := familySpec(t, env.prefix, "fresh", "expiring", "missing", "persistent")
 	w, err := warmer.New(warmer.Options{
 		Store: inst.store, Gate: inst.lease, Sources: map[string]warmer.Source{"origin": src},

@@ -95,7 +95,7 @@ func testFencing(t *testing.T, perSlot bool) {
 		if n := env.client.Exists(ctx, other).Val(); n != 0 {
 			t.Errorf("%s written by the fenced leader", other)
 		}
-		if got, want := metric(t, a.reg, "hearth_fenced_writes_total"), 2.0; got != want {
+		if got, want := metric(t, a.reg, "hearth_fenced_writes_total", "set"), 2.0; got != want {
 			t.Errorf("hearth_fenced_writes_total = %g, want %g", got, want)
 		}
 		if !errors.Is(ta.Err(), warmer.ErrFenced) {

@@ -179,21 +179,3 @@ func TestLeaseStepsDown(t *testing.T) {
 		}
 	})
 }
-
-// metric sums every series of a gauge or counter in reg.
-func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				v += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			}
-		}
-	}
-	return v
-}

@@ -2,12 +2,15 @@ package testenv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -207,4 +210,291 @@ func TestPrivateRedisPauseResume(t *testing.T) {
 	// Stop works on a paused server too (cleanup relies on it).
 	s.Pause(t)
 	s.Stop(t)
+}
+
+func TestPostgresSchemaIsolation(t *testing.T) {
+	t.Parallel()
+	a, b := testenv.Postgres(t), testenv.Postgres(t)
+	ctx := ctxT(t)
+	if a.Schema == b.Schema {
+		t.Fatalf("two envs got the same schema %q", a.Schema)
+	}
+	if !strings.Contains(a.DSN, "search_path="+a.Schema) {
+		t.Fatalf("DSN %q lacks search_path=%s", a.DSN, a.Schema)
+	}
+
+	for _, env := range []*testenv.PostgresEnv{a, b} {
+		var sp, cur string
+		if err := env.Pool.QueryRow(ctx, "SELECT current_setting('search_path'), current_schema()").Scan(&sp, &cur); err != nil {
+			t.Fatal(err)
+		}
+		if sp != env.Schema || cur != env.Schema {
+			t.Fatalf("search_path %q, current_schema %q; want %q", sp, cur, env.Schema)
+		}
+	}
+
+	// An unqualified table lands in the env's schema and is not visible from
+	// the other env.
+	if _, err := a.Pool.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	var where string
+	if err := a.Pool.QueryRow(ctx, "SELECT table_schema FROM information_schema.tables WHERE table_name = 'items' AND table_schema = $1", a.Schema).Scan(&where); err != nil {
+		t.Fatalf("items is not in schema %s: %v", a.Schema, err)
+	}
+	var reg *string
+	if err := b.Pool.QueryRow(ctx, "SELECT to_regclass('items')::text").Scan(&reg); err != nil {
+		t.Fatal(err)
+	}
+	if reg != nil {
+		t.Fatalf("env b sees env a's table as %q", *reg)
+	}
+	if _, err := b.Pool.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY)"); err != nil {
+		t.Fatalf("env b cannot create its own items: %v", err)
+	}
+
+	// The DSN works on its own, with a plain pgx connection.
+	conn, err := pgx.Connect(ctx, a.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("count(*) from items via DSN: %d, %v; want 1", n, err)
+	}
+}
+
+func TestPostgresSchemaDroppedAtCleanup(t *testing.T) {
+	t.Parallel()
+	outer := testenv.Postgres(t)
+	var schema string
+	t.Run("inner", func(t *testing.T) {
+		env := testenv.Postgres(t)
+		schema = env.Schema
+		if _, err := env.Pool.Exec(ctxT(t), "CREATE TABLE t (x int)"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var n int
+	if err := outer.Pool.QueryRow(ctxT(t), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("schema %s still exists after cleanup", schema)
+	}
+}
+
+func TestPrivatePostgresStopStart(t *testing.T) {
+	t.Parallel()
+	s := testenv.PrivatePostgres(t)
+	ctx := ctxT(t)
+	wantDSN := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/test?sslmode=disable", s.Port)
+	if s.DSN() != wantDSN {
+		t.Fatalf("DSN %q, want %q", s.DSN(), wantDSN)
+	}
+	exec := func(sql string) error {
+		conn, err := pgx.Connect(ctx, s.DSN()+"&connect_timeout=2")
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	if err := exec("CREATE TABLE kept (x int); INSERT INTO kept VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	port := s.Port
+
+	s.Stop(t)
+	if err := exec("SELECT 1"); err == nil {
+		t.Fatal("query succeeded on a stopped server")
+	}
+	s.Start(t)
+	if s.Port != port {
+		t.Fatalf("port changed from %d to %d", port, s.Port)
+	}
+	if err := exec("SELECT x FROM kept"); err != nil {
+		t.Fatalf("data lost across stop and start: %v", err)
+	}
+	s.Stop(t)
+	s.Start(t)
+	if err := exec("SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// echoServer echoes every connection's bytes back until it closes.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// roundTrip sends msg on c and reads it back, with a deadline.
+func roundTrip(c net.Conn, msg string, timeout time.Duration) error {
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return err
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	if string(buf) != msg {
+		return fmt.Errorf("echo %q, want %q", buf, msg)
+	}
+	return nil
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestProxyPassesTrafficAndAddsLatency(t *testing.T) {
+	t.Parallel()
+	p := testenv.NewProxy(t, echoServer(t))
+	c := dial(t, p.Addr)
+	if err := roundTrip(c, "hello", 5*time.Second); err != nil {
+		t.Fatalf("through proxy: %v", err)
+	}
+
+	const d = 50 * time.Millisecond
+	p.SetLatency(t, d)
+	// Both directions are delayed, on the existing connection and new ones.
+	for _, conn := range []net.Conn{c, dial(t, p.Addr)} {
+		start := time.Now()
+		if err := roundTrip(conn, "slow", 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if rtt := time.Since(start); rtt < 2*d {
+			t.Fatalf("round trip took %v with latency %v each way; want at least %v", rtt, d, 2*d)
+		} else {
+			t.Logf("round trip with %v latency each way: %v", d, rtt)
+		}
+	}
+
+	// Setting it again replaces it.
+	p.SetLatency(t, 2*d)
+	start := time.Now()
+	if err := roundTrip(c, "slower", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if rtt := time.Since(start); rtt < 4*d {
+		t.Fatalf("round trip took %v with latency %v each way; want at least %v", rtt, 2*d, 4*d)
+	}
+
+	p.Restore(t)
+	if err := roundTrip(c, "fast again", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProxyCutAndRestore(t *testing.T) {
+	t.Parallel()
+	p := testenv.NewProxy(t, echoServer(t))
+	c := dial(t, p.Addr)
+	if err := roundTrip(c, "before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	p.Cut(t)
+	if err := roundTrip(c, "during", 5*time.Second); err == nil {
+		t.Fatal("existing connection still works after Cut")
+	} else if isTimeout(err) {
+		t.Fatalf("existing connection hung after Cut instead of closing: %v", err)
+	}
+	if nc, err := net.DialTimeout("tcp", p.Addr, 2*time.Second); err == nil {
+		err = roundTrip(nc, "new", 2*time.Second)
+		nc.Close()
+		if err == nil || isTimeout(err) {
+			t.Fatalf("new connection during Cut: %v; want refused or closed at once", err)
+		}
+	}
+
+	p.Restore(t)
+	if err := roundTrip(dial(t, p.Addr), "after", 5*time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+}
+
+func TestProxyTimeoutAndRestore(t *testing.T) {
+	t.Parallel()
+	p := testenv.NewProxy(t, echoServer(t))
+	old := dial(t, p.Addr)
+	if err := roundTrip(old, "before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	p.Timeout(t)
+	for _, c := range []net.Conn{old, dial(t, p.Addr)} {
+		err := roundTrip(c, "lost", 300*time.Millisecond)
+		if !isTimeout(err) {
+			t.Fatalf("round trip through black hole: %v; want a timeout", err)
+		}
+	}
+
+	// Cut then Timeout: the proxy listens again but delivers nothing.
+	p.Cut(t)
+	p.Timeout(t)
+	if err := roundTrip(dial(t, p.Addr), "lost", 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("round trip through black hole after cut: %v; want a timeout", err)
+	}
+
+	p.Restore(t)
+	if err := roundTrip(dial(t, p.Addr), "after", 5*time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+}
+
+// TestProxyRedis checks the proxy with a real client: a cut fails commands on
+// pooled connections, and they work again after Restore.
+func TestProxyRedis(t *testing.T) {
+	t.Parallel()
+	env := testenv.Redis(t)
+	p := testenv.NewProxy(t, env.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, ReadTimeout: time.Second, DialTimeout: time.Second})
+	t.Cleanup(func() { c.Close() })
+	ctx := ctxT(t)
+	if err := c.Set(ctx, env.Prefix+"k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.Cut(t)
+	if err := c.Get(ctx, env.Prefix+"k").Err(); err == nil {
+		t.Fatal("get through a cut proxy succeeded")
+	}
+	p.Restore(t)
+	if v, err := c.Get(ctx, env.Prefix+"k").Result(); err != nil || v != "v" {
+		t.Fatalf("get after restore: %q, %v", v, err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
