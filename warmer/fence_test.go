@@ -55,8 +55,10 @@ func TestFencedStore(t *testing.T) {
 func testFencing(t *testing.T, perSlot bool) {
 	ctx := context.Background()
 	env := newLeaseEnv(t)
-	a := env.instance(time.Second, 20*time.Millisecond, perSlot)
-	b := env.instance(time.Second, 20*time.Millisecond, perSlot)
+	// Long leases: a must not notice by renewing that its lease is gone; only
+	// the fence tells it.
+	a := env.instance(30*time.Second, 20*time.Millisecond, perSlot)
+	b := env.instance(30*time.Second, 20*time.Millisecond, perSlot)
 	key, other := env.prefix+"product:1", env.prefix+"product:2"
 
 	ta := campaign(t, a.lease, 5*time.Second)
