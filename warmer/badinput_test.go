@@ -93,7 +93,7 @@ func TestBadInput(t *testing.T) {
 		{"sized", "too_large", "sized:big", []string{p + "sized:big", "2000 bytes", "max_value_bytes is 1000"}},
 		{"dups", "duplicate", "dups:dup", []string{p + "dups:dup", `returned member "dup" twice`}},
 		{"nulls", "null_value", "nulls:null", []string{p + "nulls:null", `NULL for member "null"`}},
-		{"cols", "bad_payload", "cols:ok", []string{"keys[cols].query", "must return 2 columns (member, value), got 1"}},
+		{"cols", "bad_payload", "cols:ok", []string{"keys[cols].query", "must return 2 column(s) (member, value), got 1"}},
 		{"huge", "too_many_members", "", []string{"keys[huge].members_query", "more than max_members 100"}},
 		{"fivexx", "origin", "fivexx:broken", []string{p + "fivexx:broken", "HTTP 500"}},
 		{"json", "bad_payload", "json:garbage", []string{p + "json:garbage", `keys[json].json_pointer "/v"`, "body is not JSON"}},

@@ -42,7 +42,7 @@ func newRig(t *testing.T, rdb *redis.Client, prefix string, sources map[string]w
 // timeout 1s, negative ttl 1s, no jitter, no stale extension.
 func decl(t *testing.T, name, key, source string) *warmer.Spec {
 	t.Helper()
-	s := familySpec(t, name, key, "")
+	s := guardSpec(t, name, key, "")
 	s.Source = source
 	return s
 }
@@ -115,10 +115,9 @@ func TestNegativeCaching(t *testing.T) {
 			t.Fatalf("%s = %q (exists %v), want the sentinel", key3, v, ok)
 		}
 		pttl := r.Client.PTTL(ctx, key3).Val()
-		// The sentinel lives until its next check plus the load timeout:
-		// max(negative_ttl 1s, negative_ttl/2 + load_timeout 1s) = 1.5s.
-		if pttl <= 0 || pttl > 1500*time.Millisecond {
-			t.Errorf("sentinel PTTL = %s, want (0, 1.5s]", pttl)
+		// The sentinel lives negative_ttl (1s, no jitter), not the value's 4s.
+		if pttl <= 0 || pttl > time.Second {
+			t.Errorf("sentinel PTTL = %s, want (0, 1s]", pttl)
 		}
 		if got, want := strings.Join(rg.w.Negatives("item"), ","), "3"; got != want {
 			t.Errorf("Negatives = %q, want %q", got, want)

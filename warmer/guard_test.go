@@ -95,7 +95,7 @@ func (u *upstream) source(t *testing.T, concurrency int) *httpsrc.Source {
 	return src
 }
 
-func familySpec(t *testing.T, name, key, path string) *warmer.Spec {
+func guardSpec(t *testing.T, name, key, path string) *warmer.Spec {
 	t.Helper()
 	tp, err := warmer.ParseTemplate(key)
 	if err != nil {
@@ -176,7 +176,7 @@ func TestGuardRetries(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		g := warmer.Guard(u.source(t, 4), warmer.GuardConfig{Name: "api", Retries: 2, RetryBackoff: 10 * time.Millisecond,
 			RetryMaxBackoff: 20 * time.Millisecond, Metrics: warmer.NewGuardMetrics(reg)})
-		rs, err := g.Load(context.Background(), familySpec(t, "p", "p:{id}", "/v/{id}"), []string{"ok", "flaky"})
+		rs, err := g.Load(context.Background(), guardSpec(t, "p", "p:{id}", "/v/{id}"), []string{"ok", "flaky"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +200,7 @@ func TestGuardRetries(t *testing.T) {
 	t.Run("retries are bounded and the last error is kept", func(t *testing.T) {
 		u := newUpstream(t, func(string, int) (int, string) { return http.StatusBadGateway, "down" })
 		g := warmer.Guard(u.source(t, 4), warmer.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
-		rs, err := g.Load(context.Background(), familySpec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
+		rs, err := g.Load(context.Background(), guardSpec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func TestGuardRetries(t *testing.T) {
 			}
 			return http.StatusOK, "<html>not json"
 		})
-		s := familySpec(t, "p", "p:{id}", "/v/{id}")
+		s := guardSpec(t, "p", "p:{id}", "/v/{id}")
 		s.JSONPointer = "/price"
 		g := warmer.Guard(u.source(t, 4), warmer.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
 		rs, err := g.Load(context.Background(), s, []string{"garbage", "gone", "teapot"})
@@ -244,7 +244,7 @@ func TestGuardRetries(t *testing.T) {
 	t.Run("a slow call is cut by attempt_timeout and retried", func(t *testing.T) {
 		u := newUpstream(t, func(m string, n int) (int, string) { return http.StatusOK, "v" })
 		u.setDelay(5 * time.Second)
-		s := familySpec(t, "one", "one", "/v/one")
+		s := guardSpec(t, "one", "one", "/v/one")
 		g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api", Retries: 1, RetryBackoff: time.Millisecond,
 			AttemptTimeout: 100 * time.Millisecond})
 		go func() {
@@ -272,7 +272,7 @@ func TestGuardRetries(t *testing.T) {
 		g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api", Retries: 5, RetryBackoff: time.Second})
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		rs, err := g.Load(ctx, familySpec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
+		rs, err := g.Load(ctx, guardSpec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,7 +301,7 @@ func TestGuardBreaker(t *testing.T) {
 	openFor := 300 * time.Millisecond
 	g := warmer.Guard(u.source(t, 4), warmer.GuardConfig{Name: "api", BreakerFailures: 3, BreakerOpenFor: openFor,
 		Metrics: warmer.NewGuardMetrics(reg)})
-	s := familySpec(t, "p", "p:{id}", "/v/{id}")
+	s := guardSpec(t, "p", "p:{id}", "/v/{id}")
 	load := func() ([]warmer.Result, error) {
 		return g.Load(context.Background(), s, []string{"a", "b"})
 	}
@@ -376,7 +376,7 @@ func TestGuardBreaker(t *testing.T) {
 			}
 			cancel()
 		}()
-		one := familySpec(t, "one", "one", "/v/one")
+		one := guardSpec(t, "one", "one", "/v/one")
 		if rs, err := g.Load(ctx, one, nil); err == nil && (len(rs) != 1 || !errors.Is(rs[0].Err, context.Canceled)) {
 			t.Fatalf("results = %+v, want the cancellation reported", rs)
 		}
@@ -393,7 +393,7 @@ func TestGuardBoundsCalls(t *testing.T) {
 		u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
 		u.setDelay(50 * time.Millisecond)
 		g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api", MaxInFlight: 2})
-		s := familySpec(t, "p", "p:{id}", "/v/{id}")
+		s := guardSpec(t, "p", "p:{id}", "/v/{id}")
 		var wg sync.WaitGroup
 		for i := range 12 {
 			wg.Go(func() {
@@ -413,7 +413,7 @@ func TestGuardBoundsCalls(t *testing.T) {
 		u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
 		reg := prometheus.NewRegistry()
 		g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api", Rate: 1, Burst: 1, Metrics: warmer.NewGuardMetrics(reg)})
-		s := familySpec(t, "one", "one", "/v/one")
+		s := guardSpec(t, "one", "one", "/v/one")
 		if _, err := g.Load(context.Background(), s, nil); err != nil {
 			t.Fatal(err)
 		}

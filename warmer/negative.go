@@ -17,17 +17,12 @@ func NegativeInterval(spec *Spec) time.Duration {
 	return 0
 }
 
-// negativeTTL is the sentinel's lifetime: the jittered negative TTL, but never
-// shorter than the time to the member's next check plus the load timeout, so
-// that a missing member is never uncached between two checks (readers would
-// then miss and go to the origin themselves, once per read).
+// negativeTTL is the sentinel's lifetime: the jittered negative TTL. Re-checks
+// every NegativeInterval (half of it) rewrite the sentinel before it lapses, as
+// long as a check takes less than the other half (minus jitter); a check that
+// fails keeps the sentinel alive like any value (stale extension).
 func (w *Warmer) negativeTTL(spec *Spec) time.Duration {
-	ttl := time.Duration(float64(spec.NegativeTTL) * (1 + spec.Jitter*(w.rand()-0.5)))
-	every := NegativeInterval(spec)
-	if every == 0 {
-		every = spec.Interval
-	}
-	return max(ttl, every+spec.LoadTimeout)
+	return time.Duration(float64(spec.NegativeTTL) * (1 + spec.Jitter*(w.rand()-0.5)))
 }
 
 func (w *Warmer) negative(spec *Spec, member string) Entry {

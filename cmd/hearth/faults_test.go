@@ -37,7 +37,7 @@ func startDaemon(t *testing.T, yaml string, env ...string) *daemon {
 	listen := e2e.FreeAddr(t)
 	p := e2e.Start(t, []string{"run", "--config", cfg, "--listen", listen}, env...)
 	d := &daemon{Proc: p, base: "http://" + listen}
-	waitFor(t, 60*time.Second, "hearth ready", func() bool {
+	within(t, 60*time.Second, "hearth ready", func() bool {
 		if p.Exited() {
 			t.Fatalf("hearth exited before it was ready:\n%s", p.Output())
 		}
@@ -74,7 +74,7 @@ func (d *daemon) stop(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+func within(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -136,7 +136,7 @@ func TestRedisOutage(t *testing.T) {
 	rdb := rs.Client(t)
 	o := newOrigin(t)
 	d := startDaemon(t, httpConfig(rs.Addr, "hearth-test", "", o.URL))
-	waitFor(t, 10*time.Second, "p:a written", func() bool { return value(rdb, "p:a") == "v1-a" })
+	within(t, 10*time.Second, "p:a written", func() bool { return value(rdb, "p:a") == "v1-a" })
 
 	for _, fault := range []struct {
 		name          string
@@ -150,7 +150,7 @@ func TestRedisOutage(t *testing.T) {
 			before := d.metric(t, "hearth_redis_errors_total")
 			fault.inject(t)
 			if fault.name != "restarted empty" {
-				waitFor(t, 10*time.Second, "Redis errors counted", func() bool {
+				within(t, 10*time.Second, "Redis errors counted", func() bool {
 					return d.metric(t, "hearth_redis_errors_total") > before
 				})
 				d.alive(t)
@@ -158,7 +158,7 @@ func TestRedisOutage(t *testing.T) {
 			gen := o.gen.Add(1)
 			fault.clear(t)
 			want := fmt.Sprintf("v%d-a", gen)
-			waitFor(t, 10*time.Second, "writes resume: p:a = "+want, func() bool { return value(rdb, "p:a") == want })
+			within(t, 10*time.Second, "writes resume: p:a = "+want, func() bool { return value(rdb, "p:a") == want })
 			d.alive(t)
 		})
 	}
@@ -173,7 +173,7 @@ func TestRedisThroughFaultyProxy(t *testing.T) {
 	o := newOrigin(t)
 	d := startDaemon(t, httpConfig(proxy.Addr, namespace(r.Prefix), r.Prefix, o.URL))
 	key := r.Prefix + "p:a"
-	waitFor(t, 10*time.Second, "p:a written", func() bool { return value(r.Client, key) == "v1-a" })
+	within(t, 10*time.Second, "p:a written", func() bool { return value(r.Client, key) == "v1-a" })
 
 	for _, fault := range []struct {
 		name   string
@@ -186,14 +186,14 @@ func TestRedisThroughFaultyProxy(t *testing.T) {
 		t.Run(fault.name, func(t *testing.T) {
 			before := d.metric(t, "hearth_redis_errors_total")
 			fault.inject(t)
-			waitFor(t, 10*time.Second, "Redis errors counted", func() bool {
+			within(t, 10*time.Second, "Redis errors counted", func() bool {
 				return d.metric(t, "hearth_redis_errors_total") > before
 			})
 			d.alive(t)
 			gen := o.gen.Add(1)
 			proxy.Restore(t)
 			want := fmt.Sprintf("v%d-a", gen)
-			waitFor(t, 10*time.Second, "writes resume: p:a = "+want, func() bool { return value(r.Client, key) == want })
+			within(t, 10*time.Second, "writes resume: p:a = "+want, func() bool { return value(r.Client, key) == want })
 		})
 	}
 	d.stop(t)
@@ -234,7 +234,7 @@ keys:
      query: "SELECT id, body FROM items WHERE id = ANY($1)"}
 `, r.Addr, namespace(r.Prefix), u.String(), r.Prefix))
 	key := r.Prefix + "item:1"
-	waitFor(t, 10*time.Second, "item:1 written", func() bool { return value(r.Client, key) == "one-1" })
+	within(t, 10*time.Second, "item:1 written", func() bool { return value(r.Client, key) == "one-1" })
 
 	for i, fault := range []struct {
 		name   string
@@ -248,7 +248,7 @@ keys:
 			fault.inject(t)
 			old := fmt.Sprintf("one-%d", i+1)
 			sawOpen := false
-			waitFor(t, 15*time.Second, "stale extensions counted and the breaker open", func() bool {
+			within(t, 15*time.Second, "stale extensions counted and the breaker open", func() bool {
 				if got := value(r.Client, key); got != old {
 					t.Fatalf("%s = %q during the fault, want %q untouched", key, got, old)
 				}
@@ -265,8 +265,8 @@ keys:
 				t.Fatal(err)
 			}
 			proxy.Restore(t)
-			waitFor(t, 15*time.Second, "refreshes resume: item:1 = "+next, func() bool { return value(r.Client, key) == next })
-			waitFor(t, 10*time.Second, "the breaker closes", func() bool {
+			within(t, 15*time.Second, "refreshes resume: item:1 = "+next, func() bool { return value(r.Client, key) == next })
+			within(t, 10*time.Second, "the breaker closes", func() bool {
 				return d.metric(t, "hearth_origin_breaker_state", `source="db"`) == 0
 			})
 		})
@@ -315,7 +315,7 @@ sources:
 keys:
   - {name: p, key: "%sp:{id}", source: api, ttl: 3s, members: [ok, five, gone, slow, junk], path: "/p/{id}", json_pointer: /v}
 `, r.Addr, namespace(r.Prefix), up.URL, p))
-	waitFor(t, 10*time.Second, "every reason counted", func() bool {
+	within(t, 10*time.Second, "every reason counted", func() bool {
 		m := e2e.Metrics(t, d.base+"/metrics")
 		for _, reason := range []string{"origin", "timeout", "bad_payload"} {
 			if e2e.Sum(m, "hearth_load_failures_total", `family="p"`, `reason="`+reason+`"`) < 1 {

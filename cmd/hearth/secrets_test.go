@@ -160,7 +160,7 @@ keys:
 		} {
 			before := d.metric(t, "hearth_load_failures_total") + d.metric(t, "hearth_redis_errors_total")
 			fault()
-			waitFor(t, 10*time.Second, "the fault counted", func() bool {
+			within(t, 10*time.Second, "the fault counted", func() bool {
 				return d.metric(t, "hearth_load_failures_total")+d.metric(t, "hearth_redis_errors_total") > before
 			})
 		}

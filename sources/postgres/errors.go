@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/hearth-dev/hearth/warmer"
@@ -36,15 +35,4 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", warmer.ErrUnavailable, err)
 	}
 	return err
-}
-
-// failed tells a query that failed (its connection was dead, the server went
-// away) from one that ran and returned the wrong columns: pgx reports the
-// failure only once the rows are read, and until then there are no columns.
-func failed(rows pgx.Rows) error {
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("query: %w", classify(err))
-	}
-	return nil
 }

@@ -67,7 +67,7 @@ func TestQueryMistakesAreNotRetried(t *testing.T) {
 	}
 	defer src.Close()
 	for query, want := range map[string]string{
-		`SELECT m FROM unnest($1::text[]) m`:               "must return 2 columns (member, value), got 1",
+		`SELECT m FROM unnest($1::text[]) m`:               "must return 2 column(s) (member, value), got 1",
 		`SELECT m, v FROM no_such_table WHERE m = ANY($1)`: "no_such_table",
 	} {
 		_, err := src.Load(context.Background(), family(t, query), []string{"1"})
