@@ -56,6 +56,18 @@ func (d *daemon) metric(t *testing.T, name string, labels ...string) float64 {
 	return e2e.Sum(e2e.Metrics(t, d.base+"/metrics"), name, labels...)
 }
 
+// redisTrouble sums what the daemon counts when Redis fails it: failed
+// writes, and, with leadership on, failed lease renewals and lost leases.
+func (d *daemon) redisTrouble(t *testing.T) float64 {
+	t.Helper()
+	m := e2e.Metrics(t, d.base+"/metrics")
+	return e2e.Sum(m, "hearth_redis_errors_total") +
+		e2e.Sum(m, "hearth_lease_renew_duration_seconds_count", `result="error"`) +
+		e2e.Sum(m, "hearth_lease_renew_duration_seconds_count", `result="lost"`) +
+		e2e.Sum(m, "hearth_leader_transitions_total", `result="expired"`) +
+		e2e.Sum(m, "hearth_leader_transitions_total", `result="lost"`)
+}
+
 // alive fails the test if the daemon exited or stopped answering /healthz.
 func (d *daemon) alive(t *testing.T) {
 	t.Helper()
@@ -89,12 +101,6 @@ func value(c *redis.Client, key string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	return c.Get(ctx, key).Val()
-}
-
-// namespace derives a unique redis.namespace from a testenv key prefix.
-func namespace(prefix string) string {
-	parts := strings.Split(strings.TrimSuffix(prefix, ":"), ":")
-	return "t-" + parts[len(parts)-1]
 }
 
 // origin is an HTTP upstream answering "v<gen>-<member>" at /p/<member>.
@@ -147,11 +153,11 @@ func TestRedisOutage(t *testing.T) {
 		{"restarted empty", rs.Restart, func(testing.TB) {}},
 	} {
 		t.Run(fault.name, func(t *testing.T) {
-			before := d.metric(t, "hearth_redis_errors_total")
+			before := d.redisTrouble(t)
 			fault.inject(t)
 			if fault.name != "restarted empty" {
 				within(t, 10*time.Second, "Redis errors counted", func() bool {
-					return d.metric(t, "hearth_redis_errors_total") > before
+					return d.redisTrouble(t) > before
 				})
 				d.alive(t)
 			}
@@ -171,7 +177,7 @@ func TestRedisThroughFaultyProxy(t *testing.T) {
 	r := testenv.Redis(t)
 	proxy := testenv.NewProxy(t, r.Addr)
 	o := newOrigin(t)
-	d := startDaemon(t, httpConfig(proxy.Addr, namespace(r.Prefix), r.Prefix, o.URL))
+	d := startDaemon(t, httpConfig(proxy.Addr, e2e.Namespace(t, r.Client), r.Prefix, o.URL))
 	key := r.Prefix + "p:a"
 	within(t, 10*time.Second, "p:a written", func() bool { return value(r.Client, key) == "v1-a" })
 
@@ -184,10 +190,10 @@ func TestRedisThroughFaultyProxy(t *testing.T) {
 		{"black hole", proxy.Timeout},
 	} {
 		t.Run(fault.name, func(t *testing.T) {
-			before := d.metric(t, "hearth_redis_errors_total")
+			before := d.redisTrouble(t)
 			fault.inject(t)
 			within(t, 10*time.Second, "Redis errors counted", func() bool {
-				return d.metric(t, "hearth_redis_errors_total") > before
+				return d.redisTrouble(t) > before
 			})
 			d.alive(t)
 			gen := o.gen.Add(1)
@@ -232,7 +238,7 @@ sources:
 keys:
   - {name: item, key: "%sitem:{id}", source: db, ttl: 3s, load_timeout: 1s, members: ["1", "2"],
      query: "SELECT id, body FROM items WHERE id = ANY($1)"}
-`, r.Addr, namespace(r.Prefix), u.String(), r.Prefix))
+`, r.Addr, e2e.Namespace(t, r.Client), u.String(), r.Prefix))
 	key := r.Prefix + "item:1"
 	within(t, 10*time.Second, "item:1 written", func() bool { return value(r.Client, key) == "one-1" })
 
@@ -314,7 +320,7 @@ sources:
   - {name: api, type: http, base_url: %q, timeout: 300ms, retries: 1, retry_backoff: 20ms}
 keys:
   - {name: p, key: "%sp:{id}", source: api, ttl: 3s, members: [ok, five, gone, slow, junk], path: "/p/{id}", json_pointer: /v}
-`, r.Addr, namespace(r.Prefix), up.URL, p))
+`, r.Addr, e2e.Namespace(t, r.Client), up.URL, p))
 	within(t, 10*time.Second, "every reason counted", func() bool {
 		m := e2e.Metrics(t, d.base+"/metrics")
 		for _, reason := range []string{"origin", "timeout", "bad_payload"} {

@@ -49,7 +49,7 @@ keys:
   - {name: item, key: "%sitem:{id}", source: db, ttl: 2s, load_timeout: 500ms,
      members: ["1", "2", "3"], query: "SELECT id, body FROM items WHERE id = ANY($1)"}
   - {name: page, key: "%spage:{id}", source: api, ttl: 2s, load_timeout: 500ms, members: [a, b], path: "/p/{id}"}
-`, r.Addr, "ns-"+strings.ReplaceAll(strings.TrimSuffix(r.Prefix, ":"), ":", "-"), listen, pg.DSN, origin.URL, r.Prefix, r.Prefix)
+`, r.Addr, e2e.Namespace(t, r.Client), listen, pg.DSN, origin.URL, r.Prefix, r.Prefix)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

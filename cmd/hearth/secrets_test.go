@@ -158,10 +158,10 @@ keys:
 			func() { pgProxy.Restore(t); pgProxy.Timeout(t) },
 			func() { rs.Pause(t) },
 		} {
-			before := d.metric(t, "hearth_load_failures_total") + d.metric(t, "hearth_redis_errors_total")
+			before := d.metric(t, "hearth_load_failures_total") + d.redisTrouble(t)
 			fault()
 			within(t, 10*time.Second, "the fault counted", func() bool {
-				return d.metric(t, "hearth_load_failures_total")+d.metric(t, "hearth_redis_errors_total") > before
+				return d.metric(t, "hearth_load_failures_total")+d.redisTrouble(t) > before
 			})
 		}
 		rs.Resume(t)
