@@ -156,9 +156,9 @@ func (g *Guarded) BreakerState() string {
 func (g *Guarded) Load(ctx context.Context, spec *Spec, members []string) ([]Result, error) {
 	var (
 		out     []Result
-		index   map[string]int
+		index   map[string]int // built only when a member is retried
 		pending = members
-		bo      = g.backoff()
+		bo      *backoff.ExponentialBackOff
 	)
 	for attempt := 0; ; attempt++ {
 		rs, err := call(g, ctx, func(actx context.Context) ([]Result, error) {
@@ -170,23 +170,27 @@ func (g *Guarded) Load(ctx context.Context, spec *Spec, members []string) ([]Res
 				// keep their first error.
 				return out, nil
 			}
-			if !g.retryable(err) || !g.wait(ctx, bo, attempt) {
+			if !g.retryable(err) || !g.wait(ctx, &bo, attempt) {
 				return nil, err
 			}
 			continue
 		}
-		if out == nil {
-			out, index = rs, make(map[string]int, len(rs))
-			for i, r := range rs {
-				if _, dup := index[r.Member]; !dup {
-					index[r.Member] = i
+		switch {
+		case out == nil:
+			out = rs
+		default:
+			if index == nil {
+				index = make(map[string]int, len(out))
+				for i, r := range out {
+					if _, dup := index[r.Member]; !dup {
+						index[r.Member] = i
+					}
 				}
 			}
-		} else {
 			out = merge(out, index, pending, rs)
 		}
 		retry := retryMembers(out, g.retryable)
-		if len(retry) == 0 || !g.wait(ctx, bo, attempt) {
+		if len(retry) == 0 || !g.wait(ctx, &bo, attempt) {
 			return out, nil
 		}
 		if spec.Template.IsFamily() {
@@ -229,12 +233,12 @@ func merge(out []Result, index map[string]int, pending []string, rs []Result) []
 // ListMembers lists a family's members through the protection.
 func (g guardedLister) ListMembers(ctx context.Context, spec *Spec) ([]string, error) {
 	lister := g.src.(MemberLister)
-	bo := g.backoff()
+	var bo *backoff.ExponentialBackOff
 	for attempt := 0; ; attempt++ {
 		list, err := call(g.Guarded, ctx, func(actx context.Context) ([]string, error) {
 			return lister.ListMembers(actx, spec)
 		}, func(ctx context.Context, _ []string, err error) error { return g.verdict(ctx, nil, err) })
-		if err == nil || !g.retryable(err) || !g.wait(ctx, bo, attempt) {
+		if err == nil || !g.retryable(err) || !g.wait(ctx, &bo, attempt) {
 			return list, err
 		}
 	}
@@ -326,16 +330,20 @@ func (g *Guarded) backoff() *backoff.ExponentialBackOff {
 	return b
 }
 
-// wait sleeps before retry number attempt+1; false means do not retry: no
+// wait sleeps before retry number attempt+1 (the backoff is made on the first
+// retry); false means do not retry: no
 // retries left, the breaker is open, or the deadline comes before the wait ends.
-func (g *Guarded) wait(ctx context.Context, b *backoff.ExponentialBackOff, attempt int) bool {
+func (g *Guarded) wait(ctx context.Context, bo **backoff.ExponentialBackOff, attempt int) bool {
 	if attempt >= g.cfg.Retries || ctx.Err() != nil {
 		return false
 	}
 	if g.breaker != nil && g.breaker.State() == gobreaker.StateOpen {
 		return false
 	}
-	d := b.NextBackOff()
+	if *bo == nil {
+		*bo = g.backoff()
+	}
+	d := (*bo).NextBackOff()
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
 		return false
 	}
