@@ -45,6 +45,8 @@ type Scheduler struct {
 
 	mu   sync.Mutex
 	jobs map[string]gocron.Job
+	// applyMu serialises Apply (reloads).
+	applyMu sync.Mutex
 }
 
 // New builds the scheduler; nothing runs until Open.
@@ -84,7 +86,7 @@ func Offset(name string, interval time.Duration) time.Duration {
 func (s *Scheduler) Open(ctx context.Context) error {
 	now := time.Now()
 	for _, spec := range s.opts.Specs {
-		if err := s.add(spec, now); err != nil {
+		if err := s.add(spec, phase(now, spec.Name, spec.Interval)); err != nil {
 			return err
 		}
 	}
@@ -93,8 +95,13 @@ func (s *Scheduler) Open(ctx context.Context) error {
 	return nil
 }
 
-func (s *Scheduler) add(spec *warmer.Spec, now time.Time) error {
-	first := phase(now, spec.Name, spec.Interval)
+// add schedules a declaration every interval from first; a first run that is not
+// in the future runs at once.
+func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
+	start := gocron.WithStartDateTime(first)
+	if !first.After(time.Now()) {
+		start = gocron.WithStartImmediately()
+	}
 	name := spec.Name
 	interval := spec.Interval
 	spread := time.Duration(float64(interval) * s.opts.Spread)
@@ -113,7 +120,7 @@ func (s *Scheduler) add(spec *warmer.Spec, now time.Time) error {
 		gocron.NewTask(task),
 		gocron.WithName("hearth:"+name),
 		gocron.WithTags(name),
-		gocron.WithStartAt(gocron.WithStartDateTime(first)),
+		gocron.WithStartAt(start),
 		gocron.WithSingletonMode(gocron.LimitModeReschedule),
 	)
 	if err != nil {
