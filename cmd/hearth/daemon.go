@@ -50,6 +50,8 @@ within refresh.shutdown_timeout and exit 0. A second signal aborts at once.`,
 func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	log := newLogger(g.stderr, cfg.Log)
 	log.Info().Str("version", version).Str("config", cfg.File).Int("declarations", len(cfg.Keys)).Msg("starting")
+	hup := notifyHUP()
+	defer signal.Stop(hup)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -77,6 +79,7 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	if err != nil {
 		return fail(exitFail, err)
 	}
+	adm := openAdmin(srv, w, reg, log)
 	srv.serve()
 
 	// The drain context outlives the first signal: a second one aborts.
@@ -108,10 +111,13 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	if err := sched.Open(ctx); err != nil {
 		return fail(exitFail, err)
 	}
+	rl := openReloader(cfg, hup, w, sched, reg, log)
+	adm.attach(sched, rl)
 	srv.ready.Store(ctx.Err() == nil)
 	log.Info().Msg("ready")
 
 	<-ctx.Done()
+	rl.close()
 	log.Info().Dur("deadline", cfg.Refresh.ShutdownTimeout).Msg("shutting down: draining in-flight writes")
 	srv.ready.Store(false)
 	dctx, cancel := context.WithTimeout(runCtx, cfg.Refresh.ShutdownTimeout)
@@ -119,6 +125,9 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	var errs []error
 	if err := sched.Close(dctx); err != nil {
 		errs = append(errs, fmt.Errorf("close scheduler: %w", err))
+	}
+	if err := adm.close(dctx); err != nil {
+		errs = append(errs, err)
 	}
 	if err := srv.shutdown(dctx); err != nil {
 		errs = append(errs, fmt.Errorf("close http: %w", err))
