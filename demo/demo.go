@@ -57,13 +57,13 @@ type Options struct {
 	Logger zerolog.Logger
 }
 
-// Defaults of `hearth demo`: two phases of 20 s, so `make demo` ends well
-// within a minute, and four TTL boundaries per phase.
+// Defaults of `hearth demo`: two phases of 15 s, so that `make demo` ends within
+// a minute, each showing the cold start and three TTL boundaries.
 const (
-	DefaultDuration      = 20 * time.Second
+	DefaultDuration      = 15 * time.Second
 	DefaultReaders       = 32
 	DefaultKeys          = 20
-	DefaultTTL           = 5 * time.Second
+	DefaultTTL           = 4 * time.Second
 	DefaultOriginLatency = 50 * time.Millisecond
 	DefaultReadPause     = 10 * time.Millisecond
 )
