@@ -26,9 +26,16 @@ func newRunCmd(g *globals) *cobra.Command {
 		Long: `Run connects to Redis and every source (exit 1 if one is unreachable), loads every
 declared key once, reports ready on /readyz, then refreshes each declaration every
 interval (TTL/2 by default) until SIGTERM or SIGINT, which drain in-flight writes
-within refresh.shutdown_timeout and exit 0. A second signal aborts at once.`,
+within refresh.shutdown_timeout and exit 0. A second signal aborts at once.
+
+SIGHUP, or a change to the config file, reloads the config: declarations are
+added, removed or rescheduled without a restart; an invalid file is rejected
+(logged, hearth_config_reloads_total{result="invalid"}) and the old config stays.
+With HEARTH_ADMIN_TOKEN set, the admin API answers under /admin/ (see README).`,
 		Example: `  hearth run --config config.yaml
-  HEARTH_REDIS_PASSWORD=secret hearth run -c /etc/hearth/config.yaml`,
+  HEARTH_REDIS_PASSWORD=secret hearth run -c /etc/hearth/config.yaml
+  HEARTH_ADMIN_TOKEN=$(openssl rand -hex 32) hearth run --listen 127.0.0.1:9464
+  kill -HUP $(pidof hearth)   # reload the config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()

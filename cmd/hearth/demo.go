@@ -67,5 +67,6 @@ lives in the schema hearth_demo_<run id>, dropped at the end. The demo ignores
 	f.StringVar(&opts.PostgresDSN, "postgres", "", "DSN of a real PostgreSQL to use as the origin instead of the embedded HTTP one")
 	f.StringVar(&listenAddr, "listen", "", "serve /metrics on this host:port while the demo runs")
 	f.StringVar(&logLevel, "log-level", "warn", "level of Hearth's own logs on stderr (debug, info, warn, error)")
+	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -538,4 +540,38 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("hearth-1 sets no CATALOG_DSN: %v", env)
 	}
 	validate(t, filepath.Join(repo, "deploy/config.compose.yaml"), env)
+}
+
+// TestStaticBuild builds hearth the way the Makefile and the Dockerfile do
+// (CGO_ENABLED=0, -trimpath, stripped) and checks that the binary is static,
+// so that it runs on distroless/static or scratch, embedded demo included.
+func TestStaticBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "hearth")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("static build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the binary asks for a dynamic loader (PT_INTERP): not static")
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("the binary links %v: not static", libs)
+	}
+	var stdout, stderr bytes.Buffer
+	v := exec.Command(bin, "version")
+	v.Stdout, v.Stderr = &stdout, &stderr
+	if err := v.Run(); err != nil || !strings.HasPrefix(stdout.String(), "hearth ") {
+		t.Errorf("static binary: version: %v %q %q", err, stdout.String(), stderr.String())
+	}
 }
