@@ -350,6 +350,9 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 	}
 	if k.NegativeTTL != 0 {
 		s.NegativeTTL = k.NegativeTTL
+	} else if k.TTL > 0 {
+		// The inherited default never outlives the key's own TTL.
+		s.NegativeTTL = min(s.NegativeTTL, k.TTL)
 	}
 	if k.NegativeValue != nil {
 		s.NegativeValue = []byte(*k.NegativeValue)

@@ -11,20 +11,20 @@ import (
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// recorder is a Refresher that remembers which declarations ran.
-type recorder struct {
+// runLog is a Refresher that remembers which declarations ran.
+type runLog struct {
 	mu   sync.Mutex
 	runs map[string]int
 }
 
-func (r *recorder) Refresh(_ context.Context, name string, _ warmer.RunOptions) (warmer.Outcome, error) {
+func (r *runLog) Refresh(_ context.Context, name string, _ warmer.RunOptions) (warmer.Outcome, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.runs[name]++
 	return warmer.Outcome{}, nil
 }
 
-func (r *recorder) count(name string) int {
+func (r *runLog) count(name string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.runs[name]
@@ -35,7 +35,7 @@ func spec(name string, interval time.Duration) *warmer.Spec {
 }
 
 func TestSchedulerApply(t *testing.T) {
-	rec := &recorder{runs: map[string]int{}}
+	rec := &runLog{runs: map[string]int{}}
 	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: []*warmer.Spec{spec("a", time.Hour), spec("b", time.Hour)}})
 	if err != nil {
 		t.Fatal(err)
