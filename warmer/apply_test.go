@@ -2,8 +2,6 @@ package warmer_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,32 +16,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/testenv"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// applyRedis is the shared Redis with a key prefix of the test's own, deleted at
-// the end.
+// applyRedis is the shared Redis with a key prefix of the test's own.
 func applyRedis(t *testing.T) (redis.UniversalClient, string) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		t.Fatalf("redis 127.0.0.1:6379: %v", err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	prefix := "t:apply:" + hex.EncodeToString(b) + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, prefix+"*", 100).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-		_ = c.Close()
-	})
-	return c, prefix
+	env := testenv.Redis(t)
+	return env.Client, env.Prefix
 }
 
 // specs parses a keys: section against one http source named "up".

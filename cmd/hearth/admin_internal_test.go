@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -34,15 +34,15 @@ func (p *panicky) Ping(context.Context) error { return nil }
 // daemon (singleflight re-panics in a goroutine of its own) nor leave the
 // other waiters hanging, and the next refresh of the key must load again.
 func TestAdminRefreshSurvivesPanic(t *testing.T) {
+	rd := testenv.Redis(t)
 	cfg, err := config.Parse("t.yaml", []byte(`
 sources: [{name: up, type: http, base_url: "http://127.0.0.1:1", timeout: 1s}]
-keys: [{name: k, key: "t-ops-panic:k", source: up, ttl: 1h, path: /k}]
+keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k}]
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	t.Cleanup(func() { rdb.Del(context.Background(), "t-ops-panic:k"); _ = rdb.Close() })
+	rdb := rd.Client
 	src := &panicky{}
 	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"up": src}, Specs: cfg.Specs()})
 	if err != nil {

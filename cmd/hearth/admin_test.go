@@ -14,17 +14,18 @@ import (
 const adminToken = "s3cret-admin-token"
 
 func TestAdminAPI(t *testing.T) {
-	rdb, id := sharedRedis(t)
+	rdb := sharedRedis(t)
+	id := rdb.Prefix
 	up := newOrigin(t)
 	d := startDaemon(t, fmt.Sprintf(`
-redis: {addrs: ["127.0.0.1:6379"], namespace: %[1]q}
+redis: {addrs: [%[3]q], namespace: %[4]q}
 log: {level: debug, format: json}
 sources:
   - {name: up, type: http, base_url: %[2]q, timeout: 10s}
 keys:
-  - {name: single, key: "%[1]s:single", source: up, ttl: 1h, path: /single}
-  - {name: fam, key: "%[1]s:fam:{id}", source: up, ttl: 1h, path: "/fam/{id}", members: ["1", "2"], param_pattern: "[0-9a-z]{1,8}"}
-`, id, up.URL), "HEARTH_ADMIN_TOKEN="+adminToken)
+  - {name: single, key: "%[1]ssingle", source: up, ttl: 1h, path: /single}
+  - {name: fam, key: "%[1]sfam:{id}", source: up, ttl: 1h, path: "/fam/{id}", members: ["1", "2"], param_pattern: "[0-9a-z]{1,8}"}
+`, id, up.URL, rdb.Addr, rdb.Namespace), "HEARTH_ADMIN_TOKEN="+adminToken)
 	bearer := "Bearer " + adminToken
 
 	t.Run("401 without a valid token, and no hint", func(t *testing.T) {
@@ -102,7 +103,7 @@ keys:
 		if got := up.count("/single") - before; got != 1 {
 			t.Errorf("origin calls = %d, want 1", got)
 		}
-		if got, want := rdb.Get(t.Context(), id+":single").Val(), "value of /single"; got != want {
+		if got, want := rdb.Get(t.Context(), id+"single").Val(), "value of /single"; got != want {
 			t.Errorf("value = %q, want %q", got, want)
 		}
 	})
@@ -167,7 +168,7 @@ keys:
 		if got := d.metric(t, "hearth_admin_refresh_loads_total") - loads; got != 1 {
 			t.Errorf("loads = %g, want 1", got)
 		}
-		if got, want := rdb.Get(t.Context(), id+":fam:adhoc").Val(), "value of "+path; got != want {
+		if got, want := rdb.Get(t.Context(), id+"fam:adhoc").Val(), "value of "+path; got != want {
 			t.Errorf("value = %q, want %q", got, want)
 		}
 	})
@@ -192,7 +193,7 @@ keys:
 		<-errc
 		release()
 		eventually(t, 20*time.Second, "the load finishes and writes", func() bool {
-			return rdb.Get(t.Context(), id+":fam:leaver").Val() == "value of "+path
+			return rdb.Get(t.Context(), id+"fam:leaver").Val() == "value of "+path
 		})
 	})
 

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -17,30 +16,24 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/internal/e2e"
+	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
-// sharedRedis returns a client of the shared Redis and a key prefix of the
-// test's own (also usable as redis.namespace), whose keys are deleted at the end.
-func sharedRedis(t *testing.T) (*redis.Client, string) {
+// opsRedis is the shared Redis (or testenv's fallback) with a key prefix of the
+// test's own, and a redis.namespace of its own for Hearth's keys.
+type opsRedis struct {
+	*redis.Client
+	Addr      string
+	Prefix    string
+	Namespace string
+}
+
+func sharedRedis(t *testing.T) *opsRedis {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		t.Fatalf("redis 127.0.0.1:6379: %v", err)
-	}
+	env := testenv.Redis(t)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	id := "t-ops-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, id+"*", 100).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-		_ = c.Close()
-	})
-	return c, id
+	return &opsRedis{Client: env.Client, Addr: env.Addr, Prefix: env.Prefix, Namespace: "t-ops-" + hex.EncodeToString(b)}
 }
 
 // origin is an HTTP upstream that counts calls per path and can hold the calls

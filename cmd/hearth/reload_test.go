@@ -14,15 +14,15 @@ import (
 
 // reloadConfig is a config with the given declarations (short TTLs, so that a
 // key that stops being refreshed would expire within the test).
-func reloadConfig(id, upstream, level, keys string) string {
+func reloadConfig(rdb *opsRedis, upstream, level, keys string) string {
 	return fmt.Sprintf(`
-redis: {addrs: ["127.0.0.1:6379"], namespace: %[1]q}
+redis: {addrs: [%[5]q], namespace: %[1]q}
 log: {level: %[3]s, format: json}
 refresh: {load_timeout: 500ms, negative_ttl: 1s}
 sources:
   - {name: up, type: http, base_url: %[2]q, timeout: 1s}
 keys:
-%[4]s`, id, upstream, level, keys)
+%[4]s`, rdb.Namespace, upstream, level, keys, rdb.Addr)
 }
 
 // swapLink points the symlink link at target atomically, as Kubernetes does
@@ -39,11 +39,12 @@ func swapLink(t *testing.T, link, target string) {
 }
 
 func TestReload(t *testing.T) {
-	rdb, id := sharedRedis(t)
+	rdb := sharedRedis(t)
+	id := rdb.Prefix
 	up := newOrigin(t)
-	keyA := fmt.Sprintf(`  - {name: a, key: "%s:a", source: up, ttl: 3s, path: /a}`+"\n", id)
-	keyB := fmt.Sprintf(`  - {name: b, key: "%s:b", source: up, ttl: 3s, path: /b}`+"\n", id)
-	keyBSlow := fmt.Sprintf(`  - {name: b, key: "%s:b", source: up, ttl: 3s, interval: 1s, path: /b}`+"\n", id)
+	keyA := fmt.Sprintf(`  - {name: a, key: "%sa", source: up, ttl: 3s, path: /a}`+"\n", id)
+	keyB := fmt.Sprintf(`  - {name: b, key: "%sb", source: up, ttl: 3s, path: /b}`+"\n", id)
+	keyBSlow := fmt.Sprintf(`  - {name: b, key: "%sb", source: up, ttl: 3s, interval: 1s, path: /b}`+"\n", id)
 
 	// The config the daemon reads is a symlink into another directory, as with
 	// a Kubernetes ConfigMap. Swapping the symlink is seen by the watcher;
@@ -51,7 +52,7 @@ func TestReload(t *testing.T) {
 	// the later steps need SIGHUP.
 	data := t.TempDir()
 	v1, v2 := filepath.Join(data, "v1.yaml"), filepath.Join(data, "v2.yaml")
-	if err := os.WriteFile(v1, []byte(reloadConfig(id, up.URL, "debug", keyA)), 0o600); err != nil {
+	if err := os.WriteFile(v1, []byte(reloadConfig(rdb, up.URL, "debug", keyA)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	link := filepath.Join(t.TempDir(), "config.yaml")
@@ -72,7 +73,7 @@ func TestReload(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			if n, err := rdb.Exists(t.Context(), id+":a").Result(); err == nil && n == 0 {
+			if n, err := rdb.Exists(t.Context(), id+"a").Result(); err == nil && n == 0 {
 				misses.Add(1)
 			}
 		}
@@ -94,12 +95,12 @@ func TestReload(t *testing.T) {
 	})
 
 	t.Run("valid file change adds a declaration", func(t *testing.T) {
-		if err := os.WriteFile(v2, []byte(reloadConfig(id, up.URL, "debug", keyA+keyB)), 0o600); err != nil {
+		if err := os.WriteFile(v2, []byte(reloadConfig(rdb, up.URL, "debug", keyA+keyB)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		swapLink(t, link, v2)
 		eventually(t, 20*time.Second, "reload applied and b written", func() bool {
-			return d.metric(t, "hearth_config_reloads_total", `result="ok"`) == 1 && rdb.Exists(t.Context(), id+":b").Val() == 1
+			return d.metric(t, "hearth_config_reloads_total", `result="ok"`) == 1 && rdb.Exists(t.Context(), id+"b").Val() == 1
 		})
 		if got := d.metric(t, "hearth_config_last_reload_success"); got != 1 {
 			t.Errorf("last reload success = %g, want 1", got)
@@ -107,7 +108,7 @@ func TestReload(t *testing.T) {
 	})
 
 	t.Run("invalid config is rejected and the old one keeps running", func(t *testing.T) {
-		bad := reloadConfig(id, up.URL, "debug", keyA+keyB+"  - {name: c, key: \"x\", source: up, ttl: -1s, path: /c}\n")
+		bad := reloadConfig(rdb, up.URL, "debug", keyA+keyB+"  - {name: c, key: \"x\", source: up, ttl: -1s, path: /c}\n")
 		if err := os.WriteFile(v2, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +133,7 @@ func TestReload(t *testing.T) {
 	})
 
 	t.Run("SIGHUP removes, reschedules, and flags restart-only changes", func(t *testing.T) {
-		if err := os.WriteFile(v2, []byte(reloadConfig(id, up.URL, "info", keyBSlow)), 0o600); err != nil {
+		if err := os.WriteFile(v2, []byte(reloadConfig(rdb, up.URL, "info", keyBSlow)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		stopWatching() // a stops being refreshed from here on, by design
