@@ -25,7 +25,7 @@ deliberately slow HTTP origin that counts its calls, in two phases:
      the refresh schedule.
 
 It prints one line per second per phase (reads/s, misses/s, origin calls/s),
-then a summary table, and exits 0. With the defaults it takes about 35 s.
+then a summary table, and exits 0. With the defaults it takes about 30 s.
 
 --redis and --postgres point it at real servers instead: the demo's keys live
 under the prefix hearth-demo:<run id>: and are deleted at the end; its table
