@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
 // summaryRow returns the two numbers of a summary row ("origin calls  205  140").
@@ -51,6 +53,44 @@ func TestDemo(t *testing.T) {
 		}
 		if got := len(liveLine.FindAllString(out, -1)); got < 6 {
 			t.Errorf("%d live per-second lines, want at least 3 per phase\n%s", got, out)
+		}
+	})
+
+	t.Run("real Redis and PostgreSQL, cleaned up after", func(t *testing.T) {
+		rd, pg := testenv.Redis(t), testenv.Postgres(t)
+		schemas := func() int {
+			var n int
+			if err := pg.Pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'hearth\_demo\_%'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		demoKeys := func() int {
+			keys, err := rd.Client.Keys(t.Context(), "hearth-demo:*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(keys)
+		}
+		schemas0, keys0 := schemas(), demoKeys()
+		var stdout, stderr bytes.Buffer
+		code := run(t.Context(), []string{"demo", "--duration", "3s", "--ttl", "3s", "--readers", "4", "--keys", "5",
+			"--origin-latency", "10ms", "--redis", rd.Addr, "--postgres", pg.DSN}, &stdout, &stderr)
+		out := stdout.String()
+		if code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, out, stderr.String())
+		}
+		if !strings.Contains(out, "Origin: PostgreSQL") {
+			t.Errorf("the origin is not PostgreSQL:\n%s", out)
+		}
+		if without, with := summaryRow(t, out, "misses"); without == 0 || with != 0 {
+			t.Errorf("misses = %d without, %d with Hearth; want > 0 and 0\n%s", without, with, out)
+		}
+		if got := schemas(); got > schemas0 {
+			t.Errorf("%d demo schemas left behind", got-schemas0)
+		}
+		if got := demoKeys(); got > keys0 {
+			t.Errorf("%d demo keys left behind in Redis", got-keys0)
 		}
 	})
 
