@@ -14,10 +14,15 @@ import (
 // interval changed is rescheduled at its usual phase. Any other change needs no
 // rescheduling: each run asks the warmer for the declaration by name, and the
 // warmer already holds the new one. The gate (Elector) still applies to every
-// run, so a standby that reloads stays idle. Call Apply only after Open.
+// run, so a standby that reloads stays idle. Before Open (a standby that has
+// never led), Apply only replaces the declarations that Open will schedule.
 func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
+	if !s.opened {
+		s.opts.Specs = specs
+		return warmer.Changes{}, nil
+	}
 
 	old := make(map[string]*warmer.Spec, len(s.opts.Specs))
 	for _, spec := range s.opts.Specs {

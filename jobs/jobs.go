@@ -45,8 +45,9 @@ type Scheduler struct {
 
 	mu   sync.Mutex
 	jobs map[string]gocron.Job
-	// applyMu serialises Apply (reloads).
+	// applyMu serialises Open and Apply (reloads); opened is set by Open.
 	applyMu sync.Mutex
+	opened  bool
 }
 
 // New builds the scheduler; nothing runs until Open.
@@ -84,6 +85,9 @@ func Offset(name string, interval time.Duration) time.Duration {
 // Open schedules every declaration and starts the scheduler. Each first run is
 // at its offset within one interval of now.
 func (s *Scheduler) Open(ctx context.Context) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	s.opened = true
 	now := time.Now()
 	for _, spec := range s.opts.Specs {
 		if err := s.add(spec, phase(now, spec.Name, spec.Interval)); err != nil {
