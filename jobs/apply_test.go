@@ -92,3 +92,29 @@ func TestSchedulerApply(t *testing.T) {
 		}
 	})
 }
+
+// TestSchedulerApplyBeforeOpen: a standby reloads before it ever leads; when it
+// takes over, Open schedules the reloaded declarations, once each.
+func TestSchedulerApplyBeforeOpen(t *testing.T) {
+	rec := &runLog{runs: map[string]int{}}
+	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: []*warmer.Spec{spec("a", time.Hour)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t.Cleanup(func() { _ = s.Close(ctx) })
+	if _, err := s.Apply([]*warmer.Spec{spec("b", time.Hour), spec("c", time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Jobs(); len(got) != 0 {
+		t.Errorf("jobs before Open = %v, want none", got)
+	}
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := s.Jobs()
+	slices.Sort(got)
+	if want := []string{"b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("jobs after Open = %v, want %v", got, want)
+	}
+}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hearth-dev/hearth/internal/e2e"
 )
 
 const adminToken = "s3cret-admin-token"
@@ -205,4 +208,49 @@ keys:
 			}
 		}
 	})
+}
+
+// TestAdminOnStandby: only the leader refreshes through the admin API; a
+// standby says so instead of attempting writes the fence would refuse.
+func TestAdminOnStandby(t *testing.T) {
+	rdb := sharedRedis(t)
+	up := newOrigin(t)
+	config := fmt.Sprintf(`
+redis: {addrs: [%[3]q], namespace: %[4]q}
+log: {level: debug, format: json}
+sources:
+  - {name: up, type: http, base_url: %[2]q, timeout: 10s}
+keys:
+  - {name: single, key: "%[1]ssingle", source: up, ttl: 1h, path: /single}
+`, rdb.Prefix, up.URL, rdb.Addr, rdb.Namespace)
+	leader := startDaemon(t, config, "HEARTH_ADMIN_TOKEN="+adminToken)
+	addr := e2e.FreeAddr(t)
+	p := e2e.Start(t, []string{"run", "--config", leader.Config, "--listen", addr}, "HEARTH_ADMIN_TOKEN="+adminToken)
+	standby := "http://" + addr
+	eventually(t, 30*time.Second, "the second instance stands by", func() bool {
+		resp, err := http.Get(standby + "/healthz")
+		if err != nil {
+			return false // not listening yet
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"standby"`)
+	})
+	bearer := "Bearer " + adminToken
+	before := up.count("/single")
+	if code, body := call(t, "POST", standby+"/admin/refresh?declaration=single", bearer); code != http.StatusServiceUnavailable || !strings.Contains(body, "not the leader") {
+		t.Errorf("refresh on the standby: %d %s, want 503 not the leader", code, body)
+	}
+	if got := up.count("/single"); got != before {
+		t.Errorf("the standby's refresh reached the origin %d times", got-before)
+	}
+	if code, body := call(t, "GET", standby+"/admin/status", bearer); code != http.StatusOK || !strings.Contains(body, `"leader": false`) {
+		t.Errorf("status on the standby: %d %s, want leader false", code, body)
+	}
+	if code, body := call(t, "POST", leader.URL+"/admin/refresh?declaration=single", bearer); code != http.StatusOK {
+		t.Errorf("refresh on the leader: %d %s", code, body)
+	}
+	if p.Exited() {
+		t.Fatalf("standby exited:\n%s", p.Output())
+	}
 }
