@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
@@ -87,15 +85,7 @@ func newHandover(b *testing.B, addr string, client *redis.Client, prefix string)
 		fmt.Fprintf(w, "v%d", n.Add(1))
 	}))
 	b.Cleanup(up.Close)
-	r := make([]byte, 4)
-	_, _ = rand.Read(r)
-	ns := "hearth-bench-" + hex.EncodeToString(r)
-	b.Cleanup(func() {
-		keys, _ := client.Keys(context.Background(), ns+":*").Result()
-		if len(keys) > 0 {
-			client.Del(context.Background(), keys...)
-		}
-	})
+	ns := e2e.Namespace(b, client)
 	// No leader section: the default lease settings. TTL 16s, interval 8s,
 	// load timeout 1s leave a 7s refresh margin: a handover slower than the
 	// lease + retry period (6s) would soon show as expired keys.

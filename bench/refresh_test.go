@@ -43,7 +43,7 @@ func BenchmarkRefreshAtScale(b *testing.B) {
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 redis:
   addrs: [%q]
-  namespace: bench-refresh
+  namespace: %s
 http:
   listen: %q
 log:
@@ -61,7 +61,7 @@ keys:
     ttl: %s
     members_query: "SELECT id FROM members"
     query: "SELECT id, v FROM members WHERE id = ANY($1)"
-`, rd.Addr, listen, pg.DSN, rd.Prefix, ttl)), 0o600); err != nil {
+`, rd.Addr, e2e.Namespace(b, rd.Client), listen, pg.DSN, rd.Prefix, ttl)), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	for range b.N {

@@ -106,7 +106,7 @@ keys:
     source: rates
     ttl: 3s
     path: /banner
-`, rd.Addr, "hearth-"+strings.ReplaceAll(strings.Trim(p, ":"), ":", "-"), listen, pg.DSN, upstream.URL, p, p, p, p))
+`, rd.Addr, e2e.Namespace(t, rd.Client), listen, pg.DSN, upstream.URL, p, p, p, p))
 
 	var keys []string
 	keys = append(keys, p+"top", p+"banner")

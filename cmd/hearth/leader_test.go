@@ -2,8 +2,6 @@ package main_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -92,9 +90,7 @@ var shortTiming = timing{ttl: 6 * time.Second, interval: 3 * time.Second, loadTi
 
 func newSetup(t *testing.T, redisAddr string, client *redis.Client, prefix string, up *upstream, tm timing) *setup {
 	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	s := &setup{redisAddr: redisAddr, client: client, ns: "hearth-" + hex.EncodeToString(b)}
+	s := &setup{redisAddr: redisAddr, client: client, ns: e2e.Namespace(t, client)}
 	s.keys = []string{prefix + "banner", prefix + "product:1", prefix + "product:2", prefix + "product:3"}
 	cfg := fmt.Sprintf(`redis:
   addrs: [%q]
@@ -135,14 +131,6 @@ keys:
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		// Hearth's own keys live under the namespace, outside the test prefix.
-		ctx := context.Background()
-		keys, _ := client.Keys(ctx, s.ns+":*").Result()
-		if len(keys) > 0 {
-			client.Del(ctx, keys...)
-		}
-	})
 	return s
 }
 
