@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,9 +29,7 @@ type opsRedis struct {
 func sharedRedis(t *testing.T) *opsRedis {
 	t.Helper()
 	env := testenv.Redis(t)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return &opsRedis{Client: env.Client, Addr: env.Addr, Prefix: env.Prefix, Namespace: "t-ops-" + hex.EncodeToString(b)}
+	return &opsRedis{Client: env.Client, Addr: env.Addr, Prefix: env.Prefix, Namespace: e2e.Namespace(t, env.Client)}
 }
 
 // origin is an HTTP upstream that counts calls per path and can hold the calls
