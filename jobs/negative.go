@@ -19,8 +19,8 @@ type NegativeRefresher interface {
 // addNegative schedules the re-check of a declaration's missing members every
 // warmer.NegativeInterval, when that is shorter than its refresh interval: the
 // not-found sentinel is short-lived by design, and a lapsed sentinel would send
-// every reader to the origin. The job shares the declaration's tag, so removing
-// the declaration's jobs by tag removes it too.
+// every reader to the origin. It is added and removed with the declaration's
+// own job (add, remove), and rescheduled when its interval changes.
 func (s *Scheduler) addNegative(spec *warmer.Spec, now time.Time) error {
 	nr, ok := s.opts.Refresher.(NegativeRefresher)
 	every := warmer.NegativeInterval(spec)
@@ -39,7 +39,7 @@ func (s *Scheduler) addNegative(spec *warmer.Spec, now time.Time) error {
 			log.Debug().Int("members", out.Members).Int("found", out.Written).Msg("negative re-check")
 		}
 	}
-	_, err := s.sched.NewJob(
+	job, err := s.sched.NewJob(
 		gocron.DurationJob(every),
 		gocron.NewTask(task),
 		gocron.WithName("hearth:"+name+":negative"),
@@ -49,6 +49,27 @@ func (s *Scheduler) addNegative(spec *warmer.Spec, now time.Time) error {
 	)
 	if err != nil {
 		return fmt.Errorf("schedule %s negative re-check: %w", name, err)
+	}
+	s.mu.Lock()
+	if s.negJobs == nil {
+		s.negJobs = map[string]gocron.Job{}
+	}
+	s.negJobs[name] = job
+	s.mu.Unlock()
+	return nil
+}
+
+// removeNegative unschedules a declaration's negative re-check, if it has one.
+func (s *Scheduler) removeNegative(name string) error {
+	s.mu.Lock()
+	job, ok := s.negJobs[name]
+	delete(s.negJobs, name)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if err := s.sched.RemoveJob(job.ID()); err != nil {
+		return fmt.Errorf("unschedule %s negative re-check: %w", name, err)
 	}
 	return nil
 }

@@ -64,7 +64,7 @@ func (st *declState) pruneNegatives(members []string) {
 // Negatives returns the members of a declaration currently cached as not
 // found, sorted ("" for a single key).
 func (w *Warmer) Negatives(name string) []string {
-	st, ok := w.state[name]
+	_, st, ok := w.lookup(name)
 	if !ok {
 		return nil
 	}
@@ -84,7 +84,7 @@ func (w *Warmer) Negatives(name string) []string {
 // NegativeInterval, so a missing member costs the origin one batched load per
 // half negative TTL, however often it is read.
 func (w *Warmer) RefreshNegatives(ctx context.Context, name string) (Outcome, error) {
-	spec, ok := w.specs[name]
+	spec, st, ok := w.lookup(name)
 	if !ok {
 		return Outcome{}, fmt.Errorf("refresh %q: %w", name, ErrUnknownSpec)
 	}
@@ -94,7 +94,6 @@ func (w *Warmer) RefreshNegatives(ctx context.Context, name string) (Outcome, er
 		return out, nil
 	}
 	start := w.now()
-	st := w.state[name]
 	for _, batch := range w.batches(spec, members) {
 		if err := w.loads.Acquire(ctx, 1); err != nil {
 			out.LastError = err

@@ -21,14 +21,14 @@ import (
 	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
-// daemon is a running `hearth run` and its HTTP address.
-type daemon struct {
+// faultDaemon is a running `hearth run` and its HTTP address.
+type faultDaemon struct {
 	*e2e.Proc
 	base string
 }
 
-// startDaemon writes the config and runs the binary until /readyz answers 200.
-func startDaemon(t *testing.T, yaml string, env ...string) *daemon {
+// startFaultDaemon writes the config and runs the binary until /readyz answers 200.
+func startFaultDaemon(t *testing.T, yaml string, env ...string) *faultDaemon {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "hearth.yaml")
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
@@ -36,7 +36,7 @@ func startDaemon(t *testing.T, yaml string, env ...string) *daemon {
 	}
 	listen := e2e.FreeAddr(t)
 	p := e2e.Start(t, []string{"run", "--config", cfg, "--listen", listen}, env...)
-	d := &daemon{Proc: p, base: "http://" + listen}
+	d := &faultDaemon{Proc: p, base: "http://" + listen}
 	within(t, 60*time.Second, "hearth ready", func() bool {
 		if p.Exited() {
 			t.Fatalf("hearth exited before it was ready:\n%s", p.Output())
@@ -51,14 +51,14 @@ func startDaemon(t *testing.T, yaml string, env ...string) *daemon {
 	return d
 }
 
-func (d *daemon) metric(t *testing.T, name string, labels ...string) float64 {
+func (d *faultDaemon) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
 	return e2e.Sum(e2e.Metrics(t, d.base+"/metrics"), name, labels...)
 }
 
 // redisTrouble sums what the daemon counts when Redis fails it: failed
 // writes, and, with leadership on, failed lease renewals and lost leases.
-func (d *daemon) redisTrouble(t *testing.T) float64 {
+func (d *faultDaemon) redisTrouble(t *testing.T) float64 {
 	t.Helper()
 	m := e2e.Metrics(t, d.base+"/metrics")
 	return e2e.Sum(m, "hearth_redis_errors_total") +
@@ -69,7 +69,7 @@ func (d *daemon) redisTrouble(t *testing.T) float64 {
 }
 
 // alive fails the test if the daemon exited or stopped answering /healthz.
-func (d *daemon) alive(t *testing.T) {
+func (d *faultDaemon) alive(t *testing.T) {
 	t.Helper()
 	if d.Exited() {
 		t.Fatalf("hearth exited during the fault:\n%s", d.Output())
@@ -78,7 +78,7 @@ func (d *daemon) alive(t *testing.T) {
 }
 
 // stop sends SIGTERM and wants exit code 0.
-func (d *daemon) stop(t *testing.T) {
+func (d *faultDaemon) stop(t *testing.T) {
 	t.Helper()
 	d.Signal(t, syscall.SIGTERM)
 	if code := d.Wait(t, 30*time.Second); code != 0 {
@@ -103,15 +103,15 @@ func value(c *redis.Client, key string) string {
 	return c.Get(ctx, key).Val()
 }
 
-// origin is an HTTP upstream answering "v<gen>-<member>" at /p/<member>.
-type origin struct {
+// genOrigin is an HTTP upstream answering "v<gen>-<member>" at /p/<member>.
+type genOrigin struct {
 	*httptest.Server
 	gen atomic.Int64
 }
 
-func newOrigin(t *testing.T) *origin {
+func newGenOrigin(t *testing.T) *genOrigin {
 	t.Helper()
-	o := &origin{}
+	o := &genOrigin{}
 	o.gen.Store(1)
 	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "v%d-%s", o.gen.Load(), strings.TrimPrefix(r.URL.Path, "/p/"))
@@ -140,8 +140,8 @@ keys:
 func TestRedisOutage(t *testing.T) {
 	rs := testenv.PrivateRedis(t)
 	rdb := rs.Client(t)
-	o := newOrigin(t)
-	d := startDaemon(t, httpConfig(rs.Addr, "hearth-test", "", o.URL))
+	o := newGenOrigin(t)
+	d := startFaultDaemon(t, httpConfig(rs.Addr, "hearth-test", "", o.URL))
 	within(t, 10*time.Second, "p:a written", func() bool { return value(rdb, "p:a") == "v1-a" })
 
 	for _, fault := range []struct {
@@ -176,8 +176,8 @@ func TestRedisOutage(t *testing.T) {
 func TestRedisThroughFaultyProxy(t *testing.T) {
 	r := testenv.Redis(t)
 	proxy := testenv.NewProxy(t, r.Addr)
-	o := newOrigin(t)
-	d := startDaemon(t, httpConfig(proxy.Addr, e2e.Namespace(t, r.Client), r.Prefix, o.URL))
+	o := newGenOrigin(t)
+	d := startFaultDaemon(t, httpConfig(proxy.Addr, e2e.Namespace(t, r.Client), r.Prefix, o.URL))
 	key := r.Prefix + "p:a"
 	within(t, 10*time.Second, "p:a written", func() bool { return value(r.Client, key) == "v1-a" })
 
@@ -223,7 +223,7 @@ func TestPostgresThroughFaultyProxy(t *testing.T) {
 	}
 	proxy := testenv.NewProxy(t, u.Host)
 	u.Host = proxy.Addr
-	d := startDaemon(t, fmt.Sprintf(`
+	d := startFaultDaemon(t, fmt.Sprintf(`
 redis: {addrs: [%q], namespace: %q}
 log: {level: debug, format: json}
 refresh: {negative_ttl: 1s, max_stale: 1m}
@@ -312,7 +312,7 @@ func TestHTTPUpstreamFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := startDaemon(t, fmt.Sprintf(`
+	d := startFaultDaemon(t, fmt.Sprintf(`
 redis: {addrs: [%q], namespace: %q}
 log: {level: debug, format: json}
 refresh: {negative_ttl: 1s, load_timeout: 900ms, max_stale: 1m}

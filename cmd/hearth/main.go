@@ -86,7 +86,8 @@ miss on it and the database never sees a cache stampede.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "config.yaml", "path of the config file")
-	root.AddCommand(newRunCmd(g), newValidateCmd(g), newVersionCmd(g))
+	root.AddCommand(newRunCmd(g), newValidateCmd(g), newVersionCmd(g), newDemoCmd(g))
+	polishHelp(root)
 	return root
 }
 

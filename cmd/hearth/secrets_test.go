@@ -150,7 +150,7 @@ keys:
 	}
 
 	t.Run("running through origin and redis failures", func(t *testing.T) {
-		d := startDaemon(t, config(rs.Addr, up.URL), env(redisSecret, dsn)...)
+		d := startFaultDaemon(t, config(rs.Addr, up.URL), env(redisSecret, dsn)...)
 		for _, fault := range []func(){
 			func() { upMode.Store(1) },
 			func() { upMode.Store(2) },
