@@ -359,17 +359,12 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 		}
 		ctx = gctx
 	}
-	src := w.sources[spec.Source]
-	lctx, cancel := context.WithTimeout(ctx, spec.LoadTimeout)
 	var req []string
 	if spec.Template.IsFamily() {
 		req = batch
 	}
-	w.metrics.inFlight.Inc()
 	t0 := time.Now()
-	results, err := src.Load(lctx, spec, req)
-	w.metrics.inFlight.Dec()
-	cancel()
+	results, err := w.load(ctx, spec, req)
 	w.metrics.loadDuration.WithLabelValues(spec.Source, loadResult(err)).Observe(time.Since(t0).Seconds())
 
 	now := w.now()
@@ -450,6 +445,21 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 		out.Extended = w.extendStale(ctx, spec, st, failed, now)
 	}
 	return out
+}
+
+// load calls the origin within the declaration's load timeout. A panicking
+// source fails its batch instead of the daemon.
+func (w *Warmer) load(ctx context.Context, spec *Spec, members []string) (results []Result, err error) {
+	ctx, cancel := context.WithTimeout(ctx, spec.LoadTimeout)
+	defer cancel()
+	w.metrics.inFlight.Inc()
+	defer w.metrics.inFlight.Dec()
+	defer func() {
+		if p := recover(); p != nil {
+			results, err = nil, fmt.Errorf("%w: source %s panicked: %v", ErrOrigin, spec.Source, p)
+		}
+	}()
+	return w.sources[spec.Source].Load(ctx, spec, members)
 }
 
 // extendStale keeps failed members' existing values alive, never past MaxStale

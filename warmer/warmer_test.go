@@ -380,6 +380,45 @@ func TestDrainStopsFurtherBatches(t *testing.T) {
 	}
 }
 
+// panicker is an origin with a bug.
+type panicker struct{}
+
+func (panicker) Load(context.Context, *warmer.Spec, []string) ([]warmer.Result, error) {
+	panic("index out of range")
+}
+func (panicker) Ping(context.Context) error { return nil }
+
+func TestPanickingSourceFailsItsBatchNotTheDaemon(t *testing.T) {
+	env := testenv.Redis(t)
+	spec := family(t, env.Prefix, "p", 3)
+	ctx := context.Background()
+	key := spec.Template.Key("0")
+	if err := env.Client.Set(ctx, key, "old", 2*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	w, err := warmer.New(warmer.Options{
+		Store: &warmer.RedisStore{Client: env.Client}, Sources: map[string]warmer.Source{"o": panicker{}},
+		Specs: []*warmer.Spec{spec}, Registerer: reg, Logger: zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.Refresh(ctx, "p", warmer.RunOptions{})
+	if !errors.Is(err, warmer.ErrOrigin) {
+		t.Fatalf("err = %v, want ErrOrigin from the recovered panic", err)
+	}
+	if got, want := env.Client.Get(ctx, key).Val(), "old"; got != want {
+		t.Errorf("value = %q, want %q kept", got, want)
+	}
+	if ttl := env.Client.PTTL(ctx, key).Val(); ttl <= 2*time.Second {
+		t.Errorf("PTTL = %s: the old value was not kept alive", ttl)
+	}
+	if got := metric(t, reg, "hearth_loads_in_flight"); got != 0 {
+		t.Errorf("hearth_loads_in_flight = %g after the panic, want 0", got)
+	}
+}
+
 // metric reads one counter or gauge series back from a registry.
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
