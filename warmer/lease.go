@@ -224,6 +224,9 @@ func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if err != nil {
+			l.metrics.campaignErrors.Inc()
+		}
 		switch {
 		case err != nil && !failing:
 			l.log.Warn().Err(err).Msg("campaign: cannot reach redis; retrying")
@@ -520,6 +523,8 @@ type leaseMetrics struct {
 	epoch       prometheus.Gauge
 	transitions *prometheus.CounterVec
 	renew       *prometheus.HistogramVec
+	// campaignErrors makes a standby that cannot reach Redis visible.
+	campaignErrors prometheus.Counter
 }
 
 func newLeaseMetrics(reg prometheus.Registerer) *leaseMetrics {
@@ -542,9 +547,13 @@ func newLeaseMetrics(reg prometheus.Registerer) *leaseMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 10),
 		}, []string{"result"}),
 	}
+	m.campaignErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hearth_lease_campaign_errors_total",
+		Help: "Attempts to take the lease that failed because Redis did not answer.",
+	})
 	for _, r := range []string{"acquired", "released", "lost", "expired", "fenced"} {
 		m.transitions.WithLabelValues(r)
 	}
-	reg.MustRegister(m.leader, m.epoch, m.transitions, m.renew)
+	reg.MustRegister(m.leader, m.epoch, m.transitions, m.renew, m.campaignErrors)
 	return m
 }

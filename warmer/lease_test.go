@@ -179,3 +179,40 @@ func TestLeaseStepsDown(t *testing.T) {
 		}
 	})
 }
+
+func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	client := srv.Client(t)
+	reg := prometheus.NewRegistry()
+	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: client, Namespace: "hearth", Registerer: reg})
+	l, err := warmer.NewLease(warmer.LeaseOptions{
+		Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 50 * time.Millisecond, Fence: store, Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	srv.Stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := l.Campaign(ctx)
+		errs <- err
+	}()
+	for metric(t, reg, "hearth_lease_campaign_errors_total") < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("campaign errors against a stopped Redis were not counted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv.Start(t)
+	select {
+	case err := <-errs:
+		if err != nil {
+			t.Fatalf("campaign after Redis came back: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("no leadership after Redis came back")
+	}
+}
