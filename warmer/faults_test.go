@@ -60,18 +60,6 @@ func get(t *testing.T, rdb *redis.Client, key string) (string, bool) {
 	return v, true
 }
 
-// eventually polls cond every 20ms until it holds, or fails after d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func pgSource(t *testing.T, dsn string) *postgres.Source {
 	t.Helper()
 	src, err := postgres.New(postgres.Config{Name: "db", DSN: dsn, MaxConns: 4})
@@ -279,11 +267,11 @@ func TestServeStale(t *testing.T) {
 	}
 
 	down.Store(false)
-	eventually(t, 3*time.Second, "the value comes back when the origin does", func() bool {
+	testenv.Eventually(t, 3*time.Second, "the value comes back when the origin does", func() bool {
 		v, _ := get(t, r.Client, key)
 		return v == "v1-a"
 	})
-	eventually(t, 3*time.Second, "staleness back to 0", func() bool {
+	testenv.Eventually(t, 3*time.Second, "staleness back to 0", func() bool {
 		return promValue(t, rg.reg, "hearth_staleness_seconds", "family", "price") == 0
 	})
 }

@@ -98,12 +98,12 @@ func TestPostgresDownMidRun(t *testing.T) {
 
 	pgs.Start(t)
 	exec(`UPDATE items SET body = 'uno' WHERE id = '1'`)
-	eventually(t, 10*time.Second, "refreshes resume when PostgreSQL is back", func() bool {
+	testenv.Eventually(t, 10*time.Second, "refreshes resume when PostgreSQL is back", func() bool {
 		v, _ := get(t, r.Client, key("1"))
 		w, _ := get(t, r.Client, key("2"))
 		return v == "uno" && w == "two"
 	})
-	eventually(t, 5*time.Second, "the breaker closes", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the breaker closes", func() bool {
 		return promValue(t, greg, "hearth_origin_breaker_state", "source", "db") == 0
 	})
 }

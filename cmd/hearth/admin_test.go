@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/hearth-dev/hearth/internal/testenv"
 	"io"
 	"net/http"
 	"strings"
@@ -155,7 +156,7 @@ keys:
 		}
 		// Every request has joined the load once the gauge reads n, and the
 		// load cannot finish before the origin is released.
-		eventually(t, 20*time.Second, "all requests waiting on one load", func() bool {
+		testenv.Eventually(t, 20*time.Second, "all requests waiting on one load", func() bool {
 			return d.metric(t, "hearth_admin_refresh_waiting") == n
 		})
 		release()
@@ -191,11 +192,11 @@ keys:
 			}
 			errc <- err
 		}()
-		eventually(t, 20*time.Second, "the load reaches the origin", func() bool { return up.count(path) == 1 })
+		testenv.Eventually(t, 20*time.Second, "the load reaches the origin", func() bool { return up.count(path) == 1 })
 		cancel()
 		<-errc
 		release()
-		eventually(t, 20*time.Second, "the load finishes and writes", func() bool {
+		testenv.Eventually(t, 20*time.Second, "the load finishes and writes", func() bool {
 			return rdb.Get(t.Context(), id+"fam:leaver").Val() == "value of "+path
 		})
 	})
@@ -227,7 +228,7 @@ keys:
 	addr := e2e.FreeAddr(t)
 	p := e2e.Start(t, []string{"run", "--config", leader.Config, "--listen", addr}, "HEARTH_ADMIN_TOKEN="+adminToken)
 	standby := "http://" + addr
-	eventually(t, 30*time.Second, "the second instance stands by", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the second instance stands by", func() bool {
 		resp, err := http.Get(standby + "/healthz")
 		if err != nil {
 			return false // not listening yet

@@ -37,7 +37,7 @@ func startFaultDaemon(t *testing.T, yaml string, env ...string) *faultDaemon {
 	listen := e2e.FreeAddr(t)
 	p := e2e.Start(t, []string{"run", "--config", cfg, "--listen", listen}, env...)
 	d := &faultDaemon{Proc: p, base: "http://" + listen}
-	within(t, 60*time.Second, "hearth ready", func() bool {
+	testenv.Eventually(t, 60*time.Second, "hearth ready", func() bool {
 		if p.Exited() {
 			t.Fatalf("hearth exited before it was ready:\n%s", p.Output())
 		}
@@ -86,17 +86,6 @@ func (d *faultDaemon) stop(t *testing.T) {
 	}
 }
 
-func within(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func value(c *redis.Client, key string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -142,7 +131,7 @@ func TestRedisOutage(t *testing.T) {
 	rdb := rs.Client(t)
 	o := newGenOrigin(t)
 	d := startFaultDaemon(t, httpConfig(rs.Addr, "hearth-test", "", o.URL))
-	within(t, 10*time.Second, "p:a written", func() bool { return value(rdb, "p:a") == "v1-a" })
+	testenv.Eventually(t, 10*time.Second, "p:a written", func() bool { return value(rdb, "p:a") == "v1-a" })
 
 	for _, fault := range []struct {
 		name          string
@@ -156,7 +145,7 @@ func TestRedisOutage(t *testing.T) {
 			before := d.redisTrouble(t)
 			fault.inject(t)
 			if fault.name != "restarted empty" {
-				within(t, 10*time.Second, "Redis errors counted", func() bool {
+				testenv.Eventually(t, 10*time.Second, "Redis errors counted", func() bool {
 					return d.redisTrouble(t) > before
 				})
 				d.alive(t)
@@ -164,7 +153,7 @@ func TestRedisOutage(t *testing.T) {
 			gen := o.gen.Add(1)
 			fault.clear(t)
 			want := fmt.Sprintf("v%d-a", gen)
-			within(t, 10*time.Second, "writes resume: p:a = "+want, func() bool { return value(rdb, "p:a") == want })
+			testenv.Eventually(t, 10*time.Second, "writes resume: p:a = "+want, func() bool { return value(rdb, "p:a") == want })
 			d.alive(t)
 		})
 	}
@@ -179,7 +168,7 @@ func TestRedisThroughFaultyProxy(t *testing.T) {
 	o := newGenOrigin(t)
 	d := startFaultDaemon(t, httpConfig(proxy.Addr, e2e.Namespace(t, r.Client), r.Prefix, o.URL))
 	key := r.Prefix + "p:a"
-	within(t, 10*time.Second, "p:a written", func() bool { return value(r.Client, key) == "v1-a" })
+	testenv.Eventually(t, 10*time.Second, "p:a written", func() bool { return value(r.Client, key) == "v1-a" })
 
 	for _, fault := range []struct {
 		name   string
@@ -192,14 +181,14 @@ func TestRedisThroughFaultyProxy(t *testing.T) {
 		t.Run(fault.name, func(t *testing.T) {
 			before := d.redisTrouble(t)
 			fault.inject(t)
-			within(t, 10*time.Second, "Redis errors counted", func() bool {
+			testenv.Eventually(t, 10*time.Second, "Redis errors counted", func() bool {
 				return d.redisTrouble(t) > before
 			})
 			d.alive(t)
 			gen := o.gen.Add(1)
 			proxy.Restore(t)
 			want := fmt.Sprintf("v%d-a", gen)
-			within(t, 10*time.Second, "writes resume: p:a = "+want, func() bool { return value(r.Client, key) == want })
+			testenv.Eventually(t, 10*time.Second, "writes resume: p:a = "+want, func() bool { return value(r.Client, key) == want })
 		})
 	}
 	d.stop(t)
@@ -240,7 +229,7 @@ keys:
      query: "SELECT id, body FROM items WHERE id = ANY($1)"}
 `, r.Addr, e2e.Namespace(t, r.Client), u.String(), r.Prefix))
 	key := r.Prefix + "item:1"
-	within(t, 10*time.Second, "item:1 written", func() bool { return value(r.Client, key) == "one-1" })
+	testenv.Eventually(t, 10*time.Second, "item:1 written", func() bool { return value(r.Client, key) == "one-1" })
 
 	for i, fault := range []struct {
 		name   string
@@ -254,7 +243,7 @@ keys:
 			fault.inject(t)
 			old := fmt.Sprintf("one-%d", i+1)
 			sawOpen := false
-			within(t, 15*time.Second, "stale extensions counted and the breaker open", func() bool {
+			testenv.Eventually(t, 15*time.Second, "stale extensions counted and the breaker open", func() bool {
 				if got := value(r.Client, key); got != old {
 					t.Fatalf("%s = %q during the fault, want %q untouched", key, got, old)
 				}
@@ -271,8 +260,8 @@ keys:
 				t.Fatal(err)
 			}
 			proxy.Restore(t)
-			within(t, 15*time.Second, "refreshes resume: item:1 = "+next, func() bool { return value(r.Client, key) == next })
-			within(t, 10*time.Second, "the breaker closes", func() bool {
+			testenv.Eventually(t, 15*time.Second, "refreshes resume: item:1 = "+next, func() bool { return value(r.Client, key) == next })
+			testenv.Eventually(t, 10*time.Second, "the breaker closes", func() bool {
 				return d.metric(t, "hearth_origin_breaker_state", `source="db"`) == 0
 			})
 		})
@@ -321,7 +310,7 @@ sources:
 keys:
   - {name: p, key: "%sp:{id}", source: api, ttl: 3s, members: [ok, five, gone, slow, junk], path: "/p/{id}", json_pointer: /v}
 `, r.Addr, e2e.Namespace(t, r.Client), up.URL, p))
-	within(t, 10*time.Second, "every reason counted", func() bool {
+	testenv.Eventually(t, 10*time.Second, "every reason counted", func() bool {
 		m := e2e.Metrics(t, d.base+"/metrics")
 		for _, reason := range []string{"origin", "timeout", "bad_payload"} {
 			if e2e.Sum(m, "hearth_load_failures_total", `family="p"`, `reason="`+reason+`"`) < 1 {

@@ -187,22 +187,10 @@ func (n *node) status(t *testing.T, path string) int {
 
 func (n *node) written(t *testing.T) float64 { return n.metric(t, "hearth_keys_written_total") }
 
-// waitFor polls cond until it holds or fails the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // leading waits until n is the ready leader.
 func leading(t *testing.T, n *node, d time.Duration) {
 	t.Helper()
-	waitFor(t, d, n.name+" leads and is ready", func() bool { return n.status(t, "/readyz") == http.StatusOK })
+	testenv.Eventually(t, d, n.name+" leads and is ready", func() bool { return n.status(t, "/readyz") == http.StatusOK })
 }
 
 // watch polls the declared keys every 10ms until stopped, and reports every
@@ -293,11 +281,11 @@ func TestLeaderOneWriter(t *testing.T) {
 	a := s.start(t, "a")
 	leading(t, a, 30*time.Second)
 	b := s.start(t, "b")
-	waitFor(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
+	testenv.Eventually(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
 
 	// Two scheduled runs of every declaration after b joined.
 	base := a.written(t)
-	waitFor(t, 4*shortTiming.interval, "a keeps writing", func() bool { return a.written(t) >= base+2*float64(len(s.keys)) })
+	testenv.Eventually(t, 4*shortTiming.interval, "a keeps writing", func() bool { return a.written(t) >= base+2*float64(len(s.keys)) })
 
 	t.Run("only the leader writes", func(t *testing.T) {
 		if got := b.written(t); got != 0 {
@@ -346,7 +334,7 @@ func TestLeaderKilled(t *testing.T) {
 	a := s.start(t, "a")
 	leading(t, a, 30*time.Second)
 	b := s.start(t, "b")
-	waitFor(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
+	testenv.Eventually(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
 
 	w := s.watch()
 	killed := time.Now()
@@ -354,11 +342,11 @@ func TestLeaderKilled(t *testing.T) {
 	// a is dead and its lease still runs: the values change next by b's hand.
 	w.mark(t, s)
 	leading(t, b, 30*time.Second)
-	waitFor(t, 5*time.Second, "b writes", func() bool { return !w.firstChange().IsZero() })
+	testenv.Eventually(t, 5*time.Second, "b writes", func() bool { return !w.firstChange().IsZero() })
 	took := w.firstChange().Sub(killed)
 	// Watch a full TTL after the handover: a key the catch-up missed would
 	// expire within it.
-	waitFor(t, 2*shortTiming.ttl, "b refreshes on schedule", func() bool { return b.written(t) >= 3*float64(len(s.keys)) })
+	testenv.Eventually(t, 2*shortTiming.ttl, "b refreshes on schedule", func() bool { return b.written(t) >= 3*float64(len(s.keys)) })
 	missing, _ := w.finish()
 
 	t.Logf("kill -9: first write by the standby %s after the kill (lease %s + retry %s)", took.Round(time.Millisecond), testLease, testRetry)
@@ -386,7 +374,7 @@ func TestLeaderPausedIsFenced(t *testing.T) {
 	a := s.start(t, "a")
 	leading(t, a, 30*time.Second)
 	b := s.start(t, "b")
-	waitFor(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
+	testenv.Eventually(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
 	epochA := a.health(t).Epoch
 
 	// Freeze a in the middle of a refresh: admitted by the in-memory gate,
@@ -412,17 +400,17 @@ func TestLeaderPausedIsFenced(t *testing.T) {
 	if eb := b.health(t).Epoch; eb <= epochA {
 		t.Fatalf("b's epoch %d is not above a's %d", eb, epochA)
 	}
-	waitFor(t, 10*time.Second, "b writes", func() bool { return b.written(t) >= float64(len(s.keys)) })
+	testenv.Eventually(t, 10*time.Second, "b writes", func() bool { return b.written(t) >= float64(len(s.keys)) })
 
 	// a wakes up and sends the write it was about to send.
 	release()
 	a.proc.Signal(t, syscall.SIGCONT)
 	paused = false
-	waitFor(t, 10*time.Second, "a's stale write is fenced", func() bool { return a.metric(t, "hearth_fenced_writes_total") > 0 })
-	waitFor(t, 10*time.Second, "a stands by", func() bool { return a.health(t).Role == "standby" })
+	testenv.Eventually(t, 10*time.Second, "a's stale write is fenced", func() bool { return a.metric(t, "hearth_fenced_writes_total") > 0 })
+	testenv.Eventually(t, 10*time.Second, "a stands by", func() bool { return a.health(t).Role == "standby" })
 	// Another run of b's, then look at what Redis held throughout.
 	base := b.written(t)
-	waitFor(t, 3*tm.interval, "b keeps writing", func() bool { return b.written(t) > base })
+	testenv.Eventually(t, 3*tm.interval, "b keeps writing", func() bool { return b.written(t) > base })
 	missing, values := w.finish()
 
 	if values["stale"] {
@@ -458,7 +446,7 @@ func TestLeaderSIGTERMHandsOver(t *testing.T) {
 	a := s.start(t, "a")
 	leading(t, a, 30*time.Second)
 	b := s.start(t, "b")
-	waitFor(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
+	testenv.Eventually(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
 
 	w := s.watch()
 	stopped := time.Now()
@@ -489,14 +477,14 @@ func TestLeaderRedisRestart(t *testing.T) {
 	a := s.start(t, "a")
 	leading(t, a, 30*time.Second)
 	b := s.start(t, "b")
-	waitFor(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
+	testenv.Eventually(t, 10*time.Second, "b stands by", func() bool { return b.health(t).Role == "standby" })
 	epoch := a.health(t).Epoch
 
 	srv.Restart(t) // empty: no lease, no epoch, no fence, no values, no scripts
 
 	// One of them leads again, under a newer epoch, and refills Redis.
 	var leader, standby *node
-	waitFor(t, 30*time.Second, "leadership re-established", func() bool {
+	testenv.Eventually(t, 30*time.Second, "leadership re-established", func() bool {
 		ra, rb := a.status(t, "/readyz") == http.StatusOK, b.status(t, "/readyz") == http.StatusOK
 		switch {
 		case ra && !rb:
@@ -508,14 +496,14 @@ func TestLeaderRedisRestart(t *testing.T) {
 		}
 		return leader.health(t).Epoch > epoch
 	})
-	waitFor(t, 10*time.Second, "keys written again", func() bool {
+	testenv.Eventually(t, 10*time.Second, "keys written again", func() bool {
 		return client.Exists(context.Background(), s.keys...).Val() == int64(len(s.keys))
 	})
 
 	// Over two intervals, only the leader writes.
 	before := standby.written(t)
 	lb := leader.written(t)
-	waitFor(t, 4*shortTiming.interval, "leader writes", func() bool { return leader.written(t) >= lb+2*float64(len(s.keys)) })
+	testenv.Eventually(t, 4*shortTiming.interval, "leader writes", func() bool { return leader.written(t) >= lb+2*float64(len(s.keys)) })
 	if got := standby.written(t); got != before {
 		t.Errorf("%s wrote %g keys as a standby", standby.name, got-before)
 	}

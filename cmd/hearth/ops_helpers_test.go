@@ -111,7 +111,7 @@ func startDaemonPath(t *testing.T, path string, env ...string) *daemon {
 	addr := e2e.FreeAddr(t)
 	p := e2e.Start(t, []string{"run", "--config", path, "--listen", addr}, env...)
 	d := &daemon{Proc: p, URL: "http://" + addr, Config: path}
-	eventually(t, 30*time.Second, "hearth ready", func() bool {
+	testenv.Eventually(t, 30*time.Second, "hearth ready", func() bool {
 		if p.Exited() {
 			t.Fatalf("hearth exited before it was ready:\n%s", p.Output())
 		}
@@ -142,18 +142,6 @@ func call(t *testing.T, method, url, token string) (int, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
-}
-
-// eventually polls cond until it holds or fails the test after d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // metric sums a metric's series on the daemon's /metrics.

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"fmt"
+	"github.com/hearth-dev/hearth/internal/testenv"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -99,7 +100,7 @@ func TestReload(t *testing.T) {
 			t.Fatal(err)
 		}
 		swapLink(t, link, v2)
-		eventually(t, 20*time.Second, "reload applied and b written", func() bool {
+		testenv.Eventually(t, 20*time.Second, "reload applied and b written", func() bool {
 			return d.metric(t, "hearth_config_reloads_total", `result="ok"`) == 1 && rdb.Exists(t.Context(), id+"b").Val() == 1
 		})
 		if got := d.metric(t, "hearth_config_last_reload_success"); got != 1 {
@@ -115,7 +116,7 @@ func TestReload(t *testing.T) {
 		if err := syscall.Kill(d.Cmd.Process.Pid, syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, "invalid reload counted", func() bool {
+		testenv.Eventually(t, 20*time.Second, "invalid reload counted", func() bool {
 			return d.metric(t, "hearth_config_reloads_total", `result="invalid"`) == 1
 		})
 		if got := d.metric(t, "hearth_config_last_reload_success"); got != 0 {
@@ -126,7 +127,7 @@ func TestReload(t *testing.T) {
 		}
 		// b keeps being refreshed on the old config.
 		calls := up.count("/b")
-		eventually(t, 20*time.Second, "b refreshed after the rejection", func() bool { return up.count("/b") > calls })
+		testenv.Eventually(t, 20*time.Second, "b refreshed after the rejection", func() bool { return up.count("/b") > calls })
 		if d.Exited() {
 			t.Fatal("hearth exited on an invalid config")
 		}
@@ -140,7 +141,7 @@ func TestReload(t *testing.T) {
 		if err := syscall.Kill(d.Cmd.Process.Pid, syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, "second valid reload", func() bool {
+		testenv.Eventually(t, 20*time.Second, "second valid reload", func() bool {
 			return d.metric(t, "hearth_config_reloads_total", `result="ok"`) == 2
 		})
 		m := d.metric

@@ -160,7 +160,7 @@ keys:
 		} {
 			before := d.metric(t, "hearth_load_failures_total") + d.redisTrouble(t)
 			fault()
-			within(t, 10*time.Second, "the fault counted", func() bool {
+			testenv.Eventually(t, 10*time.Second, "the fault counted", func() bool {
 				return d.metric(t, "hearth_load_failures_total")+d.redisTrouble(t) > before
 			})
 		}

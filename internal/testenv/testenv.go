@@ -215,3 +215,16 @@ func waitFor(timeout, interval time.Duration, done <-chan struct{}, cond func() 
 		}
 	}
 }
+
+// Eventually polls cond every 20ms until it holds, or fails the test after d,
+// naming what it waited for.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
