@@ -16,6 +16,9 @@ type Config struct {
 	Sources []Source `mapstructure:"sources"`
 	Keys    []Key    `mapstructure:"keys"`
 
+	AccessLog AccessLog `mapstructure:"access_log"`
+	Prewarm   Prewarm   `mapstructure:"prewarm"`
+
 	// File is the path the config was read from (empty for an embedded one).
 	File string `mapstructure:"-"`
 }
@@ -140,5 +143,7 @@ func Default() Config {
 			MaxValueBytes:      1 << 20,
 			MaxMembers:         1_000_000,
 		},
+		AccessLog: defaultAccessLog(),
+		Prewarm:   defaultPrewarm(),
 	}
 }

@@ -74,6 +74,7 @@ func (cfg *Config) Validate() error {
 	cfg.validateRefresh(c)
 	types := cfg.validateSources(c)
 	cfg.validateKeys(c, types)
+	cfg.validatePrewarm(c, types)
 	if len(c.problems) > 0 {
 		return &Error{File: cfg.File, Problems: c.problems}
 	}
