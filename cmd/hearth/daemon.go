@@ -100,6 +100,11 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 		log.Error().Err(err).Msg("start-up load incomplete; the failed declarations are retried on schedule")
 	}
 	log.Info().Dur("took", time.Since(t0)).Msg("start-up load finished")
+	stopPrewarm, err := startPrewarm(ctx, cfg, w, sources, rdb, reg, log) // before ready; see prewarm.go
+	if err != nil {
+		return fail(exitFail, err)
+	}
+	defer stopPrewarm(context.WithoutCancel(runCtx))
 
 	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Logger: log})
 	if err != nil {
