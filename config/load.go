@@ -91,7 +91,10 @@ func expandHook(problems *[]Problem) mapstructure.DecodeHookFuncType {
 	}
 }
 
-var invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: (.*)`)
+var (
+	invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: (.*)`)
+	fieldErr    = regexp.MustCompile(`^'([^']*)' (.*)$`)
+)
 
 func decodeProblems(err error) []Problem {
 	var out []Problem
@@ -102,6 +105,14 @@ func decodeProblems(err error) []Problem {
 		}
 		if m := invalidKeys.FindStringSubmatch(line); m != nil {
 			out = append(out, Problem{Path: m[1], Msg: "unknown field(s): " + m[2]})
+			continue
+		}
+		if m := fieldErr.FindStringSubmatch(line); m != nil {
+			msg := strings.TrimPrefix(m[2], "time: ")
+			if msg == "invalid duration" {
+				msg = "invalid duration (write it like 500ms, 30s or 5m)"
+			}
+			out = append(out, Problem{Path: m[1], Msg: msg})
 			continue
 		}
 		out = append(out, Problem{Msg: line})

@@ -187,10 +187,13 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 			if err := sleepUntil(ctx, ro.Drain, w.now, planned); err != nil {
 				break
 			}
-			w.metrics.lag.WithLabelValues(name).Observe(max(0, w.now().Sub(planned)).Seconds())
 		}
 		if err := w.loads.Acquire(ctx, 1); err != nil {
 			break
+		}
+		if gap > 0 && i > 0 {
+			// Lag includes waiting for a load slot: a saturated origin shows here.
+			w.metrics.lag.WithLabelValues(name).Observe(max(0, w.now().Sub(planned)).Seconds())
 		}
 		g.Go(func() error {
 			defer w.loads.Release(1)

@@ -1,0 +1,19 @@
+# Hearth: a static binary on distroless, as a non-root user.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+ARG COMMIT=unknown
+RUN CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
+      -o /out/hearth ./cmd/hearth
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/hearth /hearth
+COPY config.yaml /etc/hearth/config.yaml
+USER nonroot:nonroot
+EXPOSE 9464
+ENTRYPOINT ["/hearth"]
+CMD ["run", "--config", "/etc/hearth/config.yaml", "--listen", "0.0.0.0:9464"]
