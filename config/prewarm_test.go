@@ -1,55 +1,11 @@
 package config_test
 
 import (
-	"bufio"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/hearth-dev/hearth/config"
 )
-
-// TestAccessLogInvalid pins the message of every invalid-accesslog-*.yaml case
-// (first line: "# want: <substring>").
-func TestAccessLogInvalid(t *testing.T) {
-	files, err := filepath.Glob("testdata/invalid-accesslog-*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no test files (%v)", err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			want := wantLine(t, f)
-			_, err := config.Load(f)
-			if err == nil {
-				t.Fatalf("Load(%s) succeeded, want an error containing %q", f, want)
-			}
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("Load(%s) error:\n%v\nwant it to contain %q", f, err, want)
-			}
-			if !strings.HasPrefix(err.Error(), f+": ") {
-				t.Errorf("error %q does not name the file", err)
-			}
-		})
-	}
-}
-
-func wantLine(t *testing.T, path string) string {
-	t.Helper()
-	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	sc := bufio.NewScanner(fh)
-	sc.Scan()
-	want, ok := strings.CutPrefix(sc.Text(), "# want: ")
-	if !ok || want == "" {
-		t.Fatalf("%s: first line must be '# want: <substring>'", path)
-	}
-	return want
-}
 
 func TestAccessLogDefaultsAndOverrides(t *testing.T) {
 	const keys = `
