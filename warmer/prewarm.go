@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 )
@@ -323,7 +324,11 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 	}
 	ev.Str("reason", rep.Reason).Str("result", result).Int("wanted", rep.Wanted).Int("written", rep.Written).
 		Int("negative", rep.Negative).Int("failed", rep.Failed).Int("skipped", rep.SkippedTotal()).
-		Float64("coverage", rep.Coverage).Dur("took", rep.Duration).Str("error", rep.Error).Msg("pre-warm finished")
+		Float64("coverage", rep.Coverage).Dur("took", rep.Duration).Func(func(e *zerolog.Event) {
+		if rep.Error != "" {
+			e.Str("error", rep.Error)
+		}
+	}).Msg("pre-warm finished")
 }
 
 // prewarmJobs groups the declared single keys and the matching access-log keys
