@@ -19,6 +19,13 @@ require (
 )
 
 require (
+	github.com/gorilla/mux v1.8.0 // indirect
+	github.com/rs/xid v1.6.0 // indirect
+	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
+)
+
+require (
+	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect

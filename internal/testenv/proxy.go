@@ -1,0 +1,168 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+)
+
+// Proxy is a fault-injecting TCP proxy in front of one upstream address, run
+// in process with Toxiproxy. Its methods must be called from the test's
+// goroutine.
+type Proxy struct {
+	// Addr is the listen address, 127.0.0.1:port; it stays the same after
+	// [Proxy.Cut] and [Proxy.Restore].
+	Addr string
+
+	mu       sync.Mutex
+	tp       *toxiproxy.Proxy
+	cut      bool
+	latency  bool
+	blackout bool
+}
+
+// Names of the toxics this package adds, one per direction.
+const (
+	latencyToxic = "hearth_latency"
+	timeoutToxic = "hearth_timeout"
+)
+
+var streams = []string{"upstream", "downstream"}
+
+// NewProxy starts a proxy on a free port of 127.0.0.1 forwarding to upstream
+// (host:port). It is closed at cleanup.
+func NewProxy(t testing.TB, upstream string) *Proxy {
+	t.Helper()
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			lastErr = err
+			break
+		}
+		listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		tp := toxiproxy.NewProxy(srv, "hearth-"+randomHex(4), listen, upstream)
+		if err := tp.Start(); err != nil {
+			lastErr = err
+			continue
+		}
+		p := &Proxy{Addr: listen, tp: tp}
+		t.Cleanup(tp.Stop)
+		return p
+	}
+	t.Fatalf("testenv: starting proxy to %s: %v", upstream, lastErr)
+	return nil
+}
+
+// quietCtx is a context whose zerolog logger discards Toxiproxy's logs.
+func quietCtx() context.Context {
+	return zerolog.Nop().WithContext(context.Background())
+}
+
+// addToxics adds a toxic named name_<stream> of type typ in both directions.
+func (p *Proxy) addToxics(name, typ, attrs string) error {
+	for _, st := range streams {
+		js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`,
+			name+"_"+st, typ, st, attrs)
+		if _, err := p.tp.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			return fmt.Errorf("add %s toxic: %w", typ, err)
+		}
+	}
+	return nil
+}
+
+func (p *Proxy) removeToxics(name string) error {
+	for _, st := range streams {
+		if err := p.tp.Toxics.RemoveToxic(quietCtx(), name+"_"+st); err != nil {
+			return fmt.Errorf("remove toxic %s_%s: %w", name, st, err)
+		}
+	}
+	return nil
+}
+
+// SetLatency delays the data in each direction by d (rounded up to whole
+// milliseconds), so a request-response round trip takes at least 2*d longer.
+// It applies to current and new connections; d <= 0 removes the latency.
+func (p *Proxy) SetLatency(t testing.TB, d time.Duration) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Toxics are replaced rather than updated: Toxiproxy's update writes the
+	// attributes that running connections read, which is a data race.
+	if p.latency {
+		if err := p.removeToxics(latencyToxic); err != nil {
+			t.Fatalf("testenv: proxy %s: %v", p.Addr, err)
+		}
+		p.latency = false
+	}
+	if d <= 0 {
+		return
+	}
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	if err := p.addToxics(latencyToxic, "latency", fmt.Sprintf(`{"latency":%d}`, ms)); err != nil {
+		t.Fatalf("testenv: proxy %s: %v", p.Addr, err)
+	}
+	p.latency = true
+}
+
+// Cut closes all current connections and stops listening, so that new
+// connections are refused, until [Proxy.Restore].
+func (p *Proxy) Cut(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tp.Stop()
+	p.cut = true
+}
+
+// Timeout turns the proxy into a black hole: connections are accepted (and
+// current ones kept open) but no data is delivered in either direction until
+// [Proxy.Restore], which closes the connections that were black-holed.
+func (p *Proxy) Timeout(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.startLocked(); err != nil {
+		t.Fatalf("testenv: proxy %s: %v", p.Addr, err)
+	}
+	if p.blackout {
+		return
+	}
+	if err := p.addToxics(timeoutToxic, "timeout", `{"timeout":0}`); err != nil {
+		t.Fatalf("testenv: proxy %s: %v", p.Addr, err)
+	}
+	p.blackout = true
+}
+
+// Restore removes all faults: latency, cut and black hole.
+func (p *Proxy) Restore(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tp.Toxics.ResetToxics(quietCtx())
+	p.latency, p.blackout = false, false
+	if err := p.startLocked(); err != nil {
+		t.Fatalf("testenv: proxy %s: %v", p.Addr, err)
+	}
+}
+
+// startLocked listens again after a cut, on the same address.
+func (p *Proxy) startLocked() error {
+	if !p.cut {
+		return nil
+	}
+	if err := p.tp.Start(); err != nil {
+		return fmt.Errorf("listen again on %s: %w", p.Addr, err)
+	}
+	p.cut = false
+	return nil
+}
