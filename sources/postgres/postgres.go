@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -86,8 +87,8 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		return nil, fmt.Errorf("query: %w", err)
 	}
 	defer rows.Close()
-	if n := len(rows.FieldDescriptions()); n != 2 {
-		return nil, fmt.Errorf("keys[%s].query: %w: must return 2 columns (member, value), got %d", spec.Name, warmer.ErrBadPayload, n)
+	if err := columns(rows, 2, "keys["+spec.Name+"].query", "(member, value)"); err != nil {
+		return nil, err
 	}
 	out := make([]warmer.Result, 0, len(members))
 	seen := make(map[string]bool, len(members))
@@ -150,8 +151,8 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Re
 		return nil, fmt.Errorf("query: %w", err)
 	}
 	defer rows.Close()
-	if n := len(rows.FieldDescriptions()); n != 1 {
-		return nil, fmt.Errorf("keys[%s].query: %w: must return 1 column (value), got %d", spec.Name, warmer.ErrBadPayload, n)
+	if err := columns(rows, 1, "keys["+spec.Name+"].query", "(value)"); err != nil {
+		return nil, err
 	}
 	var (
 		value []byte
@@ -185,8 +186,8 @@ func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, 
 		return nil, fmt.Errorf("members query: %w", err)
 	}
 	defer rows.Close()
-	if n := len(rows.FieldDescriptions()); n != 1 {
-		return nil, fmt.Errorf("keys[%s].members_query: %w: must return 1 column, got %d", spec.Name, warmer.ErrBadPayload, n)
+	if err := columns(rows, 1, "keys["+spec.Name+"].members_query", "(member)"); err != nil {
+		return nil, err
 	}
 	var out []string
 	for rows.Next() {
@@ -205,6 +206,19 @@ func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, 
 		return nil, fmt.Errorf("members query: %w", err)
 	}
 	return out, nil
+}
+
+// columns checks a result's shape. A query that failed at once (syntax, timeout)
+// has no columns yet: its own error is the one to report.
+func columns(rows pgx.Rows, want int, field, shape string) error {
+	if n := len(rows.FieldDescriptions()); n != want {
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("query: %w", err)
+		}
+		return fmt.Errorf("%s: %w: must return %d column(s) %s, got %d", field, warmer.ErrBadPayload, want, shape, n)
+	}
+	return nil
 }
 
 // Redact returns the DSN with its password replaced, for logs and errors.

@@ -1,0 +1,166 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func setup(t *testing.T) (*postgres.Source, *testenv.PostgresEnv) {
+	t.Helper()
+	pg := testenv.Postgres(t)
+	if _, err := pg.Pool.Exec(context.Background(), `
+		CREATE TABLE items (id text PRIMARY KEY, body bytea, note text);
+		INSERT INTO items VALUES ('1', '\x00ff0a'::bytea, 'one'), ('2', 'two', 'two'), ('3', NULL, 'three');`); err != nil {
+		t.Fatal(err)
+	}
+	src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 2, StatementTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	return src, pg
+}
+
+func spec(t *testing.T, key, query string) *warmer.Spec {
+	t.Helper()
+	tp, err := warmer.ParseTemplate(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &warmer.Spec{Name: "items", Template: tp, Query: query, MaxMembers: 100}
+}
+
+func TestLoadFamilyInOneQuery(t *testing.T) {
+	src, _ := setup(t)
+	s := spec(t, "item:{id}", "SELECT id, body FROM items WHERE id = ANY($1)")
+	rs, err := src.Load(context.Background(), s, []string{"1", "2", "3", "404", "1' OR '1'='1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]warmer.Result{}
+	for _, r := range rs {
+		by[r.Member] = r
+	}
+	if got, want := len(rs), 3; got != want {
+		t.Fatalf("results = %d (%v), want %d: absent members are simply not returned", got, rs, want)
+	}
+	if got, want := string(by["1"].Value), "\x00\xff\n"; got != want {
+		t.Errorf("bytea value = %q, want %q byte for byte", got, want)
+	}
+	if got, want := string(by["2"].Value), "two"; got != want {
+		t.Errorf("value = %q, want %q", got, want)
+	}
+	if !errors.Is(by["3"].Err, warmer.ErrNullValue) {
+		t.Errorf("NULL value: err = %v, want ErrNullValue", by["3"].Err)
+	}
+}
+
+func TestBadQueries(t *testing.T) {
+	src, _ := setup(t)
+	ctx := context.Background()
+	t.Run("wrong column count names the field", func(t *testing.T) {
+		_, err := src.Load(ctx, spec(t, "item:{id}", "SELECT id FROM items WHERE id = ANY($1)"), []string{"1"})
+		if !errors.Is(err, warmer.ErrBadPayload) || !strings.Contains(err.Error(), "keys[items].query") {
+			t.Errorf("err = %v, want ErrBadPayload naming keys[items].query", err)
+		}
+	})
+	t.Run("duplicate member is an error for that member only", func(t *testing.T) {
+		rs, err := src.Load(ctx, spec(t, "item:{id}", "SELECT id, note FROM items WHERE id = ANY($1) UNION ALL SELECT '2', 'again'"), []string{"1", "2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dup, ok int
+		for _, r := range rs {
+			switch {
+			case r.Member == "2" && errors.Is(r.Err, warmer.ErrDuplicate):
+				dup++
+			case r.Member == "1" && r.Err == nil:
+				ok++
+			}
+		}
+		if dup != 1 || ok != 1 || len(rs) != 2 {
+			t.Errorf("results %+v: want member 1 ok and member 2 one duplicate error", rs)
+		}
+	})
+	t.Run("statement timeout", func(t *testing.T) {
+		_, err := src.Load(ctx, spec(t, "slow", "SELECT pg_sleep(2)::text"), nil)
+		if err == nil || !strings.Contains(err.Error(), "statement timeout") {
+			t.Errorf("err = %v, want the statement timeout", err)
+		}
+	})
+	t.Run("syntax error", func(t *testing.T) {
+		if _, err := src.Load(ctx, spec(t, "x", "SELEC 1"), nil); err == nil {
+			t.Error("no error for invalid SQL")
+		}
+	})
+}
+
+func TestLoadSingle(t *testing.T) {
+	src, _ := setup(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		query   string
+		value   string
+		missing bool
+		err     error
+	}{
+		{"SELECT note FROM items WHERE id = '2'", "two", false, nil},
+		{"SELECT note FROM items WHERE id = 'nope'", "", true, nil},
+		{"SELECT note FROM items", "", false, warmer.ErrDuplicate},
+		{"SELECT body FROM items WHERE id = '3'", "", false, warmer.ErrNullValue},
+	} {
+		rs, err := src.Load(ctx, spec(t, "single", c.query), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		r := rs[0]
+		if string(r.Value) != c.value || r.Missing != c.missing || !errors.Is(r.Err, c.err) {
+			t.Errorf("%s: got %+v", c.query, r)
+		}
+	}
+}
+
+func TestListMembersIsBounded(t *testing.T) {
+	src, _ := setup(t)
+	s := spec(t, "item:{id}", "")
+	s.MembersQuery = "SELECT id FROM items ORDER BY id"
+	got, err := src.ListMembers(context.Background(), s)
+	if err != nil || strings.Join(got, ",") != "1,2,3" {
+		t.Fatalf("ListMembers = %v, %v", got, err)
+	}
+	s.MaxMembers = 2
+	if _, err := src.ListMembers(context.Background(), s); !errors.Is(err, warmer.ErrTooMany) {
+		t.Errorf("err = %v, want ErrTooMany past max_members", err)
+	}
+}
+
+func TestPasswordNeverInErrors(t *testing.T) {
+	dsn := "postgres://app:Sup3rS3cret@127.0.0.1:1/test?connect_timeout=1"
+	if got := postgres.Redact(dsn); strings.Contains(got, "Sup3rS3cret") || !strings.Contains(got, "app@127.0.0.1:1/test") {
+		t.Errorf("Redact = %q", got)
+	}
+	src, err := postgres.New(postgres.Config{Name: "db", DSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	err = src.Ping(context.Background())
+	if err == nil {
+		t.Fatal("ping of a closed port succeeded")
+	}
+	if strings.Contains(err.Error(), "Sup3rS3cret") {
+		t.Errorf("error leaks the password: %v", err)
+	}
+	if _, err := postgres.New(postgres.Config{Name: "db", DSN: "postgres://app:Sup3rS3cret@host:notaport/db"}); err == nil || strings.Contains(err.Error(), "Sup3rS3cret") {
+		t.Errorf("bad DSN error = %v", err)
+	}
+}
