@@ -10,54 +10,182 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Table is the access-log table, resolved through the connection's search_path.
-const Table = "hearth_access_log"
+// Tables Hearth reads and writes, resolved through the connection's search_path.
+const (
+	// Table is the access log: reads per key per time bucket.
+	Table = "hearth_access_log"
+	// RankTable is the stored ranking, RankInfoTable its one row of metadata.
+	RankTable     = "hearth_access_rank"
+	RankInfoTable = "hearth_access_rank_info"
+)
 
-// Log reads and writes the access-log table.
+// Where a list of top keys came from.
+const (
+	// RankingStored: the ranking Rank stored, fresh enough to use.
+	RankingStored = "stored"
+	// RankingLive: the access log, aggregated and sorted on the spot.
+	RankingLive = "live"
+)
+
+// Log reads and writes the access-log tables.
 type Log struct {
-	pool *pgxpool.Pool
+	pool       *pgxpool.Pool
+	rankMaxAge time.Duration
+	last       atomic.Value // string: RankingStored or RankingLive
 }
 
-// New returns the access log held in the database pool connects to.
+// New returns the access log held in the database pool connects to. It ranks
+// live until UseRanking is called.
 func New(pool *pgxpool.Pool) *Log { return &Log{pool: pool} }
 
-// topQuery ranks keys by their reads since $1 ($2 keys at most). The window is
-// a range of the primary key (bucket, key); ties are broken by key so that the
-// same log always yields the same list.
-const topQuery = `SELECT key FROM ` + Table + `
-WHERE bucket >= $1
+// UseRanking makes EachTopKey read the ranking stored by Rank when it is at
+// most maxAge old (by the database clock), covers the same window and holds
+// enough keys; otherwise it ranks live. Zero always ranks live.
+func (l *Log) UseRanking(maxAge time.Duration) *Log {
+	l.rankMaxAge = maxAge
+	return l
+}
+
+// LastRanking tells where the last EachTopKey got its keys: RankingStored or
+// RankingLive ("" before the first call).
+func (l *Log) LastRanking() string {
+	s, _ := l.last.Load().(string)
+	return s
+}
+
+// topQuery ranks keys by their reads over the last $1 milliseconds ($2 keys at
+// most), by the database clock. The window is a range of the primary key
+// (bucket, key). The sum is sorted as a bigint (a sum of bigint is numeric, far
+// slower to sort), and ties are broken by key, byte by byte (cheaper than the
+// locale), so that the same log yields the same list.
+const topQuery = `SELECT key, sum(hits)::bigint AS h FROM ` + Table + `
+WHERE bucket >= now() - make_interval(secs => $1::float8 / 1000)
 GROUP BY key
-ORDER BY sum(hits) DESC, key
+ORDER BY h DESC, key COLLATE "C"
 LIMIT $2`
 
-// TopKeys returns at most n keys read in buckets starting at or after since,
-// the most read first.
-func (l *Log) TopKeys(ctx context.Context, since time.Time, n int) ([]string, error) {
+// storedQuery reads the stored ranking: one index scan, streaming at once.
+const storedQuery = `SELECT key FROM ` + RankTable + ` ORDER BY rank LIMIT $1`
+
+// freshQuery tells whether the stored ranking can stand in for a live one: it
+// covers the same window, holds n keys (or every key there was), and is at
+// most $3 milliseconds old.
+const freshQuery = `SELECT true FROM ` + RankInfoTable + `
+WHERE window_ms = $1 AND (top_n >= $2 OR keys < top_n)
+AND computed_at >= now() - make_interval(secs => $3::float8 / 1000)`
+
+// rankWorkMem is the work_mem the ranking runs with: enough to aggregate and
+// sort a few hundred thousand keys in memory rather than on disk. It is set for
+// the ranking's own transaction only.
+const rankWorkMem = "64MB"
+
+// EachTopKey calls fn with at most n keys read over the last window, the most
+// read first, as the rows arrive: from the stored ranking when it is fresh (see
+// UseRanking), else ranked live.
+func (l *Log) EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error {
 	if n <= 0 {
-		return nil, nil
+		return nil
 	}
-	rows, err := l.pool.Query(ctx, topQuery, since, n)
+	query, args, source := topQuery, []any{window.Milliseconds(), n}, RankingLive
+	if l.rankMaxAge > 0 {
+		var fresh bool
+		err := l.pool.QueryRow(ctx, freshQuery, window.Milliseconds(), n, l.rankMaxAge.Milliseconds()).Scan(&fresh)
+		if err == nil && fresh {
+			query, args, source = storedQuery, []any{n}, RankingStored
+		}
+		// No row, or no table yet (an older schema): rank live.
+	}
+	l.last.Store(source)
+	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, fmt.Errorf("read top %d keys of %s: %w", n, Table, err)
+		return fmt.Errorf("read top %d keys of %s: %w", n, Table, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if source == RankingLive {
+		if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '"+rankWorkMem+"'"); err != nil {
+			return fmt.Errorf("read top %d keys of %s: %w", n, Table, err)
+		}
+	}
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("read top %d keys of %s: %w", n, Table, err)
 	}
 	defer rows.Close()
-	out := make([]string, 0, min(n, 1<<16))
+	var (
+		k    string
+		h    int64
+		dest = []any{&k}
+	)
+	if source == RankingLive {
+		dest = append(dest, &h)
+	}
 	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, fmt.Errorf("read top keys of %s: %w", Table, err)
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("read top keys of %s: %w", Table, err)
 		}
-		out = append(out, k)
+		fn(k)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read top keys of %s: %w", Table, err)
+		return fmt.Errorf("read top keys of %s: %w", Table, err)
 	}
-	return out, nil
+	return nil
+}
+
+// TopKeys returns at most n keys read over the last window, the most read first.
+func (l *Log) TopKeys(ctx context.Context, window time.Duration, n int) ([]string, error) {
+	var out []string
+	err := l.EachTopKey(ctx, window, n, func(k string) { out = append(out, k) })
+	return out, err
+}
+
+// rankSQL replaces the stored ranking with the live one, in one transaction:
+// readers see the old ranking until it commits.
+const rankSQL = `INSERT INTO ` + RankTable + ` (rank, key, hits)
+SELECT row_number() OVER (ORDER BY h DESC, key COLLATE "C"), key, h FROM (` + topQuery + `) t`
+
+const rankInfoSQL = `INSERT INTO ` + RankInfoTable + ` (singleton, computed_at, window_ms, top_n, keys)
+VALUES (true, now(), $1, $2, $3)
+ON CONFLICT (singleton) DO UPDATE SET computed_at = EXCLUDED.computed_at,
+	window_ms = EXCLUDED.window_ms, top_n = EXCLUDED.top_n, keys = EXCLUDED.keys`
+
+// Rank computes the top n keys over the last window and stores them, so that a
+// pre-warm can read them at once. It returns how many keys it stored. Two Rank
+// calls at once run one after the other.
+func (l *Log) Rank(ctx context.Context, window time.Duration, n int) (int, error) {
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("rank %s: %w", Table, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, q := range []string{
+		"SET LOCAL work_mem = '" + rankWorkMem + "'",
+		// Writers wait for each other; readers (plain SELECT) never wait.
+		"LOCK TABLE " + RankTable + " IN EXCLUSIVE MODE",
+		"DELETE FROM " + RankTable,
+	} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return 0, fmt.Errorf("rank %s: %w", Table, err)
+		}
+	}
+	tag, err := tx.Exec(ctx, rankSQL, window.Milliseconds(), n)
+	if err != nil {
+		return 0, fmt.Errorf("rank %s: %w", Table, err)
+	}
+	keys := int(tag.RowsAffected())
+	if _, err := tx.Exec(ctx, rankInfoSQL, window.Milliseconds(), n, keys); err != nil {
+		return 0, fmt.Errorf("rank %s: %w", Table, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("rank %s: commit: %w", Table, err)
+	}
+	return keys, nil
 }
 
 // RecordSQL is the statement an application batches its reads into: $1 is the

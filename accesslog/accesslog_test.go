@@ -110,7 +110,7 @@ func TestTopKeys(t *testing.T) {
 	record(0, map[string]int64{"c": 20})
 
 	t.Run("window and order", func(t *testing.T) {
-		got, err := log.TopKeys(ctx, now.Add(-time.Hour), 10)
+		got, err := log.TopKeys(ctx, time.Hour, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +120,7 @@ func TestTopKeys(t *testing.T) {
 		}
 	})
 	t.Run("limit", func(t *testing.T) {
-		got, err := log.TopKeys(ctx, now.Add(-time.Hour), 2)
+		got, err := log.TopKeys(ctx, time.Hour, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func TestTopKeys(t *testing.T) {
 		}
 	})
 	t.Run("wider window", func(t *testing.T) {
-		got, err := log.TopKeys(ctx, now.Add(-3*time.Hour), 1)
+		got, err := log.TopKeys(ctx, 3*time.Hour, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,12 +145,80 @@ func TestTopKeys(t *testing.T) {
 		if got, want := n, int64(2); got != want {
 			t.Errorf("pruned %d rows, want %d", got, want)
 		}
-		got, err := log.TopKeys(ctx, now.Add(-3*time.Hour), 1)
+		got, err := log.TopKeys(ctx, 3*time.Hour, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want := []string{"c"}; !slices.Equal(got, want) {
 			t.Errorf("TopKeys after prune = %q, want %q", got, want)
+		}
+	})
+}
+
+// TestStoredRanking: a pre-warm reads the ranking Rank stored while it is
+// fresh, for the same window and enough keys, and ranks live otherwise.
+func TestStoredRanking(t *testing.T) {
+	pg := testenv.Postgres(t)
+	migrate(t, pg.Pool)
+	ctx := ctxT(t)
+	log := accesslog.New(pg.Pool).UseRanking(time.Minute)
+	if err := log.Record(ctx, time.Now(), time.Minute, map[string]int64{"a": 3, "b": 2, "c": 1}); err != nil {
+		t.Fatal(err)
+	}
+	top := func(window time.Duration, n int) ([]string, string) {
+		t.Helper()
+		keys, err := log.TopKeys(ctx, window, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys, log.LastRanking()
+	}
+	if keys, src := top(time.Hour, 10); src != accesslog.RankingLive || !slices.Equal(keys, []string{"a", "b", "c"}) {
+		t.Fatalf("before any ranking: %q from %s, want a, b, c ranked live", keys, src)
+	}
+	n, err := log.Rank(ctx, time.Hour, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("Rank stored %d keys, want 2", n)
+	}
+	// c becomes the hottest; the stored ranking does not know yet.
+	if err := log.Record(ctx, time.Now(), time.Minute, map[string]int64{"c": 100}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		window time.Duration
+		n      int
+		keys   []string
+		src    string
+	}{
+		{"fresh", time.Hour, 2, []string{"a", "b"}, accesslog.RankingStored},
+		{"fewer keys", time.Hour, 1, []string{"a"}, accesslog.RankingStored},
+		{"more keys than stored", time.Hour, 3, []string{"c", "a", "b"}, accesslog.RankingLive},
+		{"another window", 2 * time.Hour, 2, []string{"c", "a"}, accesslog.RankingLive},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if keys, src := top(c.window, c.n); src != c.src || !slices.Equal(keys, c.keys) {
+				t.Errorf("TopKeys(%s, %d) = %q from %s, want %q from %s", c.window, c.n, keys, src, c.keys, c.src)
+			}
+		})
+	}
+	t.Run("stale", func(t *testing.T) {
+		if _, err := pg.Pool.Exec(ctx, `UPDATE hearth_access_rank_info SET computed_at = now() - interval '2 minutes'`); err != nil {
+			t.Fatal(err)
+		}
+		if keys, src := top(time.Hour, 2); src != accesslog.RankingLive || !slices.Equal(keys, []string{"c", "a"}) {
+			t.Errorf("stale ranking: %q from %s, want c, a ranked live", keys, src)
+		}
+	})
+	t.Run("rank again", func(t *testing.T) {
+		if _, err := log.Rank(ctx, time.Hour, 2); err != nil {
+			t.Fatal(err)
+		}
+		if keys, src := top(time.Hour, 2); src != accesslog.RankingStored || !slices.Equal(keys, []string{"c", "a"}) {
+			t.Errorf("after a new ranking: %q from %s, want c, a stored", keys, src)
 		}
 	})
 }

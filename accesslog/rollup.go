@@ -40,13 +40,17 @@ type RollerOptions struct {
 	Namespace string
 	// Bucket is the bucket width applications count reads in (default 1m).
 	Bucket time.Duration
-	// Interval is how often Open's loop rolls up (default 15s).
+	// Interval is how often Open's loop rolls up; 0 never (RollupOnce still works).
 	Interval time.Duration
 	// Lookback is how far back closed buckets are looked for (default 1h);
 	// the pre-warm window is the natural value, as older reads do not rank.
 	Lookback time.Duration
 	// Retention deletes table rows older than this at each roll-up; 0 keeps them.
 	Retention time.Duration
+	// RankInterval is how often Open's loop stores the ranking of the top
+	// RankTopN keys over the last Lookback (see Log.Rank); 0 never.
+	RankInterval time.Duration
+	RankTopN     int
 	// Gate, when set, must return true for a roll-up to run: only the leader
 	// rolls up.
 	Gate       func() bool
@@ -82,9 +86,6 @@ func NewRoller(opts RollerOptions) (*Roller, error) {
 	}
 	if opts.Bucket < time.Second {
 		opts.Bucket = time.Minute
-	}
-	if opts.Interval <= 0 {
-		opts.Interval = 15 * time.Second
 	}
 	if opts.Lookback <= 0 {
 		opts.Lookback = time.Hour
@@ -282,18 +283,40 @@ func loggable(s string) bool {
 	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
-// Open starts rolling up every Interval until Close or ctx ends. Errors are
-// logged and counted; the loop keeps going.
+// RankOnce stores the ranking of the top RankTopN keys over the last Lookback
+// (see Log.Rank) and returns how many keys it holds.
+func (r *Roller) RankOnce(ctx context.Context) (int, error) {
+	n, err := r.opts.Log.Rank(ctx, r.opts.Lookback, r.opts.RankTopN)
+	result := "ok"
+	if err != nil {
+		result = "error"
+	} else {
+		r.metrics.ranked.Set(float64(n))
+	}
+	r.metrics.rankings.WithLabelValues(result).Inc()
+	return n, err
+}
+
+// Open rolls up every Interval and stores the ranking every RankInterval, until
+// Close or ctx ends. Errors are logged and counted; the loop keeps going.
 func (r *Roller) Open(ctx context.Context) error {
 	if r.cancel != nil {
 		return errors.New("access-log roller: already open")
 	}
+	tick := r.opts.Interval
+	if ri := r.opts.RankInterval; ri > 0 && (tick <= 0 || ri < tick) {
+		tick = ri
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	r.cancel = cancel
 	r.g = &errgroup.Group{}
+	if tick <= 0 {
+		return nil
+	}
 	r.g.Go(func() error {
-		t := time.NewTicker(r.opts.Interval)
+		t := time.NewTicker(tick)
 		defer t.Stop()
+		var lastRollup, lastRank time.Time
 		for {
 			select {
 			case <-ctx.Done():
@@ -303,12 +326,29 @@ func (r *Roller) Open(ctx context.Context) error {
 			if r.opts.Gate != nil && !r.opts.Gate() {
 				continue
 			}
-			res, err := r.RollupOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				r.log.Warn().Err(err).Int("buckets", res.Buckets).Msg("access-log roll-up incomplete; retried next run")
-			} else if res.Buckets > 0 || res.Pruned > 0 {
-				r.log.Info().Int("buckets", res.Buckets).Int("rows", res.Rows).Int("skipped", res.Skipped).
-					Int64("pruned", res.Pruned).Msg("access log rolled up")
+			// Due a little early, so that a tick's jitter never skips a turn.
+			due := func(last time.Time, every time.Duration) bool {
+				return every > 0 && time.Since(last) >= every-tick/2
+			}
+			if due(lastRollup, r.opts.Interval) {
+				lastRollup = time.Now()
+				res, err := r.RollupOnce(ctx)
+				if err != nil && ctx.Err() == nil {
+					r.log.Warn().Err(err).Int("buckets", res.Buckets).Msg("access-log roll-up incomplete; retried next run")
+				} else if res.Buckets > 0 || res.Pruned > 0 {
+					r.log.Info().Int("buckets", res.Buckets).Int("rows", res.Rows).Int("skipped", res.Skipped).
+						Int64("pruned", res.Pruned).Msg("access log rolled up")
+				}
+			}
+			if due(lastRank, r.opts.RankInterval) && r.opts.RankTopN > 0 {
+				lastRank = time.Now()
+				t0 := time.Now()
+				n, err := r.RankOnce(ctx)
+				if err != nil && ctx.Err() == nil {
+					r.log.Warn().Err(err).Msg("access-log ranking failed; pre-warms rank live until it works")
+				} else if err == nil {
+					r.log.Debug().Int("keys", n).Dur("took", time.Since(t0)).Msg("access-log ranking stored")
+				}
 			}
 		}
 	})
@@ -332,10 +372,12 @@ func (r *Roller) Close(ctx context.Context) error {
 }
 
 type rollerMetrics struct {
-	runs    *prometheus.CounterVec
-	rows    prometheus.Counter
-	skipped prometheus.Counter
-	pruned  prometheus.Counter
+	runs     *prometheus.CounterVec
+	rows     prometheus.Counter
+	skipped  prometheus.Counter
+	pruned   prometheus.Counter
+	rankings *prometheus.CounterVec
+	ranked   prometheus.Gauge
 }
 
 func newRollerMetrics(reg prometheus.Registerer) *rollerMetrics {
@@ -356,7 +398,15 @@ func newRollerMetrics(reg prometheus.Registerer) *rollerMetrics {
 			Name: "hearth_access_log_pruned_rows_total",
 			Help: "Access-log rows deleted because they were older than access_log.retention.",
 		}),
+		rankings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_access_log_rankings_total",
+			Help: "Rankings of the top keys stored for pre-warms, by result (ok, error).",
+		}, []string{"result"}),
+		ranked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hearth_access_log_ranked_keys",
+			Help: "Keys in the last stored ranking.",
+		}),
 	}
-	reg.MustRegister(m.runs, m.rows, m.skipped, m.pruned)
+	reg.MustRegister(m.runs, m.rows, m.skipped, m.pruned, m.rankings, m.ranked)
 	return m
 }

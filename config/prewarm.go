@@ -20,7 +20,15 @@ type AccessLog struct {
 	RollupInterval time.Duration `mapstructure:"rollup_interval"`
 	// Retention is how long rows are kept in the table; 0 keeps them forever.
 	Retention time.Duration `mapstructure:"retention"`
+	// RankInterval is how often the leader stores the ranking of the top
+	// prewarm.top_n keys over prewarm.window, which pre-warms then read at once
+	// instead of ranking the whole window themselves; a ranking older than
+	// three intervals is not used. 0 disables it: every pre-warm ranks live.
+	RankInterval time.Duration `mapstructure:"rank_interval"`
 }
+
+// RankMaxAge is how old a stored ranking may be and still stand in for a live one.
+func (a AccessLog) RankMaxAge() time.Duration { return 3 * a.RankInterval }
 
 // Prewarm bounds the pre-warm: what it loads (declared single keys plus the
 // top-N keys of the access log over a window) and how hard it may press the
@@ -47,6 +55,7 @@ func defaultAccessLog() AccessLog {
 		Bucket:         time.Minute,
 		RollupInterval: 15 * time.Second,
 		Retention:      48 * time.Hour,
+		RankInterval:   time.Minute,
 	}
 }
 
@@ -89,6 +98,9 @@ func (cfg *Config) validatePrewarm(c *checker, sourceTypes map[string]string) {
 	}
 	if a.RollupInterval < 0 {
 		c.add("access_log.rollup_interval", "must be >= 0, 0 disables the roll-up (got %s)", a.RollupInterval)
+	}
+	if a.RankInterval < 0 || (a.RankInterval > 0 && a.RankInterval < time.Second) {
+		c.add("access_log.rank_interval", "must be 0 (rank live) or at least 1s (got %s)", a.RankInterval)
 	}
 	if a.Retention < 0 {
 		c.add("access_log.retention", "must be >= 0, 0 keeps every row (got %s)", a.Retention)

@@ -44,6 +44,7 @@ access_log:
   bucket: 10s
   rollup_interval: 5s
   retention: 0s
+  rank_interval: 0s
 prewarm:
   enabled: false
   window: 30m

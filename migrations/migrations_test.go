@@ -44,8 +44,10 @@ func TestUpDownUp(t *testing.T) {
 		if got, want := len(res), len(p.ListSources()); got != want || want == 0 {
 			t.Fatalf("applied %d migrations, want %d (> 0)", got, want)
 		}
-		if !exists("hearth_access_log") {
-			t.Fatal("hearth_access_log missing after up")
+		for _, table := range []string{"hearth_access_log", "hearth_access_rank", "hearth_access_rank_info"} {
+			if !exists(table) {
+				t.Errorf("%s missing after up", table)
+			}
 		}
 		if !exists(migrations.VersionTable) {
 			t.Fatalf("version table %s missing", migrations.VersionTable)
@@ -72,26 +74,39 @@ func TestUpDownUp(t *testing.T) {
 			t.Errorf("second up applied %d migrations, want 0", got)
 		}
 	})
-	t.Run("down", func(t *testing.T) {
+	t.Run("down one", func(t *testing.T) {
 		if _, err := p.Down(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if exists("hearth_access_rank") || exists("hearth_access_rank_info") {
+			t.Error("the ranking tables are still there after down")
+		}
+		if !exists("hearth_access_log") {
+			t.Error("down rolled back more than the last migration")
+		}
+	})
+	t.Run("down to zero", func(t *testing.T) {
+		if _, err := p.DownTo(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
 		if exists("hearth_access_log") {
-			t.Fatal("hearth_access_log still there after down")
+			t.Fatal("hearth_access_log still there after down to 0")
 		}
 	})
 	t.Run("up after down", func(t *testing.T) {
 		if _, err := p.Up(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if !exists("hearth_access_log") {
-			t.Fatal("hearth_access_log missing after up, down, up")
+		for _, table := range []string{"hearth_access_log", "hearth_access_rank", "hearth_access_rank_info"} {
+			if !exists(table) {
+				t.Errorf("%s missing after up, down, up", table)
+			}
 		}
 		v, err := p.GetDBVersion(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := v, int64(1); got != want {
+		if got, want := v, int64(len(p.ListSources())); got != want {
 			t.Errorf("version = %d, want %d", got, want)
 		}
 	})

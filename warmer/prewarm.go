@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -20,8 +19,10 @@ import (
 
 // AccessLog ranks cache keys by how often the application read them.
 type AccessLog interface {
-	// TopKeys returns at most n keys read since the given time, most read first.
-	TopKeys(ctx context.Context, since time.Time, n int) ([]string, error)
+	// EachTopKey calls fn with at most n keys read over the last window, most
+	// read first, as they arrive. fn never blocks on loads: the pre-warm starts
+	// loading the hottest keys while the rest are still being read.
+	EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error
 }
 
 // PrewarmOptions shapes one pre-warm.
@@ -106,6 +107,8 @@ type PrewarmProgress struct {
 	Negative int `json:"negative"`
 	Failed   int `json:"failed"`
 	Skipped  int `json:"skipped"`
+	// Reading is true while the access log is still being read (Wanted grows).
+	Reading bool `json:"reading_access_log"`
 }
 
 // PrewarmStatus is what the warmer knows of pre-warms: the one running, if
@@ -147,7 +150,6 @@ func (w *Warmer) PrewarmStatus() PrewarmStatus {
 type prewarmJob struct {
 	spec    *Spec
 	members []string
-	rank    int // rank of the batch's hottest key; -1 for declared single keys
 }
 
 // Prewarm loads every declared single key plus the top-N keys of the access log
@@ -193,82 +195,78 @@ func (w *Warmer) StartPrewarm(ctx context.Context, po PrewarmOptions) (<-chan Pr
 	return done, nil
 }
 
+// prewarmRun is one pre-warm in progress. The access-log reader queues a batch
+// as soon as a declaration has a batch's worth of keys; the dispatcher starts
+// queued batches within the concurrency and rate bounds. The reader never waits
+// for loads, so the two cannot starve each other of database connections.
+type prewarmRun struct {
+	w  *Warmer
+	po PrewarmOptions
+
+	mu       sync.Mutex // guards everything below
+	rep      PrewarmReport
+	prog     PrewarmProgress
+	firstErr error
+	queue    []prewarmJob
+	closed   bool
+	wake     chan struct{} // a batch was queued, or the queue closed
+	pending  map[string]*pendingBatch
+	order    []string // declarations in order of their hottest key
+}
+
+type pendingBatch struct {
+	spec    *Spec
+	members []string
+	seen    map[string]struct{}
+}
+
 func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport, error) {
 	start := time.Now()
-	rep := PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}}
-	w.setProgress(PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now()})
+	r := &prewarmRun{
+		w: w, po: po,
+		rep:     PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}},
+		prog:    PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now(), Reading: true},
+		wake:    make(chan struct{}, 1),
+		pending: map[string]*pendingBatch{},
+	}
+	w.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window", po.Window).
+		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Msg("pre-warm started")
+	// Declared single keys first: they load while the access log is read.
+	for _, name := range w.order {
+		if s := w.specs[name]; !s.Template.IsFamily() {
+			r.push(prewarmJob{spec: s, members: []string{""}})
+		}
+	}
+	r.progress()
+
+	dispatched := make(chan struct{})
+	var loads errgroup.Group
+	go func() {
+		defer close(dispatched)
+		r.dispatch(ctx, &loads)
+	}()
 
 	var logErr error
-	var keys []string
+	t0 := time.Now()
 	if po.AccessLog != nil && po.TopN > 0 {
-		var err error
-		keys, err = po.AccessLog.TopKeys(ctx, w.now().Add(-po.Window), po.TopN)
+		err := po.AccessLog.EachTopKey(ctx, po.Window, po.TopN, r.add)
 		if err != nil {
 			logErr = fmt.Errorf("pre-warm: %w", err)
 			w.pw.metrics.accessLogErrors.Inc()
-			w.log.Error().Err(err).Msg("pre-warm: access log unreadable; loading the declared single keys only")
+			w.log.Error().Err(err).Msg("pre-warm: access log unreadable; loading the declared single keys and the keys read so far")
 		}
 	}
-	rep.Candidates = len(keys)
-	jobs := w.prewarmJobs(keys, &rep)
-	for _, j := range jobs {
-		rep.Wanted += len(j.members)
-	}
+	reading := time.Since(t0)
+	r.finishReading()
+	<-dispatched
+	_ = loads.Wait()
+
+	r.mu.Lock()
+	rep, firstErr := r.rep, r.firstErr
+	r.mu.Unlock()
 	for reason, n := range rep.Skipped {
 		w.pw.metrics.keys.WithLabelValues("skipped_" + reason).Add(float64(n))
 	}
-	w.log.Info().Str("reason", po.Reason).Int("candidates", rep.Candidates).Int("wanted", rep.Wanted).
-		Int("skipped", rep.SkippedTotal()).Int("batches", len(jobs)).Msg("pre-warm started")
-
-	var progressMu sync.Mutex
-	prog := PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now(), Wanted: rep.Wanted, Skipped: rep.SkippedTotal()}
-	w.setProgress(prog)
-	if po.Progress != nil {
-		po.Progress(prog)
-	}
-
-	concurrency := po.Concurrency
-	if concurrency <= 0 {
-		concurrency = 4
-	}
-	limit := rate.Inf
-	if po.Rate > 0 {
-		limit = rate.Limit(po.Rate)
-	}
-	limiter := rate.NewLimiter(limit, 1)
-	var (
-		g        errgroup.Group
-		firstErr error
-	)
-	g.SetLimit(concurrency)
-	for _, j := range jobs {
-		if err := limiter.Wait(ctx); err != nil {
-			break
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		g.Go(func() error {
-			o, err := w.RefreshMembers(ctx, j.spec.Name, j.members)
-			progressMu.Lock()
-			defer progressMu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-			rep.Written += o.Written
-			rep.Negative += o.Negative
-			prog.Written, prog.Negative = rep.Written, rep.Negative
-			prog.Failed += len(j.members) - o.Written - o.Negative
-			prog.Done = prog.Written + prog.Negative + prog.Failed
-			w.setProgress(prog)
-			if po.Progress != nil {
-				po.Progress(prog)
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
-
 	rep.Failed = rep.Wanted - rep.Written - rep.Negative
 	rep.Coverage = 1
 	if rep.Wanted > 0 {
@@ -288,8 +286,149 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	case firstErr != nil:
 		rep.Error = firstErr.Error()
 	}
+	w.log.Debug().Dur("took", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
 	w.finishPrewarm(rep, err)
 	return rep, err
+}
+
+// add takes one access-log key, in rank order: skipped and counted, or added
+// to its declaration's batch, which is queued once full.
+func (r *prewarmRun) add(key string) {
+	spec, member, reason := r.w.classify(key)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.Candidates++
+	if reason != "" {
+		r.rep.Skipped[reason]++
+		r.prog.Skipped++
+		r.w.log.Debug().Str("reason", reason).Str("key", quoteKey(key)).Msg("pre-warm: access-log key skipped")
+		return
+	}
+	if !spec.Template.IsFamily() {
+		return // declared single keys are always loaded
+	}
+	b := r.pending[spec.Name]
+	if b == nil {
+		b = &pendingBatch{spec: spec, seen: map[string]struct{}{}}
+		r.pending[spec.Name] = b
+		r.order = append(r.order, spec.Name)
+	}
+	if _, dup := b.seen[member]; dup {
+		return
+	}
+	b.seen[member] = struct{}{}
+	b.members = append(b.members, member)
+	if size := spec.BatchSize; size > 0 && len(b.members) >= size {
+		r.pushLocked(prewarmJob{spec: spec, members: b.members})
+		b.members = nil
+	}
+}
+
+// finishReading queues the partial batches and closes the queue.
+func (r *prewarmRun) finishReading() {
+	r.mu.Lock()
+	for _, name := range r.order {
+		if b := r.pending[name]; len(b.members) > 0 {
+			r.pushLocked(prewarmJob{spec: b.spec, members: b.members})
+			b.members = nil
+		}
+	}
+	r.closed = true
+	r.prog.Reading = false
+	r.mu.Unlock()
+	r.signal()
+	r.progress()
+}
+
+func (r *prewarmRun) push(j prewarmJob) {
+	r.mu.Lock()
+	r.pushLocked(j)
+	r.mu.Unlock()
+}
+
+func (r *prewarmRun) pushLocked(j prewarmJob) {
+	r.queue = append(r.queue, j)
+	r.rep.Wanted += len(j.members)
+	r.prog.Wanted = r.rep.Wanted
+	r.signal()
+}
+
+func (r *prewarmRun) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next returns the next queued batch, waiting for one; false once the queue is
+// closed and empty, or ctx ended.
+func (r *prewarmRun) next(ctx context.Context) (prewarmJob, bool) {
+	for {
+		r.mu.Lock()
+		if len(r.queue) > 0 {
+			j := r.queue[0]
+			r.queue[0] = prewarmJob{}
+			r.queue = r.queue[1:]
+			r.mu.Unlock()
+			return j, true
+		}
+		closed := r.closed
+		r.mu.Unlock()
+		if closed {
+			return prewarmJob{}, false
+		}
+		select {
+		case <-r.wake:
+		case <-ctx.Done():
+			return prewarmJob{}, false
+		}
+	}
+}
+
+// dispatch starts the queued batches, hottest first, at most Concurrency in
+// flight and at most Rate started per second.
+func (r *prewarmRun) dispatch(ctx context.Context, loads *errgroup.Group) {
+	concurrency := r.po.Concurrency
+	if concurrency <= 0 {
+		concurrency = 4
+	}
+	limit := rate.Inf
+	if r.po.Rate > 0 {
+		limit = rate.Limit(r.po.Rate)
+	}
+	limiter := rate.NewLimiter(limit, 1)
+	loads.SetLimit(concurrency)
+	for {
+		j, ok := r.next(ctx)
+		if !ok || limiter.Wait(ctx) != nil {
+			return
+		}
+		loads.Go(func() error {
+			o, err := r.w.RefreshMembers(ctx, j.spec.Name, j.members)
+			r.mu.Lock()
+			if err != nil && r.firstErr == nil {
+				r.firstErr = err
+			}
+			r.rep.Written += o.Written
+			r.rep.Negative += o.Negative
+			r.prog.Written, r.prog.Negative = r.rep.Written, r.rep.Negative
+			r.prog.Failed += len(j.members) - o.Written - o.Negative
+			r.prog.Done = r.prog.Written + r.prog.Negative + r.prog.Failed
+			r.mu.Unlock()
+			r.progress()
+			return nil
+		})
+	}
+}
+
+// progress publishes the current progress; the callback is never called concurrently.
+func (r *prewarmRun) progress() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.w.setProgress(r.prog)
+	if r.po.Progress != nil {
+		r.po.Progress(r.prog)
+	}
 }
 
 func (w *Warmer) setProgress(p PrewarmProgress) {
@@ -322,68 +461,14 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 	if result != "ok" {
 		ev = w.log.Warn()
 	}
-	ev.Str("reason", rep.Reason).Str("result", result).Int("wanted", rep.Wanted).Int("written", rep.Written).
+	ev.Str("reason", rep.Reason).Str("result", result).Int("candidates", rep.Candidates).
+		Int("wanted", rep.Wanted).Int("written", rep.Written).
 		Int("negative", rep.Negative).Int("failed", rep.Failed).Int("skipped", rep.SkippedTotal()).
 		Float64("coverage", rep.Coverage).Dur("took", rep.Duration).Func(func(e *zerolog.Event) {
 		if rep.Error != "" {
 			e.Str("error", rep.Error)
 		}
 	}).Msg("pre-warm finished")
-}
-
-// prewarmJobs groups the declared single keys and the matching access-log keys
-// by declaration into batches, hottest batch first, counting skipped keys.
-func (w *Warmer) prewarmJobs(keys []string, rep *PrewarmReport) []prewarmJob {
-	var jobs []prewarmJob
-	type group struct {
-		spec    *Spec
-		members []string
-		ranks   []int
-		seen    map[string]struct{}
-	}
-	groups := map[string]*group{}
-	var order []string
-	for _, name := range w.order {
-		if s := w.specs[name]; !s.Template.IsFamily() {
-			jobs = append(jobs, prewarmJob{spec: s, members: []string{""}, rank: -1})
-		}
-	}
-	for rank, key := range keys {
-		spec, member, reason := w.classify(key)
-		if reason != "" {
-			rep.Skipped[reason]++
-			w.log.Debug().Str("reason", reason).Str("key", quoteKey(key)).Msg("pre-warm: access-log key skipped")
-			continue
-		}
-		if !spec.Template.IsFamily() {
-			continue // declared single keys are always loaded
-		}
-		g := groups[spec.Name]
-		if g == nil {
-			g = &group{spec: spec, seen: map[string]struct{}{}}
-			groups[spec.Name] = g
-			order = append(order, spec.Name)
-		}
-		if _, dup := g.seen[member]; dup {
-			continue
-		}
-		g.seen[member] = struct{}{}
-		g.members = append(g.members, member)
-		g.ranks = append(g.ranks, rank)
-	}
-	for _, name := range order {
-		g := groups[name]
-		size := g.spec.BatchSize
-		if size <= 0 {
-			size = len(g.members)
-		}
-		for i := 0; i < len(g.members); i += size {
-			n := min(size, len(g.members)-i)
-			jobs = append(jobs, prewarmJob{spec: g.spec, members: g.members[i : i+n : i+n], rank: g.ranks[i]})
-		}
-	}
-	sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].rank < jobs[j].rank })
-	return jobs
 }
 
 // classify matches an access-log key to its declaration. It returns the

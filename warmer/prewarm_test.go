@@ -278,8 +278,16 @@ func TestPrewarmBatchesHottestFirst(t *testing.T) {
 	if want := []string{"100", "91", "92", "93", "94", "95", "96", "97", "98", "99"}; !slices.Equal(first, want) {
 		t.Errorf("first batch = %q, want the 10 hottest %q", first, want)
 	}
-	if len(progress) == 0 || progress[0].Wanted != 51 || progress[len(progress)-1].Done != 51 {
-		t.Errorf("progress = %+v, want a first report of 51 wanted and a last of 51 done", progress)
+	if len(progress) == 0 || !progress[0].Reading {
+		t.Fatalf("progress = %+v, want a first report while the access log is read", progress)
+	}
+	for i := 1; i < len(progress); i++ {
+		if progress[i].Wanted < progress[i-1].Wanted || progress[i].Done < progress[i-1].Done {
+			t.Errorf("progress went backwards: %+v then %+v", progress[i-1], progress[i])
+		}
+	}
+	if last := progress[len(progress)-1]; last.Wanted != 51 || last.Done != 51 || last.Reading {
+		t.Errorf("last progress = %+v, want 51 wanted and 51 done", last)
 	}
 }
 

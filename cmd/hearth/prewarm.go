@@ -118,7 +118,11 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 	log.Info().Str("redis", target).Int("top_n", po.TopN).Dur("window", po.Window).Msg("pre-warming")
 	rep, err := w.Prewarm(runCtx, po)
 	progress.finish()
-	printSummary(g.stdout, target, rep, minCoverage)
+	ranking := ""
+	if al != nil {
+		ranking = al.LastRanking()
+	}
+	printSummary(g.stdout, target, rep, ranking, minCoverage)
 
 	timedOut := timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	if err != nil && !timedOut {
@@ -177,7 +181,7 @@ func accessLogOf(cfg *config.Config, sources map[string]warmer.Source) (*accessl
 	if !ok {
 		return nil, fmt.Errorf("access_log.source: %q is not an open postgres source", name)
 	}
-	return accesslog.New(src.Pool()), nil
+	return accesslog.New(src.Pool()).UseRanking(cfg.AccessLog.RankMaxAge()), nil
 }
 
 // prewarmOptions turns the config into pre-warm options; the daemon, `hearth
@@ -204,15 +208,18 @@ func startPrewarm(ctx context.Context, cfg *config.Config, w *warmer.Warmer, sou
 		return nil, err
 	}
 	var roller *accesslog.Roller
-	if al != nil && cfg.AccessLog.RollupInterval > 0 {
+	if a := cfg.AccessLog; al != nil && (a.RollupInterval > 0 || a.RankInterval > 0) {
 		roller, err = accesslog.NewRoller(accesslog.RollerOptions{
-			Log: al, Client: rdb, Namespace: cfg.Redis.Namespace, Bucket: cfg.AccessLog.Bucket,
-			Interval: cfg.AccessLog.RollupInterval, Lookback: cfg.Prewarm.Window, Retention: cfg.AccessLog.Retention,
+			Log: al, Client: rdb, Namespace: cfg.Redis.Namespace, Bucket: a.Bucket,
+			Interval: a.RollupInterval, Lookback: cfg.Prewarm.Window, Retention: a.Retention,
+			RankInterval: a.RankInterval, RankTopN: cfg.Prewarm.TopN,
 			Registerer: reg, Logger: log,
 		})
 		if err != nil {
 			return nil, err
 		}
+	}
+	if roller != nil && cfg.AccessLog.RollupInterval > 0 {
 		// Rank by the latest reads: what Redis still holds goes in first.
 		if res, err := roller.RollupOnce(ctx); err != nil {
 			log.Warn().Err(err).Msg("start-up access-log roll-up incomplete")
@@ -286,10 +293,13 @@ func (p *progress) update(pr warmer.PrewarmProgress) {
 				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetPredictTime(true),
 				progressbar.OptionFullWidth(), progressbar.OptionClearOnFinish())
 		}
+		if pr.Wanted > 0 && pr.Wanted != p.bar.GetMax() {
+			p.bar.ChangeMax(pr.Wanted) // grows while the access log is read
+		}
 		_ = p.bar.Set(pr.Done)
 		return
 	}
-	if now := time.Now(); now.Sub(p.last) >= time.Second {
+	if now := time.Now(); now.Sub(p.last) >= time.Second && !pr.Reading {
 		p.last = now
 		p.logLine()
 	}
@@ -316,7 +326,7 @@ func (p *progress) finish() {
 	}
 }
 
-func printSummary(w io.Writer, target string, r warmer.PrewarmReport, minCoverage float64) {
+func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking string, minCoverage float64) {
 	reasons := make([]string, 0, len(r.Skipped))
 	for k, n := range r.Skipped {
 		if n > 0 {
@@ -329,7 +339,10 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, minCoverag
 		skipped += " (" + strings.Join(reasons, ", ") + ")"
 	}
 	fmt.Fprintf(w, "pre-warm of %s\n", target)
-	fmt.Fprintf(w, "  access-log keys read  %d\n", r.Candidates)
+	if ranking == "" {
+		ranking = "none"
+	}
+	fmt.Fprintf(w, "  access-log keys read  %d (ranking: %s)\n", r.Candidates, ranking)
 	fmt.Fprintf(w, "  wanted                %d\n", r.Wanted)
 	fmt.Fprintf(w, "  written               %d\n", r.Written)
 	fmt.Fprintf(w, "  negative              %d\n", r.Negative)
