@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -105,17 +106,17 @@ func (l *Log) EachTopKey(ctx context.Context, window time.Duration, n int, fn fu
 	l.last.Store(source)
 	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return fmt.Errorf("read top %d keys of %s: %w", n, Table, err)
+		return fmt.Errorf("read top %d keys of %s: %w", n, Table, hint(err))
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if source == RankingLive {
 		if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '"+rankWorkMem+"'"); err != nil {
-			return fmt.Errorf("read top %d keys of %s: %w", n, Table, err)
+			return fmt.Errorf("read top %d keys of %s: %w", n, Table, hint(err))
 		}
 	}
 	rows, err := tx.Query(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("read top %d keys of %s: %w", n, Table, err)
+		return fmt.Errorf("read top %d keys of %s: %w", n, Table, hint(err))
 	}
 	defer rows.Close()
 	var (
@@ -161,7 +162,7 @@ ON CONFLICT (singleton) DO UPDATE SET computed_at = EXCLUDED.computed_at,
 func (l *Log) Rank(ctx context.Context, window time.Duration, n int) (int, error) {
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("rank %s: %w", Table, err)
+		return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	for _, q := range []string{
@@ -171,16 +172,16 @@ func (l *Log) Rank(ctx context.Context, window time.Duration, n int) (int, error
 		"DELETE FROM " + RankTable,
 	} {
 		if _, err := tx.Exec(ctx, q); err != nil {
-			return 0, fmt.Errorf("rank %s: %w", Table, err)
+			return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
 		}
 	}
 	tag, err := tx.Exec(ctx, rankSQL, window.Milliseconds(), n)
 	if err != nil {
-		return 0, fmt.Errorf("rank %s: %w", Table, err)
+		return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
 	}
 	keys := int(tag.RowsAffected())
 	if _, err := tx.Exec(ctx, rankInfoSQL, window.Milliseconds(), n, keys); err != nil {
-		return 0, fmt.Errorf("rank %s: %w", Table, err)
+		return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("rank %s: commit: %w", Table, err)
@@ -209,7 +210,7 @@ func (l *Log) Record(ctx context.Context, at time.Time, width time.Duration, hit
 		counts = append(counts, n)
 	}
 	if _, err := l.pool.Exec(ctx, RecordSQL, BucketStart(at, width), keys, counts); err != nil {
-		return fmt.Errorf("record %d keys in %s: %w", len(keys), Table, err)
+		return fmt.Errorf("record %d keys in %s: %w", len(keys), Table, hint(err))
 	}
 	return nil
 }
@@ -228,7 +229,7 @@ const pruneSQL = `DELETE FROM ` + Table + ` WHERE bucket < $1`
 func (l *Log) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	tag, err := l.pool.Exec(ctx, pruneSQL, cutoff)
 	if err != nil {
-		return 0, fmt.Errorf("prune %s before %s: %w", Table, cutoff.UTC().Format(time.RFC3339), err)
+		return 0, fmt.Errorf("prune %s before %s: %w", Table, cutoff.UTC().Format(time.RFC3339), hint(err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -254,3 +255,15 @@ func BucketKey(namespace string, start time.Time) string {
 
 // ErrClosed is returned by a Roller used after Close.
 var ErrClosed = errors.New("access-log roller closed")
+
+// hint adds the fix to an error about a missing table: the schema was never migrated.
+func hint(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == undefinedTable {
+		return fmt.Errorf("%w (create the access-log tables with `hearth migrate up`)", err)
+	}
+	return err
+}
+
+// undefinedTable is PostgreSQL's SQLSTATE for a missing relation.
+const undefinedTable = "42P01"

@@ -217,7 +217,7 @@ func (r *Roller) rollBucket(ctx context.Context, key string, start time.Time) (r
 			hs = append(hs, h)
 		}
 		if _, err := tx.Exec(ctx, rollupSQL, start, ks, hs); err != nil {
-			return fmt.Errorf("roll up %s: write %d rows: %w", key, len(ks), err)
+			return fmt.Errorf("roll up %s: write %d rows: %w", key, len(ks), hint(err))
 		}
 		rows += len(ks)
 		clear(batch)

@@ -344,8 +344,8 @@ func TestPrewarmAccessLogUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err := e.w.Prewarm(context.Background(), e.options(10))
-	if err == nil || !strings.Contains(err.Error(), accesslog.Table) {
-		t.Fatalf("err = %v, want one naming %s", err, accesslog.Table)
+	if err == nil || !strings.Contains(err.Error(), accesslog.Table) || !strings.Contains(err.Error(), "hearth migrate up") {
+		t.Fatalf("err = %v, want one naming %s and the fix", err, accesslog.Table)
 	}
 	if got, want := e.keys(t), []string{"top"}; !slices.Equal(got, want) {
 		t.Errorf("redis keys = %q, want %q", got, want)
