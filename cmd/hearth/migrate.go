@@ -29,13 +29,21 @@ against the postgres source named by access_log.source, or by --source:
   down    roll back the last applied migration
   status  list the migrations and when each was applied
 
+Exit codes: 0 done, 1 the database is unreachable or a migration failed, 2 a bad
+config, action or flag.
+
 Hearth records its history in the table ` + migrations.VersionTable + `, so an
 application's own goose table is never touched. Two migrations started at once
 run one after the other (advisory lock).`,
 		Example: `  hearth migrate up --config config.yaml
   hearth migrate status --source catalog`,
 		ValidArgs: []string{"up", "down", "status"},
-		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs)(cmd, args); err != nil {
+				return fail(exitConfig, fmt.Errorf("migrate: %w (want up, down or status)", err))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := g.load()
 			if err != nil {
@@ -48,6 +56,7 @@ run one after the other (advisory lock).`,
 			return migrate(cmd.Context(), g.stdout, dsn, args[0])
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
 	cmd.Flags().StringVar(&source, "source", "", "postgres source to migrate (default access_log.source)")
 	return cmd
 }
