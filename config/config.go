@@ -13,6 +13,7 @@ type Config struct {
 	HTTP    HTTP     `mapstructure:"http"`
 	Log     Log      `mapstructure:"log"`
 	Refresh Refresh  `mapstructure:"refresh"`
+	Leader  Leader   `mapstructure:"leader"`
 	Sources []Source `mapstructure:"sources"`
 	Keys    []Key    `mapstructure:"keys"`
 
@@ -143,6 +144,7 @@ func Default() Config {
 			MaxValueBytes:      1 << 20,
 			MaxMembers:         1_000_000,
 		},
+		Leader:    Leader{Enabled: true},
 		AccessLog: defaultAccessLog(),
 		Prewarm:   defaultPrewarm(),
 	}

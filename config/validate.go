@@ -74,6 +74,7 @@ func (cfg *Config) Validate() error {
 	cfg.validateRefresh(c)
 	types := cfg.validateSources(c)
 	cfg.validateKeys(c, types)
+	cfg.validateLeader(c)
 	cfg.validatePrewarm(c, types)
 	if len(c.problems) > 0 {
 		return &Error{File: cfg.File, Problems: c.problems}
@@ -351,6 +352,9 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 	}
 	if k.NegativeTTL != 0 {
 		s.NegativeTTL = k.NegativeTTL
+	} else if k.TTL > 0 {
+		// The inherited default never outlives the key's own TTL.
+		s.NegativeTTL = min(s.NegativeTTL, k.TTL)
 	}
 	if k.NegativeValue != nil {
 		s.NegativeValue = []byte(*k.NegativeValue)

@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hearth_schedule_lag_seconds",
 			Help:    "Actual minus planned start of refresh runs and their paced batches.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 12),
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 17),
 		}, []string{"family"}),
 		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_members",

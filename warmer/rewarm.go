@@ -36,8 +36,9 @@ type RewarmOptions struct {
 	// Interval is how often Redis is checked (default 2s).
 	Interval time.Duration
 	// Gate, when set, must return true for checks to run: only the leader
-	// re-warms. While it returns false the baseline is forgotten, and the
-	// first check after it turns true takes a new one.
+	// re-warms. The baseline outlives a closed gate, so that a loss that cost
+	// this instance its lease (a FLUSHALL takes the lease key too) is still
+	// re-warmed once it leads again.
 	Gate   func() bool
 	Warmer *Warmer
 	// Prewarm shapes the pre-warm a re-warm runs (its Reason is replaced).
@@ -56,10 +57,11 @@ type Rewarmer struct {
 	rewarms *prometheus.CounterVec
 	errors  prometheus.Counter
 
-	mu    sync.Mutex
-	runID string // "" until a baseline is taken
-	cause context.CancelCauseFunc
-	g     *errgroup.Group
+	mu      sync.Mutex
+	runID   string // "" until a baseline is taken
+	pending string // a loss whose re-warm did not finish as leader
+	cause   context.CancelCauseFunc
+	g       *errgroup.Group
 }
 
 // NewRewarmer builds a Rewarmer; nothing runs until Open or CheckOnce.
@@ -98,13 +100,13 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 
 // CheckOnce checks Redis once and, if it lost its data, re-warms before
 // returning. It returns the reason ("" when nothing was lost). The first check
-// (and the first after the gate reopens) only takes the baseline: it writes the
-// marker and remembers the run_id.
+// only takes the baseline: it writes the marker and remembers the run_id. A
+// re-warm during which the gate closed (leadership lost) is run again by the
+// first check after it reopens.
 func (r *Rewarmer) CheckOnce(ctx context.Context) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.opts.Gate != nil && !r.opts.Gate() {
-		r.runID = ""
+	if !r.open() {
 		return "", nil
 	}
 	id, err := runID(ctx, r.opts.Client)
@@ -118,12 +120,15 @@ func (r *Rewarmer) CheckOnce(ctx context.Context) (string, error) {
 			return "", err
 		}
 		r.runID = id
+		r.log.Debug().Str("marker", marker).Msg("re-warm watch armed")
 		return "", nil
 	}
-	reason := ""
-	if id != r.runID {
+	reason := r.pending
+	switch {
+	case reason != "":
+	case id != r.runID:
 		reason = RewarmRestart
-	} else {
+	default:
 		n, err := r.opts.Client.Exists(ctx, marker).Result()
 		if err != nil {
 			r.errors.Inc()
@@ -136,15 +141,46 @@ func (r *Rewarmer) CheckOnce(ctx context.Context) (string, error) {
 	if reason == "" {
 		return "", nil
 	}
+	if r.pending == "" {
+		r.rewarms.WithLabelValues(reason).Inc()
+		r.log.Warn().Str("reason", reason).Msg("redis lost its data: re-warming")
+	} else {
+		r.log.Warn().Str("reason", reason).Msg("leading again: finishing the re-warm")
+	}
 	// The marker goes back first: a flush during the re-warm is then seen by
 	// the next check, and re-warmed again.
 	if err := r.setMarker(ctx); err != nil {
 		return reason, err
 	}
+	r.runID, r.pending = id, reason
+	err = r.rewarm(ctx, reason)
+	if r.open() {
+		r.pending = ""
+	} else {
+		r.log.Warn().Str("reason", reason).Msg("leadership lost during the re-warm: it runs again once leading")
+	}
+	return reason, err
+}
+
+func (r *Rewarmer) open() bool { return r.opts.Gate == nil || r.opts.Gate() }
+
+// Mark arms the watch now: it writes the marker and takes the run_id as the
+// baseline. Call it right after warming Redis (the start-up pre-warm), so that a
+// loss from then on is seen, even one before the first periodic check.
+func (r *Rewarmer) Mark(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, err := runID(ctx, r.opts.Client)
+	if err != nil {
+		r.errors.Inc()
+		return fmt.Errorf("rewarm mark: %w", err)
+	}
+	if err := r.setMarker(ctx); err != nil {
+		return err
+	}
 	r.runID = id
-	r.rewarms.WithLabelValues(reason).Inc()
-	r.log.Warn().Str("reason", reason).Msg("redis lost its data: re-warming")
-	return reason, r.rewarm(ctx, reason)
+	r.log.Debug().Str("marker", MarkerKey(r.opts.Namespace)).Msg("re-warm watch armed")
+	return nil
 }
 
 func (r *Rewarmer) setMarker(ctx context.Context) error {

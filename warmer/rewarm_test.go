@@ -96,7 +96,9 @@ func TestRewarmAfterRestart(t *testing.T) {
 	}
 }
 
-// TestRewarmGated: a standby (gate closed) does not re-warm.
+// TestRewarmGated: a standby (gate closed) does not re-warm; once it leads
+// again, a loss that happened meanwhile is re-warmed (a FLUSHALL also takes the
+// lease, so the leader itself may stand by for a moment).
 func TestRewarmGated(t *testing.T) {
 	leader := true
 	_, e, rw := newRewarmEnv(t, func() bool { return leader })
@@ -116,5 +118,12 @@ func TestRewarmGated(t *testing.T) {
 	}
 	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
+	}
+	leader = true
+	if reason, err := rw.CheckOnce(ctx); err != nil || reason != warmer.RewarmFlush {
+		t.Fatalf("check once leading again = %q, %v; want a re-warm for %q", reason, err, warmer.RewarmFlush)
+	}
+	if got := e.keys(t); !slices.Equal(got, warmKeys) {
+		t.Errorf("keys after the re-warm = %q, want %q", got, warmKeys)
 	}
 }

@@ -29,11 +29,15 @@ type Options struct {
 	// Now and Rand are the clock and the jitter source; tests inject them.
 	Now  func() time.Time
 	Rand func() float64
+	// Gate, when set, admits every batch before its load (the leader lease);
+	// the context it returns carries the writes' fencing token.
+	Gate Gate
 }
 
 // Warmer refreshes declarations: load from the origin, write to Redis.
 type Warmer struct {
 	store   Store
+	gate    Gate
 	sources map[string]Source
 	specs   map[string]*Spec
 	order   []string
@@ -82,6 +86,7 @@ func New(opts Options) (*Warmer, error) {
 	}
 	w := &Warmer{
 		store:   opts.Store,
+		gate:    opts.Gate,
 		sources: opts.Sources,
 		specs:   make(map[string]*Spec, len(opts.Specs)),
 		loads:   semaphore.NewWeighted(int64(opts.MaxConcurrentLoads)),
@@ -340,6 +345,13 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 // on a bad member: each member's fate is decided alone.
 func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string) Outcome {
 	out := Outcome{}
+	if w.gate != nil {
+		gctx, err := w.gate.Admit(ctx)
+		if err != nil {
+			return Outcome{Skipped: len(batch), LastError: fmt.Errorf("refresh %s: %w", spec.Name, err)}
+		}
+		ctx = gctx
+	}
 	src := w.sources[spec.Source]
 	lctx, cancel := context.WithTimeout(ctx, spec.LoadTimeout)
 	var req []string

@@ -32,6 +32,9 @@ func newRedis(c config.Redis) redis.UniversalClient {
 		DialTimeout:  c.DialTimeout,
 		ReadTimeout:  c.ReadTimeout,
 		WriteTimeout: c.WriteTimeout,
+		// Deadlines of the caller's context bound commands too: a lease
+		// renewal must not outlive its renew deadline.
+		ContextTimeoutEnabled: true,
 	}
 	if c.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,10 +22,12 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon: load every declared key, then keep it warm",
-		Long: `Run connects to Redis and every source (exit 1 if one is unreachable), loads every
-declared key once, reports ready on /readyz, then refreshes each declaration every
-interval (TTL/2 by default) until SIGTERM or SIGINT, which drain in-flight writes
-within refresh.shutdown_timeout and exit 0. A second signal aborts at once.`,
+		Long: `Run connects to Redis and every source (exit 1 if one is unreachable) and campaigns
+for the leader lease. The leader loads every declared key once, reports ready on
+/readyz, then refreshes each declaration every interval (TTL/2 by default), every
+write fenced by its epoch; a standby stays idle and takes over when the leader
+goes. SIGTERM or SIGINT drain in-flight writes within refresh.shutdown_timeout,
+release the lease and exit 0. A second signal aborts at once.`,
 		Example: `  hearth run --config config.yaml
   HEARTH_REDIS_PASSWORD=secret hearth run -c /etc/hearth/config.yaml`,
 		Args: cobra.NoArgs,
@@ -65,9 +66,13 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	}
 	defer closeSources()
 
+	lead, err := newLeadership(cfg, rdb, reg, log)
+	if err != nil {
+		return fail(exitFail, err)
+	}
 	specs := cfg.Specs()
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rdb}, Sources: sources, Specs: specs,
+		Store: lead.store, Gate: lead.gate, Sources: sources, Specs: specs,
 		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: reg, Logger: log,
 	})
 	if err != nil {
@@ -77,6 +82,7 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	if err != nil {
 		return fail(exitFail, err)
 	}
+	srv.instance = lead.instance()
 	srv.serve()
 
 	// The drain context outlives the first signal: a second one aborts.
@@ -95,26 +101,21 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 		}
 	}()
 
-	t0 := time.Now()
-	if err := w.RefreshAll(ctx); err != nil {
-		log.Error().Err(err).Msg("start-up load incomplete; the failed declarations are retried on schedule")
-	}
-	log.Info().Dur("took", time.Since(t0)).Msg("start-up load finished")
-	stopPrewarm, err := startPrewarm(ctx, cfg, w, sources, rdb, reg, log) // before ready; see prewarm.go
+	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.leading(ctx), reg, log) // see prewarm.go
 	if err != nil {
 		return fail(exitFail, err)
 	}
-	defer stopPrewarm(context.WithoutCancel(runCtx))
+	lead.prewarm = pw.startup
+	if err := pw.open(ctx); err != nil {
+		return fail(exitFail, err)
+	}
 
-	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Logger: log})
+	// Campaign; as leader: start-up load and pre-warm (or takeover catch-up), ready, jobs.
+	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Elector: lead.elector, Logger: log})
 	if err != nil {
 		return fail(exitFail, err)
 	}
-	if err := sched.Open(ctx); err != nil {
-		return fail(exitFail, err)
-	}
-	srv.ready.Store(ctx.Err() == nil)
-	log.Info().Msg("ready")
+	go lead.run(ctx, w, sched, srv)
 
 	<-ctx.Done()
 	log.Info().Dur("deadline", cfg.Refresh.ShutdownTimeout).Msg("shutting down: draining in-flight writes")
@@ -122,8 +123,15 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	dctx, cancel := context.WithTimeout(runCtx, cfg.Refresh.ShutdownTimeout)
 	defer cancel()
 	var errs []error
+	lead.wait()
+	pw.close(dctx)
+	srv.ready.Store(false)
 	if err := sched.Close(dctx); err != nil {
 		errs = append(errs, fmt.Errorf("close scheduler: %w", err))
+	}
+	// After the last write: a standby takes over at once.
+	if err := lead.release(dctx); err != nil {
+		errs = append(errs, fmt.Errorf("release lease: %w", err))
 	}
 	if err := srv.shutdown(dctx); err != nil {
 		errs = append(errs, fmt.Errorf("close http: %w", err))

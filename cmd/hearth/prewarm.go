@@ -198,72 +198,104 @@ func prewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) warmer
 	return po
 }
 
-// startPrewarm is the daemon's pre-warm: it rolls up the closed Redis
-// access-log buckets, runs the start-up pre-warm (the daemon reports ready only
-// after it), then starts the periodic roll-up and the watch that re-warms when
-// Redis loses its data. The returned func stops both.
-func startPrewarm(ctx context.Context, cfg *config.Config, w *warmer.Warmer, sources map[string]warmer.Source,
-	rdb redis.UniversalClient, reg prometheus.Registerer, log zerolog.Logger) (func(context.Context), error) {
+// daemonPrewarm is the daemon's side of pre-warming: the start-up pre-warm a
+// new leader runs before it reports ready, the access-log roll-up and ranking,
+// and the watch that re-warms when Redis loses its data. The last two run only
+// while leading is true.
+type daemonPrewarm struct {
+	cfg      *config.Config
+	w        *warmer.Warmer
+	po       warmer.PrewarmOptions
+	roller   *accesslog.Roller // nil without an access log, or with roll-up and ranking off
+	rewarmer *warmer.Rewarmer  // nil when prewarm.rewarm_check is 0
+	log      zerolog.Logger
+}
+
+func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources map[string]warmer.Source,
+	rdb redis.UniversalClient, leading func() bool, reg prometheus.Registerer, log zerolog.Logger) (*daemonPrewarm, error) {
 	al, err := accessLogOf(cfg, sources)
 	if err != nil {
 		return nil, err
 	}
-	var roller *accesslog.Roller
+	p := &daemonPrewarm{cfg: cfg, w: w, po: prewarmOptions(cfg, al, "startup"), log: log}
 	if a := cfg.AccessLog; al != nil && (a.RollupInterval > 0 || a.RankInterval > 0) {
-		roller, err = accesslog.NewRoller(accesslog.RollerOptions{
+		p.roller, err = accesslog.NewRoller(accesslog.RollerOptions{
 			Log: al, Client: rdb, Namespace: cfg.Redis.Namespace, Bucket: a.Bucket,
 			Interval: a.RollupInterval, Lookback: cfg.Prewarm.Window, Retention: a.Retention,
 			RankInterval: a.RankInterval, RankTopN: cfg.Prewarm.TopN,
-			Registerer: reg, Logger: log,
+			Gate: leading, Registerer: reg, Logger: log,
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
-	if roller != nil && cfg.AccessLog.RollupInterval > 0 {
-		// Rank by the latest reads: what Redis still holds goes in first.
-		if res, err := roller.RollupOnce(ctx); err != nil {
-			log.Warn().Err(err).Msg("start-up access-log roll-up incomplete")
-		} else if res.Buckets > 0 {
-			log.Info().Int("buckets", res.Buckets).Int("rows", res.Rows).Msg("access log rolled up")
-		}
-	}
-	po := prewarmOptions(cfg, al, "startup")
-	if cfg.Prewarm.Enabled && ctx.Err() == nil {
-		// Errors are logged and counted by the warmer; readiness does not wait
-		// for an access log that cannot be read.
-		_, _ = w.Prewarm(ctx, po)
-	}
-	var rewarmer *warmer.Rewarmer
 	if cfg.Prewarm.RewarmCheck > 0 {
-		rewarmer, err = warmer.NewRewarmer(warmer.RewarmOptions{
-			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck,
-			Warmer: w, Prewarm: po, Registerer: reg, Logger: log,
+		p.rewarmer, err = warmer.NewRewarmer(warmer.RewarmOptions{
+			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck, Gate: leading,
+			Warmer: w, Prewarm: p.po, Registerer: reg, Logger: log,
 		})
 		if err != nil {
 			return nil, err
 		}
-		if err := rewarmer.Open(ctx); err != nil {
-			return nil, err
+	}
+	return p, nil
+}
+
+// startup is the pre-warm of a new leader, after its start-up load and before
+// it reports ready: roll up what Redis still holds of the access log, so that
+// the newest closed buckets count, then pre-warm. Errors are logged and counted;
+// readiness does not wait for an access log that cannot be read.
+func (p *daemonPrewarm) startup(ctx context.Context) {
+	if p.roller != nil && p.cfg.AccessLog.RollupInterval > 0 {
+		if res, err := p.roller.RollupOnce(ctx); err != nil {
+			p.log.Warn().Err(err).Msg("start-up access-log roll-up incomplete")
+		} else if res.Buckets > 0 {
+			p.log.Info().Int("buckets", res.Buckets).Int("rows", res.Rows).Msg("access log rolled up")
 		}
 	}
-	if roller != nil {
-		if err := roller.Open(ctx); err != nil {
-			return nil, err
+	if p.cfg.Prewarm.Enabled && ctx.Err() == nil {
+		_, _ = p.w.Prewarm(ctx, p.po)
+	}
+	// Redis is warm: from here on, a loss is re-warmed.
+	if p.rewarmer != nil && ctx.Err() == nil {
+		if err := p.rewarmer.Mark(ctx); err != nil {
+			p.log.Warn().Err(err).Msg("re-warm watch not armed; the next check arms it")
 		}
 	}
-	return func(ctx context.Context) {
-		if rewarmer != nil {
-			if err := rewarmer.Close(ctx); err != nil {
-				log.Warn().Err(err).Msg("close rewarmer")
-			}
+}
+
+// open starts the roll-up loop and the re-warm watch; they act only while leading.
+func (p *daemonPrewarm) open(ctx context.Context) error {
+	if p.roller != nil {
+		if err := p.roller.Open(ctx); err != nil {
+			return err
 		}
-		if roller != nil {
-			if err := roller.Close(ctx); err != nil {
-				log.Warn().Err(err).Msg("close access-log roller")
-			}
+	}
+	if p.rewarmer != nil {
+		if err := p.rewarmer.Open(ctx); err != nil {
+			return err
 		}
-	}, nil
+	}
+	return nil
+}
+
+func (p *daemonPrewarm) close(ctx context.Context) {
+	if p.rewarmer != nil {
+		if err := p.rewarmer.Close(ctx); err != nil {
+			p.log.Warn().Err(err).Msg("close rewarmer")
+		}
+	}
+	if p.roller != nil {
+		if err := p.roller.Close(ctx); err != nil {
+			p.log.Warn().Err(err).Msg("close access-log roller")
+		}
+	}
+}
+
+// leading reports whether this instance leads now (always, without a lease).
+// It reads memory only.
+func (l *leadership) leading(ctx context.Context) func() bool {
+	return func() bool { return l.lease == nil || l.lease.IsLeader(ctx) == nil }
 }
 
 // progress shows a running pre-warm: a bar on a terminal, a log line a second otherwise.

@@ -18,8 +18,6 @@ import (
 	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
-
 // catalogue is what a new user sets up: a products table, a config naming it,
 // `hearth migrate up`, and an access log filled with the documented statement.
 type catalogue struct {
@@ -33,12 +31,10 @@ type catalogue struct {
 // (member 1 declared; the rest come from the access log). Products 1..n exist,
 // product 13's value is NULL (it cannot load). slow adds a pg_sleep to every
 // family batch; extra is appended to the config.
-func newCatalogue(t *testing.T, redisAddr, prefix string, n int, slow time.Duration, extra string) *catalogue {
+func newCatalogue(t *testing.T, rdb *redis.Client, prefix string, n int, slow time.Duration, extra string) *catalogue {
 	t.Helper()
-	c := &catalogue{pg: testenv.Postgres(t), prefix: prefix, ns: "hearth-" + strings.Trim(strings.ReplaceAll(prefix, ":", "-"), "-")}
-	if len(c.ns) > 64 {
-		c.ns = c.ns[:64]
-	}
+	redisAddr := rdb.Options().Addr
+	c := &catalogue{pg: testenv.Postgres(t), prefix: prefix, ns: e2e.Namespace(t, rdb)}
 	ctx := context.Background()
 	for _, q := range []string{
 		`CREATE TABLE products (id bigint PRIMARY KEY, v text)`,
@@ -154,7 +150,7 @@ func TestPrewarmCommand(t *testing.T) {
 	gc := redis.NewClient(&redis.Options{Addr: green.Addr, DB: db})
 	defer gc.Close()
 	ctx := context.Background()
-	c := newCatalogue(t, "127.0.0.1:6379", "pw:", 40, 0, "")
+	c := newCatalogue(t, green.Client(t), "pw:", 40, 0, "")
 	// 30 hot products, two hostile keys, and product 13 which cannot load.
 	c.record(t, append(products(seq(1, 12)...), append([]string{"product:{id}", "user:1"}, products(seq(14, 31)...)...)...)...)
 
@@ -219,7 +215,7 @@ func TestPrewarmCommand(t *testing.T) {
 // the access log, and one counted in a Redis bucket, are in Redis.
 func TestReadyOnlyAfterPrewarm(t *testing.T) {
 	rd := testenv.Redis(t)
-	c := newCatalogue(t, rd.Addr, rd.Prefix, 60, 300*time.Millisecond, "prewarm: {concurrency: 1}\n")
+	c := newCatalogue(t, rd.Client, rd.Prefix, 60, 300*time.Millisecond, "prewarm: {concurrency: 1}\n")
 	hot := products(seq(20, 50)...)
 	c.record(t, hot...)
 	// A read counted the Redis way, in a bucket that closed two minutes ago.
@@ -280,7 +276,7 @@ func TestReadyOnlyAfterPrewarm(t *testing.T) {
 func TestRewarmAfterFlushE2E(t *testing.T) {
 	srv := testenv.PrivateRedis(t)
 	rdb := srv.Client(t)
-	c := newCatalogue(t, srv.Addr, "fl:", 20, 0, "prewarm: {rewarm_check: 200ms}\n")
+	c := newCatalogue(t, rdb, "fl:", 20, 0, "prewarm: {rewarm_check: 200ms}\n")
 	c.record(t, products(5, 6, 7)...)
 	p := e2e.Start(t, []string{"run", "--config", c.config})
 	url := c.listen(t)
@@ -300,7 +296,7 @@ func TestRewarmAfterFlushE2E(t *testing.T) {
 		}
 	}
 	if n != int64(len(keys)) {
-		t.Fatalf("%d of %d keys back after the flush", n, len(keys))
+		t.Fatalf("%d of %d keys back after the flush; redis holds %q", n, len(keys), rdb.Keys(ctx, "*").Val())
 	}
 	m := e2e.Metrics(t, url+"/metrics")
 	if got := e2e.Sum(m, "hearth_prewarm_rewarms_total", `reason="flush"`); got < 1 {

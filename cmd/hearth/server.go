@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,17 @@ type server struct {
 	srv   *http.Server
 	ready atomic.Bool
 	done  chan error
+	// role ("leader", "standby") and epoch describe this instance on /healthz;
+	// instance is its name in the leader lease.
+	role     atomic.Value
+	epoch    atomic.Int64
+	instance string
+}
+
+// setRole records this instance's role and, for a leader, its epoch.
+func (s *server) setRole(role string, epoch int64) {
+	s.epoch.Store(epoch)
+	s.role.Store(role)
 }
 
 // listen binds the address now, so that a taken port fails start-up.
@@ -32,11 +44,24 @@ func listen(addr string, gatherer prometheus.Gatherer, log zerolog.Logger) (*ser
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
+		// Healthy whether leader or standby; the body says which.
+		role, _ := s.role.Load().(string)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(struct {
+			Status   string `json:"status"`
+			Role     string `json:"role,omitempty"`
+			Epoch    int64  `json:"epoch,omitempty"`
+			Ready    bool   `json:"ready"`
+			Instance string `json:"instance,omitempty"`
+		}{"ok", role, s.epoch.Load(), s.ready.Load(), s.instance})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
-			http.Error(w, "not ready: start-up load not finished", http.StatusServiceUnavailable)
+			msg := "not ready: start-up load not finished"
+			if role, _ := s.role.Load().(string); role == "standby" {
+				msg = "not ready: standby (another instance leads)"
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

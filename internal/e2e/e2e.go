@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -237,4 +241,26 @@ func Sum(m map[string]float64, name string, labels ...string) float64 {
 		}
 	}
 	return total
+}
+
+// Namespace returns a fresh redis.namespace for one Hearth run and deletes every
+// key under it at cleanup: Hearth's own keys (lease, epoch, fences, markers)
+// live there, outside the test's key prefix.
+func Namespace(t testing.TB, c *redis.Client) string {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	ns := "hearth-" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, ns+":*", 500).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if len(keys) > 0 {
+			c.Unlink(ctx, keys...)
+		}
+	})
+	return ns
 }

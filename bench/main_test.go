@@ -1,9 +1,0 @@
-package bench_test
-
-import (
-	"testing"
-
-	"github.com/hearth-dev/hearth/internal/testenv"
-)
-
-func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hearth-dev/hearth/internal/e2e"
+	"github.com/hearth-dev/hearth/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// BenchmarkRefreshAtScale runs the real binary with one family of 100,000
+// members, TTL 60 s (interval 30 s, so 3,333 key writes/s intended), and measures
+// over two whole intervals of steady state (one interval after the start-up load): achieved vs intended refresh
+// rate, scheduling lag p99, the daemon's CPU and its peak RSS.
+func BenchmarkRefreshAtScale(b *testing.B) {
+	const (
+		members  = 100_000
+		ttl      = 60 * time.Second
+		interval = ttl / 2
+	)
+	rd := testenv.Redis(b)
+	pg := testenv.Postgres(b)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, fmt.Sprintf(`
+		CREATE TABLE members (id text PRIMARY KEY, v text NOT NULL);
+		INSERT INTO members SELECT i::text, repeat('x', 64) || i FROM generate_series(1, %d) i;
+		ANALYZE members;`, members)); err != nil {
+		b.Fatal(err)
+	}
+	listen := e2e.FreeAddr(b)
+	cfg := filepath.Join(b.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+redis:
+  addrs: [%q]
+  namespace: %s
+http:
+  listen: %q
+log:
+  format: json
+refresh:
+  max_members: 200000
+sources:
+  - name: db
+    type: postgres
+    dsn: %q
+keys:
+  - name: member
+    key: "%sm:{id}"
+    source: db
+    ttl: %s
+    members_query: "SELECT id FROM members"
+    query: "SELECT id, v FROM members WHERE id = ANY($1)"
+`, rd.Addr, e2e.Namespace(b, rd.Client), listen, pg.DSN, rd.Prefix, ttl)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		proc := e2e.Start(b, []string{"run", "--config", cfg})
+		t0 := time.Now()
+		e2e.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, 2*time.Minute)
+		startup := time.Since(t0)
+
+		// The start-up load writes everything at once; steady state starts one
+		// interval later, when every key has been refreshed on schedule once.
+		time.Sleep(interval)
+		pid := proc.Cmd.Process.Pid
+		m0 := e2e.Metrics(b, "http://"+listen+"/metrics")
+		cpu0, w0 := cpuTime(b, pid), time.Now()
+		time.Sleep(2 * interval)
+		m1 := e2e.Metrics(b, "http://"+listen+"/metrics")
+		cpu1, w1 := cpuTime(b, pid), time.Now()
+		peak := peakRSS(b, pid)
+
+		window := w1.Sub(w0)
+		written := e2e.Sum(m1, "hearth_keys_written_total", `kind="value"`) - e2e.Sum(m0, "hearth_keys_written_total", `kind="value"`)
+		achieved := written / window.Seconds()
+		intended := float64(members) / interval.Seconds()
+		cpu := (cpu1 - cpu0).Seconds() / window.Seconds() * 100
+		p99 := histQuantile(0.99, lagBuckets(m1), lagBuckets(m0))
+
+		b.ReportMetric(achieved, "writes/s")
+		b.ReportMetric(achieved/intended*100, "%rate")
+		b.ReportMetric(p99*1000, "lag-p99-ms")
+		b.ReportMetric(cpu, "%cpu")
+		b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+		fmt.Printf("\nrefresh at scale: %d members, ttl %s, interval %s, measured over %s after a %s start-up load\n",
+			members, ttl, interval, window.Round(time.Millisecond), startup.Round(time.Millisecond))
+		fmt.Printf("  refresh rate   %.0f keys/s achieved vs %.0f intended = %.2f%% (target ≥ 99.9%%)\n", achieved, intended, achieved/intended*100)
+		fmt.Printf("  schedule lag   p99 ≤ %.1f ms (bucket bound; target < 100 ms)\n", p99*1000)
+		fmt.Printf("  daemon CPU     %.1f%% of one core (target < 25%%)\n", cpu)
+		fmt.Printf("  peak RSS       %.1f MiB (target < 150 MB)\n", float64(peak)/(1<<20))
+
+		proc.Signal(b, 15)
+		if code := proc.Wait(b, 30*time.Second); code != 0 {
+			b.Fatalf("exit %d", code)
+		}
+	}
+}
+
+// cpuTime is the user+system CPU a process has used (from /proc).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration((utime + stime) / ticks * float64(time.Second))
+}
+
+// peakRSS is the process's high-water resident set (VmHWM), in bytes.
+func peakRSS(b *testing.B, pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM")
+	return 0
+}
+
+type bucket struct {
+	le    float64
+	count float64
+}
+
+func lagBuckets(m map[string]float64) []bucket {
+	var out []bucket
+	for series, v := range m {
+		if !strings.HasPrefix(series, "hearth_schedule_lag_seconds_bucket{") {
+			continue
+		}
+		i := strings.Index(series, `le="`)
+		le, err := strconv.ParseFloat(strings.TrimSuffix(series[i+4:], `"}`), 64)
+		if err != nil {
+			le = math.Inf(1)
+		}
+		out = append(out, bucket{le, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].le < out[j].le })
+	return out
+}
+
+// histQuantile returns the upper bound of the bucket holding quantile q of the
+// observations made between two scrapes.
+func histQuantile(q float64, after, before []bucket) float64 {
+	prev := map[float64]float64{}
+	for _, b := range before {
+		prev[b.le] = b.count
+	}
+	if len(after) == 0 {
+		return math.NaN()
+	}
+	total := after[len(after)-1].count - prev[after[len(after)-1].le]
+	for _, b := range after {
+		if b.count-prev[b.le] >= q*total {
+			return b.le
+		}
+	}
+	return math.Inf(1)
+}

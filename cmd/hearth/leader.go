@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// releaseTimeout bounds giving the lease up at shutdown.
+const releaseTimeout = 2 * time.Second
+
+// leadership is the leader side of `hearth run`: the lease, the fenced store,
+// and the campaign loop that decides when this instance writes.
+type leadership struct {
+	lease   *warmer.Lease // nil when leader.enabled is false
+	store   warmer.Store
+	gate    warmer.Gate    // nil without a lease
+	elector gocron.Elector // nil without a lease
+	spread  float64
+	log     zerolog.Logger
+
+	// prewarm runs after the start-up load of the first term, before ready.
+	prewarm func(context.Context)
+
+	mu   sync.Mutex
+	term *warmer.Term // the latest term, released at shutdown
+	done chan struct{}
+}
+
+func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log zerolog.Logger) (*leadership, error) {
+	l := &leadership{spread: cfg.Refresh.Spread, log: log, done: make(chan struct{})}
+	if !cfg.Leader.Enabled {
+		l.store = &warmer.RedisStore{Client: rdb}
+		log.Warn().Msg("leader election disabled: this instance writes unfenced; run only one")
+		return l, nil
+	}
+	t := cfg.LeaseTiming()
+	if !t.Fits() {
+		log.Warn().Dur("lease", t.Lease).Dur("retry_period", t.RetryPeriod).Dur("margin", t.Margin).Str("declaration", t.MarginPath).
+			Msg("leader lease + retry period exceed the refresh margin: after a leader crash that key may expire before a standby takes over")
+	}
+	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg})
+	lease, err := warmer.NewLease(warmer.LeaseOptions{
+		Client: rdb, Namespace: cfg.Redis.Namespace,
+		Duration: t.Lease, RenewInterval: t.RenewInterval, RetryPeriod: t.RetryPeriod,
+		Fence: store, Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leader lease: %w", err)
+	}
+	log.Info().Str("instance", lease.ID()).Dur("lease", t.Lease).Dur("renew_interval", t.RenewInterval).
+		Dur("retry_period", t.RetryPeriod).Msg("leader election enabled")
+	l.lease, l.store, l.gate, l.elector = lease, store, lease, lease
+	return l, nil
+}
+
+// run campaigns until ctx ends. On winning: becomeLeader, then the jobs run
+// (gated by the lease, in memory) and /readyz turns 200. On losing: /readyz
+// turns 503 at once (the gate already refuses writes) and it campaigns again.
+func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv *server) {
+	defer close(l.done)
+	due := func(s *warmer.Spec) time.Duration {
+		spread := time.Duration(float64(s.Interval) * l.spread)
+		if next, ok := sched.NextRun(s.Name); ok {
+			return max(0, time.Until(next)) + spread
+		}
+		return s.Interval + spread
+	}
+	if l.lease == nil {
+		srv.setRole("leader", 0)
+		becomeLeader(ctx, w, true, due, l.prewarm, l.log)
+		l.openJobs(ctx, sched)
+		srv.ready.Store(ctx.Err() == nil)
+		l.log.Info().Msg("ready")
+		return
+	}
+	loaded, opened := false, false
+	for {
+		srv.setRole("standby", 0)
+		term, err := l.lease.Campaign(ctx)
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		l.term = term
+		l.mu.Unlock()
+		srv.setRole("leader", term.Epoch)
+		tctx, cancel := termContext(ctx, term)
+		becomeLeader(tctx, w, !loaded, due, l.prewarm, l.log)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if term.Err() == nil {
+			loaded = true
+			if !opened {
+				opened = l.openJobs(ctx, sched)
+			}
+			srv.ready.Store(true)
+			l.log.Info().Int64("epoch", term.Epoch).Msg("ready")
+		}
+		select {
+		case <-term.Done():
+			srv.ready.Store(false)
+			l.log.Warn().Int64("epoch", term.Epoch).AnErr("reason", term.Err()).Msg("not leading: writes stopped; standing by")
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (l *leadership) openJobs(ctx context.Context, sched *jobs.Scheduler) bool {
+	if err := sched.Open(ctx); err != nil {
+		l.log.Error().Err(err).Msg("scheduling failed")
+		return false
+	}
+	return true
+}
+
+// becomeLeader is what a new leader does before it reports ready: the start-up
+// load in its first term, the takeover catch-up in later ones (then the
+// schedule resumes), then in the first term the pre-warm from the access log
+// (prewarm, if not nil). ctx ends with the term.
+func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, due func(*warmer.Spec) time.Duration,
+	prewarm func(context.Context), log zerolog.Logger) {
+	t0 := time.Now()
+	if first {
+		if err := w.RefreshAll(ctx); err != nil {
+			log.Error().Err(err).Msg("start-up load incomplete; the failed declarations are retried on schedule")
+		}
+		log.Info().Dur("took", time.Since(t0)).Msg("start-up load finished")
+		if prewarm != nil {
+			prewarm(ctx)
+		}
+		return
+	}
+	res, err := w.CatchUp(ctx, due)
+	ev := log.Info()
+	if err != nil {
+		ev = log.Warn().Err(err)
+	}
+	ev.Int("checked", res.Checked).Int("due", res.Due).Int("refreshed", res.Refreshed).Int("failed", res.Failed).
+		Dur("took", time.Since(t0)).Msg("takeover catch-up finished")
+}
+
+// termContext is ctx, also cancelled when the term ends.
+func termContext(ctx context.Context, term *warmer.Term) (context.Context, context.CancelFunc) {
+	tctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-term.Done():
+			cancel()
+		case <-tctx.Done():
+		}
+	}()
+	return tctx, cancel
+}
+
+// wait returns once run has returned.
+func (l *leadership) wait() { <-l.done }
+
+// release gives the lease up after the last write, so that a standby takes
+// over at once instead of after the lease expires.
+func (l *leadership) release(ctx context.Context) error {
+	if l.lease == nil {
+		return nil
+	}
+	defer l.lease.Close()
+	l.mu.Lock()
+	t := l.term
+	l.mu.Unlock()
+	if t == nil || t.Err() != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := t.Release(ctx); err != nil {
+		return err
+	}
+	l.log.Info().Int64("epoch", t.Epoch).Msg("lease released")
+	return nil
+}
+
+// instance names this instance (its lease id), or "" without a lease.
+func (l *leadership) instance() string {
+	if l.lease == nil {
+		return ""
+	}
+	return l.lease.ID()
+}

@@ -1,0 +1,260 @@
+package warmer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// FencedStoreOptions configures a FencedStore.
+type FencedStoreOptions struct {
+	Client redis.UniversalClient
+	// Namespace prefixes the fence keys.
+	Namespace string
+	// PerSlot keeps one fence key per hash slot, as Redis Cluster needs (a
+	// script may only touch keys of one slot). The default is on for a
+	// *redis.ClusterClient and off otherwise (one fence key).
+	PerSlot *bool
+	// Registerer receives hearth_fenced_writes_total.
+	Registerer prometheus.Registerer
+}
+
+// FencedStore is the Store of a leader-elected Hearth: every write is a script
+// that compares the writer's epoch (from the term its context carries, see
+// Gate) with a fence key in the same hash slot as the value key, refuses the
+// write if the fence holds a newer epoch, and otherwise raises the fence and
+// writes. A refused write is counted and ends the writer's term. A write whose
+// context carries no term is refused before it is sent.
+type FencedStore struct {
+	client  redis.UniversalClient
+	ns      string
+	perSlot bool
+	fenced  *prometheus.CounterVec
+}
+
+var (
+	_ Store     = (*FencedStore)(nil)
+	_ Fence     = (*FencedStore)(nil)
+	_ TTLReader = (*FencedStore)(nil)
+)
+
+// NewFencedStore builds a FencedStore.
+func NewFencedStore(opts FencedStoreOptions) *FencedStore {
+	perSlot := false
+	if _, ok := opts.Client.(*redis.ClusterClient); ok {
+		perSlot = true
+	}
+	if opts.PerSlot != nil {
+		perSlot = *opts.PerSlot
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	s := &FencedStore{
+		client:  opts.Client,
+		ns:      opts.Namespace,
+		perSlot: perSlot,
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_fenced_writes_total",
+			Help: "Writes Redis refused because a newer leader's epoch fences them, by operation (set, extend).",
+		}, []string{"op"}),
+	}
+	s.fenced.WithLabelValues("set")
+	s.fenced.WithLabelValues("extend")
+	opts.Registerer.MustRegister(s.fenced)
+	return s
+}
+
+// FenceKey returns the fence key guarding key: {ns}:fence on a single node, or
+// {ns}:fence:{tag} with a tag in key's hash slot when fences are per slot.
+func (s *FencedStore) FenceKey(key string) string {
+	if !s.perSlot {
+		return s.ns + ":fence"
+	}
+	return s.slotFence(HashSlot(key))
+}
+
+func (s *FencedStore) slotFence(slot int) string {
+	return s.ns + ":fence:{" + SlotTag(slot) + "}"
+}
+
+// The scripts compare epochs as numbers (epochs stay below 2^53, exact in Lua)
+// and store the fence as the writer's own decimal string. Each is idempotent:
+// run twice (a retransmitted pipeline), it does the same thing or refuses.
+
+// setScript: KEYS value, fence; ARGV epoch, value, ttl ms. 1 written, 0 fenced.
+var setScript = redis.NewScript(`
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local e = tonumber(ARGV[1])
+if f > e then return 0 end
+if f < e then redis.call('SET', KEYS[2], ARGV[1]) end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+`)
+
+// extendScript: KEYS value, fence; ARGV epoch, ttl ms. 1 extended (or already
+// longer), 0 key gone, -1 fenced.
+var extendScript = redis.NewScript(`
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local e = tonumber(ARGV[1])
+if f > e then return -1 end
+if f < e then redis.call('SET', KEYS[2], ARGV[1]) end
+if redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT') == 1 then return 1 end
+return redis.call('EXISTS', KEYS[1])
+`)
+
+// raiseScript: KEYS fence; ARGV epoch. 1 raised or equal, 0 a newer epoch holds it.
+var raiseScript = redis.NewScript(`
+local f = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local e = tonumber(ARGV[1])
+if f > e then return 0 end
+if f < e then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+`)
+
+func termOf(ctx context.Context, op string, n int) (*Term, error) {
+	t, ok := TermFrom(ctx)
+	if !ok {
+		return nil, fmt.Errorf("%s %d keys: %w (no leader term in context)", op, n, ErrNotLeader)
+	}
+	return t, nil
+}
+
+// Set writes each entry with SET … PX through the fence script, pipelined.
+func (s *FencedStore) Set(ctx context.Context, entries []Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	t, err := termOf(ctx, "write", len(entries))
+	if err != nil {
+		return err
+	}
+	epoch := strconv.FormatInt(t.Epoch, 10)
+	cmds, err := s.run(ctx, setScript, len(entries), func(i int) ([]string, []any) {
+		e := entries[i]
+		return []string{e.Key, s.FenceKey(e.Key)}, []any{epoch, e.Value, max(1, e.TTL.Milliseconds())}
+	})
+	if err != nil {
+		return fmt.Errorf("write %d keys: %w", len(entries), err)
+	}
+	refused := 0
+	for _, c := range cmds {
+		if n, _ := c.Int64(); n == 0 {
+			refused++
+		}
+	}
+	if refused > 0 {
+		s.fenced.WithLabelValues("set").Add(float64(refused))
+		t.Fenced()
+		return fmt.Errorf("write %d keys with epoch %d: %d refused: %w", len(entries), t.Epoch, refused, ErrFenced)
+	}
+	return nil
+}
+
+// Extend pushes each existing key's expiry out (PEXPIRE … GT) through the
+// fence script; kept[i] reports whether keys[i] still existed.
+func (s *FencedStore) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	t, err := termOf(ctx, "extend", len(keys))
+	if err != nil {
+		return nil, err
+	}
+	epoch := strconv.FormatInt(t.Epoch, 10)
+	cmds, err := s.run(ctx, extendScript, len(keys), func(i int) ([]string, []any) {
+		return []string{keys[i], s.FenceKey(keys[i])}, []any{epoch, max(1, ttls[i].Milliseconds())}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("extend %d keys: %w", len(keys), err)
+	}
+	kept := make([]bool, len(keys))
+	refused := 0
+	for i, c := range cmds {
+		n, _ := c.Int64()
+		kept[i] = n == 1
+		if n < 0 {
+			refused++
+		}
+	}
+	if refused > 0 {
+		s.fenced.WithLabelValues("extend").Add(float64(refused))
+		t.Fenced()
+		return nil, fmt.Errorf("extend %d keys with epoch %d: %d refused: %w", len(keys), t.Epoch, refused, ErrFenced)
+	}
+	return kept, nil
+}
+
+// Raise implements Fence: every fence key (one, or one per slot) is raised to
+// epoch before the new leader's first write, so that an older leader's write
+// is refused everywhere, not only where the new leader has written already.
+func (s *FencedStore) Raise(ctx context.Context, epoch int64) error {
+	n := 1
+	if s.perSlot {
+		n = SlotCount
+	}
+	e := strconv.FormatInt(epoch, 10)
+	cmds, err := s.run(ctx, raiseScript, n, func(i int) ([]string, []any) {
+		key := s.ns + ":fence"
+		if s.perSlot {
+			key = s.slotFence(i)
+		}
+		return []string{key}, []any{e}
+	})
+	if err != nil {
+		return fmt.Errorf("raise %d fences: %w", n, err)
+	}
+	for _, c := range cmds {
+		if v, _ := c.Int64(); v != 1 {
+			return fmt.Errorf("raise fences to epoch %d: %w", epoch, ErrFenced)
+		}
+	}
+	return nil
+}
+
+// PTTLs implements TTLReader.
+func (s *FencedStore) PTTLs(ctx context.Context, keys []string) ([]time.Duration, error) {
+	return pttls(ctx, s.client, keys)
+}
+
+// run sends n invocations of script in one pipeline with EVALSHA; the ones that
+// fail with NOSCRIPT (Redis restarted, or a new cluster node) are sent again
+// with EVAL, which also caches the script for next time. The scripts are
+// idempotent, so a pipeline the client retransmits does no harm.
+func (s *FencedStore) run(ctx context.Context, script *redis.Script, n int, args func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, n)
+	pipe := s.client.Pipeline()
+	for i := range n {
+		keys, argv := args(i)
+		cmds[i] = script.EvalSha(ctx, pipe, keys, argv...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var retry []int
+	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			if !redis.HasErrorPrefix(err, "NOSCRIPT") {
+				return nil, err
+			}
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) == 0 {
+		return cmds, nil
+	}
+	pipe = s.client.Pipeline()
+	for _, i := range retry {
+		keys, argv := args(i)
+		cmds[i] = script.Eval(ctx, pipe, keys, argv...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, i := range retry {
+		if err := cmds[i].Err(); err != nil {
+			return nil, err
+		}
+	}
+	return cmds, nil
+}

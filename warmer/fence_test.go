@@ -1,0 +1,182 @@
+package warmer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+func TestHashSlot(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{
+		{"foo", 12182},                 // redis-cli CLUSTER KEYSLOT foo
+		{"123456789", 0x31c3 % 16384},  // the CRC-16/XMODEM check value 0x31c3
+		{"{user1000}.following", 3443}, // the hash tag alone counts
+		{"user1000", 3443},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			if got := warmer.HashSlot(tc.key); got != tc.want {
+				t.Errorf("HashSlot(%q) = %d, want %d", tc.key, got, tc.want)
+			}
+		})
+	}
+	if got, whole := warmer.HashSlot("foo{}{bar}"), warmer.HashSlot("bar"); got == whole {
+		t.Errorf("an empty hash tag must not select the next one")
+	}
+	t.Run("every slot has a tag in it", func(t *testing.T) {
+		for slot := range warmer.SlotCount {
+			if got := warmer.HashSlot("x{" + warmer.SlotTag(slot) + "}y"); got != slot {
+				t.Fatalf("tag %q of slot %d hashes to %d", warmer.SlotTag(slot), slot, got)
+			}
+		}
+	})
+}
+
+func TestFencedStore(t *testing.T) {
+	for _, perSlot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per slot %v", perSlot), func(t *testing.T) {
+			testFencing(t, perSlot)
+		})
+	}
+}
+
+// testFencing plays Kleppmann's scenario: a leader is admitted to write, pauses
+// past its lease, a new leader takes over and writes; the old leader's write
+// arrives afterwards and must be refused by Redis.
+func testFencing(t *testing.T, perSlot bool) {
+	ctx := context.Background()
+	env := newLeaseEnv(t)
+	// Long leases: a must not notice by renewing that its lease is gone; only
+	// the fence tells it.
+	a := env.instance(30*time.Second, 20*time.Millisecond, perSlot)
+	b := env.instance(30*time.Second, 20*time.Millisecond, perSlot)
+	key, other := env.prefix+"product:1", env.prefix+"product:2"
+
+	ta := campaign(t, a.lease, 5*time.Second)
+	actx, err := a.lease.Admit(ctx)
+	if err != nil {
+		t.Fatalf("admit leader: %v", err)
+	}
+	if err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a1"), TTL: time.Minute}}); err != nil {
+		t.Fatalf("leader write: %v", err)
+	}
+
+	// a's lease vanishes behind its back (its pause outlasted the lease);
+	// b takes over. a still holds actx, admitted before the pause.
+	env.client.Del(ctx, env.ns+":{lease}")
+	tb := campaign(t, b.lease, 5*time.Second)
+	if tb.Epoch <= ta.Epoch {
+		t.Fatalf("epoch %d after %d", tb.Epoch, ta.Epoch)
+	}
+	bctx, err := b.lease.Admit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Set(bctx, []warmer.Entry{{Key: key, Value: []byte("b1"), TTL: time.Minute}}); err != nil {
+		t.Fatalf("new leader write: %v", err)
+	}
+
+	t.Run("old leader's write is refused", func(t *testing.T) {
+		// other is a key b never wrote: the fence raised at takeover guards it.
+		err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a2"), TTL: time.Minute}, {Key: other, Value: []byte("a2"), TTL: time.Minute}})
+		if !errors.Is(err, warmer.ErrFenced) {
+			t.Fatalf("stale write: err = %v, want ErrFenced", err)
+		}
+		if got, want := env.client.Get(ctx, key).Val(), "b1"; got != want {
+			t.Errorf("%s = %q, want the new leader's %q", key, got, want)
+		}
+		if n := env.client.Exists(ctx, other).Val(); n != 0 {
+			t.Errorf("%s written by the fenced leader", other)
+		}
+		if got, want := metric(t, a.reg, "hearth_fenced_writes_total", "set"), 2.0; got != want {
+			t.Errorf("hearth_fenced_writes_total = %g, want %g", got, want)
+		}
+		if !errors.Is(ta.Err(), warmer.ErrFenced) {
+			t.Errorf("old term ended with %v, want ErrFenced", ta.Err())
+		}
+	})
+
+	t.Run("old leader's stale extension is refused", func(t *testing.T) {
+		before := env.client.PTTL(ctx, key).Val()
+		_, err := a.store.Extend(actx, []string{key}, []time.Duration{time.Hour})
+		if !errors.Is(err, warmer.ErrFenced) {
+			t.Fatalf("stale extend: err = %v, want ErrFenced", err)
+		}
+		if after := env.client.PTTL(ctx, key).Val(); after > before {
+			t.Errorf("ttl extended from %s to %s by the fenced leader", before, after)
+		}
+	})
+
+	t.Run("new leader extends", func(t *testing.T) {
+		kept, err := b.store.Extend(bctx, []string{key, other}, []time.Duration{time.Hour, time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !kept[0] || kept[1] {
+			t.Errorf("kept = %v, want [true false]", kept)
+		}
+		if ttl := env.client.PTTL(ctx, key).Val(); ttl <= time.Minute {
+			t.Errorf("ttl %s not extended", ttl)
+		}
+	})
+
+	t.Run("a write without a term is refused before it is sent", func(t *testing.T) {
+		err := b.store.Set(ctx, []warmer.Entry{{Key: other, Value: []byte("x"), TTL: time.Minute}})
+		if !errors.Is(err, warmer.ErrNotLeader) {
+			t.Fatalf("err = %v, want ErrNotLeader", err)
+		}
+		if n := env.client.Exists(ctx, other).Val(); n != 0 {
+			t.Errorf("%s written without a term", other)
+		}
+	})
+	_ = tb.Release(ctx)
+}
+
+func TestFencingSurvivesRedisRestart(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.PrivateRedis(t)
+	client := srv.Client(t)
+	newInstance := func() (*warmer.Lease, *warmer.FencedStore) {
+		store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: client, Namespace: "hearth"})
+		l, err := warmer.NewLease(warmer.LeaseOptions{Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 20 * time.Millisecond, Fence: store, Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		return l, store
+	}
+	a, astore := newInstance()
+	b, bstore := newInstance()
+	ta := campaign(t, a, 5*time.Second)
+	actx, _ := a.Admit(ctx)
+	if err := astore.Set(actx, []warmer.Entry{{Key: "k", Value: []byte("a"), TTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Redis comes back empty: no lease, no epoch counter, no fence, no scripts.
+	srv.Restart(t)
+	waitDone(t, ta, 5*time.Second)
+	tb := campaign(t, b, 5*time.Second)
+	if tb.Epoch <= ta.Epoch {
+		t.Fatalf("epoch went back from %d to %d after the restart", ta.Epoch, tb.Epoch)
+	}
+	bctx, _ := b.Admit(ctx)
+	if err := bstore.Set(bctx, []warmer.Entry{{Key: "k", Value: []byte("b"), TTL: time.Minute}}); err != nil {
+		t.Fatalf("write after restart (EVALSHA falls back to EVAL): %v", err)
+	}
+	if err := astore.Set(actx, []warmer.Entry{{Key: "k", Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, warmer.ErrFenced) {
+		t.Fatalf("old leader after restart: err = %v, want ErrFenced", err)
+	}
+	if got := client.Get(ctx, "k").Val(); got != "b" {
+		t.Errorf("k = %q, want %q", got, "b")
+	}
+}

@@ -1,0 +1,181 @@
+package warmer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// leaseEnv is one Hearth namespace on a Redis, with helpers to build
+// instances (a lease and its fenced store) that share it.
+type leaseEnv struct {
+	t      *testing.T
+	client *redis.Client
+	ns     string
+	prefix string
+}
+
+func newLeaseEnv(t *testing.T) *leaseEnv {
+	env := testenv.Redis(t)
+	return &leaseEnv{t: t, client: env.Client, ns: env.Prefix + "hearth", prefix: env.Prefix}
+}
+
+type instance struct {
+	lease *warmer.Lease
+	store *warmer.FencedStore
+	reg   *prometheus.Registry
+}
+
+func (e *leaseEnv) instance(lease, retry time.Duration, perSlot bool) *instance {
+	e.t.Helper()
+	reg := prometheus.NewRegistry()
+	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg})
+	l, err := warmer.NewLease(warmer.LeaseOptions{
+		Client: e.client, Namespace: e.ns, Duration: lease, RetryPeriod: retry, Fence: store, Registerer: reg,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(l.Close)
+	return &instance{lease: l, store: store, reg: reg}
+}
+
+func campaign(t *testing.T, l *warmer.Lease, within time.Duration) *warmer.Term {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	term, err := l.Campaign(ctx)
+	if err != nil {
+		t.Fatalf("campaign: %v", err)
+	}
+	return term
+}
+
+func waitDone(t *testing.T, term *warmer.Term, within time.Duration) {
+	t.Helper()
+	select {
+	case <-term.Done():
+	case <-time.After(within):
+		t.Fatalf("term %d did not end within %s", term.Epoch, within)
+	}
+}
+
+func TestLeaseOneLeader(t *testing.T) {
+	env := newLeaseEnv(t)
+	a := env.instance(2*time.Second, 50*time.Millisecond, false)
+	b := env.instance(2*time.Second, 50*time.Millisecond, false)
+
+	ta := campaign(t, a.lease, 5*time.Second)
+	if err := a.lease.IsLeader(context.Background()); err != nil {
+		t.Fatalf("a.IsLeader after winning: %v", err)
+	}
+
+	t.Run("a standby does not win while the leader renews", func(t *testing.T) {
+		// Several lease lifetimes: only renewals keep a's lease alive.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*2*time.Second)
+		defer cancel()
+		if term, err := b.lease.Campaign(ctx); err == nil {
+			t.Fatalf("b won epoch %d while a leads", term.Epoch)
+		}
+		if err := b.lease.IsLeader(context.Background()); !errors.Is(err, warmer.ErrNotLeader) {
+			t.Errorf("b.IsLeader = %v, want ErrNotLeader", err)
+		}
+		if !ta.Valid() {
+			t.Errorf("a's term ended: %v", ta.Err())
+		}
+		if _, err := b.lease.Admit(context.Background()); !errors.Is(err, warmer.ErrNotLeader) {
+			t.Errorf("b.Admit = %v, want ErrNotLeader", err)
+		}
+	})
+
+	t.Run("release hands over at once, with a greater epoch", func(t *testing.T) {
+		// b retries only every minute: winning sooner proves the announcement.
+		slow := env.instance(2*time.Second, time.Minute, false)
+		won := make(chan *warmer.Term, 1)
+		go func() {
+			term, err := slow.lease.Campaign(context.Background())
+			if err == nil {
+				won <- term
+			}
+		}()
+		// Let the standby subscribe and fail its first try.
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			n, _ := env.client.PubSubNumSub(context.Background(), env.ns+":lease:released").Result()
+			if n[env.ns+":lease:released"] > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := ta.Release(context.Background()); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		if !errors.Is(ta.Err(), warmer.ErrReleased) {
+			t.Errorf("a's term ended with %v, want ErrReleased", ta.Err())
+		}
+		select {
+		case tb := <-won:
+			if tb.Epoch <= ta.Epoch {
+				t.Errorf("new epoch %d, want > %d", tb.Epoch, ta.Epoch)
+			}
+			if err := tb.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			tc := campaign(t, a.lease, 5*time.Second)
+			if tc.Epoch <= tb.Epoch {
+				t.Errorf("third epoch %d, want > %d", tc.Epoch, tb.Epoch)
+			}
+			_ = tc.Release(context.Background())
+		case <-time.After(20 * time.Second):
+			t.Fatal("standby did not take over after the release announcement")
+		}
+	})
+}
+
+func TestLeaseStepsDown(t *testing.T) {
+	t.Run("lost lease ends the term", func(t *testing.T) {
+		env := newLeaseEnv(t)
+		a := env.instance(time.Second, 50*time.Millisecond, false)
+		ta := campaign(t, a.lease, 5*time.Second)
+		// Another party deleted the lease (as an expiry during a pause would).
+		env.client.Del(context.Background(), env.ns+":{lease}")
+		waitDone(t, ta, 5*time.Second)
+		if !errors.Is(ta.Err(), warmer.ErrLeaseLost) {
+			t.Errorf("term ended with %v, want ErrLeaseLost", ta.Err())
+		}
+		if err := a.lease.IsLeader(context.Background()); err == nil {
+			t.Error("still leader after losing the lease")
+		}
+		if got := metric(t, a.reg, "hearth_leader"); got != 0 {
+			t.Errorf("hearth_leader = %g, want 0", got)
+		}
+	})
+
+	t.Run("unreachable redis ends the term by the renew deadline", func(t *testing.T) {
+		srv := testenv.PrivateRedis(t)
+		client := srv.Client(t)
+		reg := prometheus.NewRegistry()
+		l, err := warmer.NewLease(warmer.LeaseOptions{Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 50 * time.Millisecond, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		term := campaign(t, l, 5*time.Second)
+		srv.Pause(t)
+		defer srv.Resume(t)
+		waitDone(t, term, 5*time.Second)
+		if !errors.Is(term.Err(), warmer.ErrLeaseExpired) {
+			t.Errorf("term ended with %v, want ErrLeaseExpired", term.Err())
+		}
+		if err := l.IsLeader(context.Background()); err == nil {
+			t.Error("still leader with redis unreachable")
+		}
+	})
+}
