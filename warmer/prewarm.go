@@ -477,11 +477,6 @@ func (w *Warmer) classify(key string) (*Spec, string, string) {
 	if len(key) > MaxLogKeyBytes {
 		return nil, "", SkipTooLong
 	}
-	if key == "" || !utf8.ValidString(key) || strings.ContainsFunc(key, func(r rune) bool {
-		return unicode.IsSpace(r) || unicode.IsControl(r)
-	}) {
-		return nil, "", SkipMalformed
-	}
 	var family *Spec
 	for _, name := range w.order {
 		s := w.specs[name]
@@ -495,14 +490,23 @@ func (w *Warmer) classify(key string) (*Spec, string, string) {
 			family = s
 		}
 	}
+	if family != nil {
+		// Template literals hold no whitespace or control characters, and
+		// Match validates the member: a match is a clean key.
+		if member, ok := family.Template.Match(key); ok {
+			return family, member, ""
+		}
+	}
+	// Not loadable; say why.
+	if key == "" || !utf8.ValidString(key) || strings.ContainsFunc(key, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r)
+	}) {
+		return nil, "", SkipMalformed
+	}
 	if family == nil {
 		return nil, "", SkipUnknown
 	}
-	member, ok := family.Template.Match(key)
-	if !ok {
-		return nil, "", SkipInvalidMember
-	}
-	return family, member, ""
+	return nil, "", SkipInvalidMember
 }
 
 // quoteKey makes a hostile key safe and short for a log line.
