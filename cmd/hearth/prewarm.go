@@ -264,6 +264,14 @@ func (p *daemonPrewarm) startup(ctx context.Context) {
 	}
 }
 
+// options are the pre-warm options of this daemon, for a run started for the
+// given reason, e.g. by the admin API: w.StartPrewarm(ctx, p.options("admin")).
+func (p *daemonPrewarm) options(reason string) warmer.PrewarmOptions {
+	po := p.po
+	po.Reason = reason
+	return po
+}
+
 // open starts the roll-up loop and the re-warm watch; they act only while leading.
 func (p *daemonPrewarm) open(ctx context.Context) error {
 	if p.roller != nil {
