@@ -245,50 +245,55 @@ func TestPrewarmBatchesHottestFirst(t *testing.T) {
 		hot = append(hot, fmt.Sprintf("%sproduct:%d", rd.Prefix, i))
 	}
 	e.record(t, hot...)
-	opts := e.options(50)
-	opts.Concurrency = 2
-	var progress []warmer.PrewarmProgress
-	opts.Progress = func(p warmer.PrewarmProgress) { progress = append(progress, p) }
+	run := func(t *testing.T, concurrency int) ([][]string, int, []warmer.PrewarmProgress) {
+		t.Helper()
+		e.src.mu.Lock()
+		e.src.calls, e.src.maxInFlight = nil, 0
+		e.src.mu.Unlock()
+		opts := e.options(50)
+		opts.Concurrency = concurrency
+		var progress []warmer.PrewarmProgress
+		opts.Progress = func(p warmer.PrewarmProgress) { progress = append(progress, p) }
+		rep, err := e.w.Prewarm(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := rep.Written, 51; got != want {
+			t.Errorf("written = %d, want %d (50 products and the single key)", got, want)
+		}
+		e.src.mu.Lock()
+		defer e.src.mu.Unlock()
+		if got, want := len(e.src.calls), 6; got != want {
+			t.Fatalf("origin queries = %d, want %d (the single key, then 5 batches of 10)", got, want)
+		}
+		return e.src.calls, e.src.maxInFlight, progress
+	}
 
-	rep, err := e.w.Prewarm(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := rep.Written, 51; got != want {
-		t.Errorf("written = %d, want %d (50 products and the single key)", got, want)
-	}
-	e.src.mu.Lock()
-	calls, maxIn := e.src.calls, e.src.maxInFlight
-	e.src.mu.Unlock()
-	if got, want := len(calls), 6; got != want {
-		t.Fatalf("origin queries = %d, want %d (the single key, then 5 batches of 10)", got, want)
-	}
-	if maxIn > 2 {
-		t.Errorf("%d loads in flight at once, want at most the concurrency bound 2", maxIn)
-	}
-	// The single key and the first batch start together; the first batch is the hottest ten.
-	var first []string
-	for _, c := range calls {
-		if c != nil {
-			first = slices.Clone(c)
-			break
+	t.Run("hottest first", func(t *testing.T) {
+		calls, _, progress := run(t, 1) // one at a time: loads start in dispatch order
+		first := slices.Clone(calls[1])
+		sort.Strings(first)
+		want := []string{"100", "91", "92", "93", "94", "95", "96", "97", "98", "99"}
+		if calls[0] != nil || !slices.Equal(first, want) {
+			t.Errorf("loads = %q, %q, …; want the single key, then the 10 hottest %q", calls[0], first, want)
 		}
-	}
-	sort.Strings(first)
-	if want := []string{"100", "91", "92", "93", "94", "95", "96", "97", "98", "99"}; !slices.Equal(first, want) {
-		t.Errorf("first batch = %q, want the 10 hottest %q", first, want)
-	}
-	if len(progress) == 0 || !progress[0].Reading {
-		t.Fatalf("progress = %+v, want a first report while the access log is read", progress)
-	}
-	for i := 1; i < len(progress); i++ {
-		if progress[i].Wanted < progress[i-1].Wanted || progress[i].Done < progress[i-1].Done {
-			t.Errorf("progress went backwards: %+v then %+v", progress[i-1], progress[i])
+		if len(progress) == 0 || !progress[0].Reading {
+			t.Fatalf("progress = %+v, want a first report while the access log is read", progress)
 		}
-	}
-	if last := progress[len(progress)-1]; last.Wanted != 51 || last.Done != 51 || last.Reading {
-		t.Errorf("last progress = %+v, want 51 wanted and 51 done", last)
-	}
+		for i := 1; i < len(progress); i++ {
+			if progress[i].Wanted < progress[i-1].Wanted || progress[i].Done < progress[i-1].Done {
+				t.Errorf("progress went backwards: %+v then %+v", progress[i-1], progress[i])
+			}
+		}
+		if last := progress[len(progress)-1]; last.Wanted != 51 || last.Done != 51 || last.Reading {
+			t.Errorf("last progress = %+v, want 51 wanted and 51 done", last)
+		}
+	})
+	t.Run("concurrency bound", func(t *testing.T) {
+		if _, maxIn, _ := run(t, 2); maxIn > 2 {
+			t.Errorf("%d loads in flight at once, want at most the concurrency bound 2", maxIn)
+		}
+	})
 }
 
 // TestPrewarmRateBound: batch loads start no faster than the rate allows.
