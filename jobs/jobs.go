@@ -45,6 +45,9 @@ type Scheduler struct {
 
 	mu   sync.Mutex
 	jobs map[string]gocron.Job
+	// applyMu serialises Open and Apply (reloads); opened is set by Open.
+	applyMu sync.Mutex
+	opened  bool
 }
 
 // New builds the scheduler; nothing runs until Open.
@@ -82,9 +85,12 @@ func Offset(name string, interval time.Duration) time.Duration {
 // Open schedules every declaration and starts the scheduler. Each first run is
 // at its offset within one interval of now.
 func (s *Scheduler) Open(ctx context.Context) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	s.opened = true
 	now := time.Now()
 	for _, spec := range s.opts.Specs {
-		if err := s.add(spec, now); err != nil {
+		if err := s.add(spec, phase(now, spec.Name, spec.Interval)); err != nil {
 			return err
 		}
 	}
@@ -93,8 +99,13 @@ func (s *Scheduler) Open(ctx context.Context) error {
 	return nil
 }
 
-func (s *Scheduler) add(spec *warmer.Spec, now time.Time) error {
-	first := phase(now, spec.Name, spec.Interval)
+// add schedules a declaration every interval from first; a first run that is not
+// in the future runs at once.
+func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
+	start := gocron.WithStartDateTime(first)
+	if !first.After(time.Now()) {
+		start = gocron.WithStartImmediately()
+	}
 	name := spec.Name
 	interval := spec.Interval
 	spread := time.Duration(float64(interval) * s.opts.Spread)
@@ -113,7 +124,7 @@ func (s *Scheduler) add(spec *warmer.Spec, now time.Time) error {
 		gocron.NewTask(task),
 		gocron.WithName("hearth:"+name),
 		gocron.WithTags(name),
-		gocron.WithStartAt(gocron.WithStartDateTime(first)),
+		gocron.WithStartAt(start),
 		gocron.WithSingletonMode(gocron.LimitModeReschedule),
 	)
 	if err != nil {

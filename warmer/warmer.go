@@ -43,10 +43,12 @@ type Warmer struct {
 	order   []string
 	loads   *semaphore.Weighted
 	metrics *metrics
+	decl    *declMetrics
 	log     zerolog.Logger
 	now     func() time.Time
 	rand    func() float64
 
+	// mu guards specs, order and state, which Apply replaces on a reload.
 	mu    sync.Mutex
 	state map[string]*declState
 
@@ -91,6 +93,7 @@ func New(opts Options) (*Warmer, error) {
 		specs:   make(map[string]*Spec, len(opts.Specs)),
 		loads:   semaphore.NewWeighted(int64(opts.MaxConcurrentLoads)),
 		metrics: newMetrics(opts.Registerer),
+		decl:    newDeclMetrics(opts.Registerer),
 		log:     opts.Logger.With().Str("component", "warmer").Logger(),
 		now:     opts.Now,
 		rand:    opts.Rand,
@@ -107,12 +110,15 @@ func New(opts Options) (*Warmer, error) {
 		w.specs[s.Name] = s
 		w.order = append(w.order, s.Name)
 		w.state[s.Name] = &declState{lastOK: map[string]int64{}}
+		w.decl.set(s)
 	}
 	return w, nil
 }
 
 // Specs returns the declarations in their declared order.
 func (w *Warmer) Specs() []*Spec {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	out := make([]*Spec, 0, len(w.order))
 	for _, n := range w.order {
 		out = append(out, w.specs[n])
@@ -122,7 +128,7 @@ func (w *Warmer) Specs() []*Spec {
 
 // Spec returns the declaration with the given name.
 func (w *Warmer) Spec(name string) (*Spec, bool) {
-	s, ok := w.specs[name]
+	s, _, ok := w.lookup(name)
 	return s, ok
 }
 
@@ -154,7 +160,7 @@ type Outcome struct {
 // Refresh runs one refresh of a declaration: list members, load them in batches,
 // write values and sentinels, keep failed members' old values alive.
 func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outcome, error) {
-	spec, ok := w.specs[name]
+	spec, st, ok := w.lookup(name)
 	if !ok {
 		return Outcome{}, fmt.Errorf("refresh %q: %w", name, ErrUnknownSpec)
 	}
@@ -162,7 +168,6 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	if !ro.Planned.IsZero() {
 		w.metrics.lag.WithLabelValues(name).Observe(max(0, start.Sub(ro.Planned)).Seconds())
 	}
-	st := w.state[name]
 	members, skipped, err := w.members(ctx, spec, st)
 	out := Outcome{Members: len(members), Skipped: skipped}
 	if err != nil {
@@ -329,7 +334,7 @@ func (w *Warmer) batches(spec *Spec, members []string) [][]string {
 // RefreshMembers loads and writes one set of members of a declaration (a single
 // key is the member ""), with the global load bound held by the caller or not.
 func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []string) (Outcome, error) {
-	spec, ok := w.specs[name]
+	spec, st, ok := w.lookup(name)
 	if !ok {
 		return Outcome{}, fmt.Errorf("refresh %q: %w", name, ErrUnknownSpec)
 	}
@@ -337,7 +342,7 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 		return Outcome{}, err
 	}
 	defer w.loads.Release(1)
-	o := w.refreshBatch(ctx, spec, w.state[name], members)
+	o := w.refreshBatch(ctx, spec, st, members)
 	return o, o.LastError
 }
 
@@ -504,7 +509,7 @@ func (w *Warmer) RefreshAll(ctx context.Context) error {
 		errs []error
 		g    errgroup.Group
 	)
-	for _, name := range w.order {
+	for _, name := range w.names() {
 		g.Go(func() error {
 			if _, err := w.Refresh(ctx, name, RunOptions{}); err != nil {
 				mu.Lock()
@@ -534,6 +539,8 @@ type Status struct {
 // Status reports every declaration's state, in declared order.
 func (w *Warmer) Status() []Status {
 	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	out := make([]Status, 0, len(w.order))
 	for _, n := range w.order {
 		s, st := w.specs[n], w.state[n]

@@ -27,9 +27,16 @@ for the leader lease. The leader loads every declared key once, reports ready on
 /readyz, then refreshes each declaration every interval (TTL/2 by default), every
 write fenced by its epoch; a standby stays idle and takes over when the leader
 goes. SIGTERM or SIGINT drain in-flight writes within refresh.shutdown_timeout,
-release the lease and exit 0. A second signal aborts at once.`,
+release the lease and exit 0. A second signal aborts at once.
+
+SIGHUP, or a change to the config file, reloads the config: declarations are
+added, removed or rescheduled without a restart; an invalid file is rejected
+(logged, hearth_config_reloads_total{result="invalid"}) and the old config stays.
+With HEARTH_ADMIN_TOKEN set, the admin API answers under /admin/ (see README).`,
 		Example: `  hearth run --config config.yaml
-  HEARTH_REDIS_PASSWORD=secret hearth run -c /etc/hearth/config.yaml`,
+  HEARTH_REDIS_PASSWORD=secret hearth run -c /etc/hearth/config.yaml
+  HEARTH_ADMIN_TOKEN=$(openssl rand -hex 32) hearth run --listen 127.0.0.1:9464
+  kill -HUP $(pidof hearth)   # reload the config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
@@ -51,6 +58,8 @@ release the lease and exit 0. A second signal aborts at once.`,
 func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	log := newLogger(g.stderr, cfg.Log)
 	log.Info().Str("version", version).Str("config", cfg.File).Int("declarations", len(cfg.Keys)).Msg("starting")
+	hup := notifyHUP()
+	defer signal.Stop(hup)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -78,11 +87,19 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	if err != nil {
 		return fail(exitFail, err)
 	}
+	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.leading, reg, log) // see prewarm.go
+	if err != nil {
+		return fail(exitFail, err)
+	}
 	srv, err := listen(cfg.HTTP.Listen, reg, log)
 	if err != nil {
 		return fail(exitFail, err)
 	}
 	srv.instance = lead.instance()
+	adm := openAdmin(srv, w, lead.leading, reg, log)
+	if adm != nil {
+		adm.prewarm = pw.adminHooks()
+	}
 	srv.serve()
 
 	// The drain context outlives the first signal: a second one aborts.
@@ -101,10 +118,6 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 		}
 	}()
 
-	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.leading(ctx), reg, log) // see prewarm.go
-	if err != nil {
-		return fail(exitFail, err)
-	}
 	lead.prewarm = pw.startup
 	if err := pw.open(ctx); err != nil {
 		return fail(exitFail, err)
@@ -115,9 +128,12 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	if err != nil {
 		return fail(exitFail, err)
 	}
+	rl := openReloader(cfg, hup, w, sched, reg, log)
+	adm.attach(sched, rl)
 	go lead.run(ctx, w, sched, srv)
 
 	<-ctx.Done()
+	rl.close()
 	log.Info().Dur("deadline", cfg.Refresh.ShutdownTimeout).Msg("shutting down: draining in-flight writes")
 	srv.ready.Store(false)
 	dctx, cancel := context.WithTimeout(runCtx, cfg.Refresh.ShutdownTimeout)
@@ -128,6 +144,9 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	srv.ready.Store(false)
 	if err := sched.Close(dctx); err != nil {
 		errs = append(errs, fmt.Errorf("close scheduler: %w", err))
+	}
+	if err := adm.close(dctx); err != nil {
+		errs = append(errs, err)
 	}
 	// After the last write: a standby takes over at once.
 	if err := lead.release(dctx); err != nil {

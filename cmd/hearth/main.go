@@ -88,8 +88,9 @@ miss on it and the database never sees a cache stampede.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "config.yaml", "path of the config file")
-	root.AddCommand(newRunCmd(g), newValidateCmd(g), newVersionCmd(g))
+	root.AddCommand(newRunCmd(g), newValidateCmd(g), newVersionCmd(g), newDemoCmd(g))
 	root.AddCommand(newPrewarmCmd(g), newMigrateCmd(g))
+	polishHelp(root)
 	return root
 }
 

@@ -300,10 +300,17 @@ func (p *daemonPrewarm) close(ctx context.Context) {
 	}
 }
 
-// leading reports whether this instance leads now (always, without a lease).
-// It reads memory only.
-func (l *leadership) leading(ctx context.Context) func() bool {
-	return func() bool { return l.lease == nil || l.lease.IsLeader(ctx) == nil }
+// adminHooks is the pre-warm engine as the admin API sees it: POST
+// /admin/prewarm runs the daemon's pre-warm into its own Redis (through the
+// leader's fence), GET /admin/prewarm shows its progress.
+func (p *daemonPrewarm) adminHooks() *prewarmHooks {
+	return &prewarmHooks{
+		Run: func(ctx context.Context) (any, error) {
+			rep, err := p.w.Prewarm(ctx, p.options("admin"))
+			return rep, err
+		},
+		Progress: func() any { return p.w.PrewarmStatus().Current },
+	}
 }
 
 // progress shows a running pre-warm: a bar on a terminal, a log line a second otherwise.

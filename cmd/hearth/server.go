@@ -19,6 +19,7 @@ import (
 type server struct {
 	ln    net.Listener
 	srv   *http.Server
+	mux   *http.ServeMux
 	ready atomic.Bool
 	done  chan error
 	// role ("leader", "standby") and epoch describe this instance on /healthz;
@@ -40,8 +41,8 @@ func listen(addr string, gatherer prometheus.Gatherer, log zerolog.Logger) (*ser
 	if err != nil {
 		return nil, fmt.Errorf("http listen %s: %w", addr, err)
 	}
-	s := &server{ln: ln, done: make(chan error, 1)}
 	mux := http.NewServeMux()
+	s := &server{ln: ln, mux: mux, done: make(chan error, 1)}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// Healthy whether leader or standby; the body says which.

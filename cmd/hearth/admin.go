@@ -1,0 +1,488 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// adminTokenEnv names the environment variable that holds the admin API's bearer
+// token. Unset or empty, the admin routes do not exist (404).
+const adminTokenEnv = "HEARTH_ADMIN_TOKEN"
+
+// errClosed refuses work once the admin API is shutting down.
+var errClosed = errors.New("shutting down")
+
+// nextRunner tells when a declaration runs next (the jobs.Scheduler).
+type nextRunner interface {
+	NextRun(name string) (time.Time, bool)
+}
+
+// prewarmHooks is the pre-warm engine as the admin API sees it. Run performs one
+// pre-warm of the daemon's own Redis and returns a JSON-encodable report;
+// Progress, if set, returns a JSON-encodable snapshot while Run runs.
+type prewarmHooks struct {
+	Run      func(ctx context.Context) (report any, err error)
+	Progress func() any
+}
+
+// admin serves the authenticated /admin/ routes: refresh a declaration or one
+// key now, the status of every declaration, and pre-warm.
+type admin struct {
+	tokenHash [sha256.Size]byte
+	w         *warmer.Warmer
+	mux       *http.ServeMux
+	group     singleflight.Group
+	metrics   *adminMetrics
+	log       zerolog.Logger
+
+	// leading reports whether this instance may write; nil means always (no
+	// leadership configured).
+	leading func() bool
+	// prewarm is nil until the pre-warm engine is wired: the routes answer 501.
+	prewarm *prewarmHooks
+	// reloadStatus, if set, adds the config reload state to /admin/status.
+	reloadStatus func() any
+
+	// base bounds loads and pre-warms: they outlive the request that started
+	// them (other requests share them) but not the daemon.
+	base   context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	sched  nextRunner
+	closed bool
+	wg     sync.WaitGroup
+	pw     prewarmState
+}
+
+// prewarmState is the last or current pre-warm started through the API.
+type prewarmState struct {
+	Running  bool       `json:"running"`
+	Started  *time.Time `json:"started,omitempty"`
+	Finished *time.Time `json:"finished,omitempty"`
+	Report   any        `json:"report,omitempty"`
+	Progress any        `json:"progress,omitempty"`
+	Error    string     `json:"error,omitempty"`
+}
+
+// newAdmin builds the admin API; token must not be empty.
+func newAdmin(token string, w *warmer.Warmer, reg prometheus.Registerer, log zerolog.Logger) *admin {
+	base, cancel := context.WithCancel(context.Background())
+	a := &admin{
+		tokenHash: sha256.Sum256([]byte(token)),
+		w:         w,
+		mux:       http.NewServeMux(),
+		metrics:   newAdminMetrics(reg),
+		log:       log.With().Str("component", "admin").Logger(),
+		base:      base,
+		cancel:    cancel,
+	}
+	a.mux.HandleFunc("POST /admin/refresh", a.refresh)
+	a.mux.HandleFunc("GET /admin/status", a.status)
+	a.mux.HandleFunc("POST /admin/prewarm", a.startPrewarm)
+	a.mux.HandleFunc("GET /admin/prewarm", a.prewarmStatus)
+	return a
+}
+
+// attach makes next runs and the reload state visible in /admin/status once
+// jobs are scheduled. A nil admin (no token) ignores it.
+func (a *admin) attach(s nextRunner, rl *reloader) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.sched = s
+	if rl != nil {
+		a.reloadStatus = rl.status
+	}
+	a.mu.Unlock()
+}
+
+// ServeHTTP checks the bearer token before anything else, so that without it no
+// route, declaration or state can be probed: every failure is the same 401.
+func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(r) {
+		a.metrics.requests.WithLabelValues(route(r), "401").Inc()
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hearth"`)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+	a.mux.ServeHTTP(rec, r)
+	a.metrics.requests.WithLabelValues(route(r), strconv.Itoa(rec.code)).Inc()
+}
+
+// authorized compares SHA-256 digests in constant time, so that neither the
+// token's bytes nor its length leak through timing.
+func (a *admin) authorized(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) == 1
+}
+
+// route is a bounded label for a request path.
+func route(r *http.Request) string {
+	switch r.URL.Path {
+	case "/admin/refresh":
+		return "refresh"
+	case "/admin/status":
+		return "status"
+	case "/admin/prewarm":
+		return "prewarm"
+	default:
+		return "other"
+	}
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// refreshResult is the answer to POST /admin/refresh.
+type refreshResult struct {
+	Declaration string `json:"declaration"`
+	Member      string `json:"member,omitempty"`
+	Key         string `json:"key"`
+	Members     int    `json:"members"`
+	Written     int    `json:"written"`
+	Negative    int    `json:"negative"`
+	Failed      int    `json:"failed"`
+	Extended    int    `json:"extended"`
+	Duration    string `json:"duration"`
+	// Shared is true when this request joined a load another request started.
+	Shared bool   `json:"shared"`
+	Error  string `json:"error,omitempty"`
+}
+
+// refresh loads one declaration (or one member of a family) now. Concurrent
+// requests for the same target share one load.
+func (a *admin) refresh(w http.ResponseWriter, r *http.Request) {
+	name, member := r.URL.Query().Get("declaration"), r.URL.Query().Get("member")
+	if name == "" {
+		writeError(w, http.StatusBadRequest, "declaration: required (POST /admin/refresh?declaration=NAME[&member=M])")
+		return
+	}
+	spec, ok := a.w.Spec(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("declaration %q: not declared", name))
+		return
+	}
+	key := spec.Template.String()
+	switch {
+	case !spec.Template.IsFamily() && member != "":
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("declaration %q is a single key: member is not allowed", name))
+		return
+	case member != "":
+		if err := spec.Template.ValidateMember(member); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("member of %q: %v", name, err))
+			return
+		}
+		key = spec.Template.Key(member)
+	}
+	if a.leading != nil && !a.leading() {
+		writeError(w, http.StatusServiceUnavailable, "not the leader: refresh on the leading instance")
+		return
+	}
+
+	// NUL cannot appear in a declaration name or a valid member.
+	flight := name + "\x00" + member
+	if spec.Template.IsFamily() && member == "" {
+		flight = name + "\x00*"
+	}
+	ch := a.group.DoChan(flight, func() (any, error) { return a.load(spec, member) })
+	// Counted once joined: a test (or an operator) that sees N waiting knows all
+	// N share the load in flight.
+	a.metrics.waiting.Inc()
+	defer a.metrics.waiting.Dec()
+	select {
+	case res := <-ch:
+		out := refreshResult{Declaration: name, Member: member, Key: key, Shared: res.Shared}
+		if o, ok := res.Val.(warmer.Outcome); ok {
+			out.Members, out.Written, out.Negative = o.Members, o.Written, o.Negative
+			out.Failed, out.Extended, out.Duration = o.Failed, o.Extended, o.Duration.Round(time.Microsecond).String()
+		}
+		code := http.StatusOK
+		if res.Err != nil {
+			out.Error = res.Err.Error()
+			code = http.StatusBadGateway
+			if errors.Is(res.Err, errClosed) {
+				code = http.StatusServiceUnavailable
+			}
+		}
+		writeJSON(w, code, out)
+	case <-r.Context().Done():
+		// The client left; the load goes on for the others.
+	}
+}
+
+// load runs one refresh for the single-flight group. It holds the admin API open
+// until it ends, never panics out (a panic in singleflight's DoChan would
+// crash the daemon and leave the other waiters hanging), and is bounded by the
+// declaration's interval: no manual refresh outlives a scheduled one.
+func (a *admin) load(spec *warmer.Spec, member string) (val any, err error) {
+	if !a.enter() {
+		return nil, errClosed
+	}
+	defer a.leave()
+	defer func() {
+		if p := recover(); p != nil {
+			a.log.Error().Str("family", spec.Name).Interface("panic", p).Msg("admin refresh panicked")
+			val, err = nil, fmt.Errorf("refresh %s: panic: %v", spec.Name, p)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(a.base, max(spec.Interval, spec.LoadTimeout))
+	defer cancel()
+	var o warmer.Outcome
+	if spec.Template.IsFamily() && member == "" {
+		o, err = a.w.Refresh(ctx, spec.Name, warmer.RunOptions{})
+	} else {
+		o, err = a.w.RefreshMembers(ctx, spec.Name, []string{member})
+		o.Members = 1
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	a.metrics.loads.WithLabelValues(result).Inc()
+	a.log.Info().Str("family", spec.Name).Bool("one_member", member != "").Int("written", o.Written).
+		Int("failed", o.Failed).AnErr("error", err).Msg("admin refresh")
+	return o, err
+}
+
+// declStatus is one declaration in GET /admin/status.
+type declStatus struct {
+	warmer.Status
+	NextRun *time.Time `json:"next_run,omitempty"`
+}
+
+func (a *admin) status(w http.ResponseWriter, _ *http.Request) {
+	a.mu.Lock()
+	sched := a.sched
+	a.mu.Unlock()
+	out := struct {
+		Leader       *bool        `json:"leader,omitempty"`
+		Declarations []declStatus `json:"declarations"`
+		Config       any          `json:"config,omitempty"`
+	}{Declarations: []declStatus{}}
+	if a.leading != nil {
+		l := a.leading()
+		out.Leader = &l
+	}
+	for _, s := range a.w.Status() {
+		d := declStatus{Status: s}
+		if sched != nil {
+			if t, ok := sched.NextRun(s.Name); ok {
+				d.NextRun = &t
+			}
+		}
+		out.Declarations = append(out.Declarations, d)
+	}
+	a.mu.Lock()
+	reloadStatus := a.reloadStatus
+	a.mu.Unlock()
+	if reloadStatus != nil {
+		out.Config = reloadStatus()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// startPrewarm starts a pre-warm in the background (it can take minutes) and
+// answers 202 with its state; GET /admin/prewarm follows it.
+func (a *admin) startPrewarm(w http.ResponseWriter, _ *http.Request) {
+	if a.prewarm == nil || a.prewarm.Run == nil {
+		writeError(w, http.StatusNotImplemented, "pre-warm not configured")
+		return
+	}
+	if a.leading != nil && !a.leading() {
+		writeError(w, http.StatusServiceUnavailable, "not the leader: pre-warm on the leading instance")
+		return
+	}
+	a.mu.Lock()
+	if a.pw.Running {
+		st := a.pw
+		a.mu.Unlock()
+		writeJSON(w, http.StatusConflict, st)
+		return
+	}
+	if a.closed {
+		a.mu.Unlock()
+		writeError(w, http.StatusServiceUnavailable, errClosed.Error())
+		return
+	}
+	now := time.Now()
+	a.pw = prewarmState{Running: true, Started: &now}
+	st := a.pw
+	a.wg.Add(1)
+	a.mu.Unlock()
+
+	go func() {
+		defer a.wg.Done()
+		report, err := a.runPrewarm()
+		end := time.Now()
+		a.mu.Lock()
+		a.pw.Running, a.pw.Finished, a.pw.Report = false, &end, report
+		if err != nil {
+			a.pw.Error = err.Error()
+		}
+		a.mu.Unlock()
+		a.log.Info().Dur("took", end.Sub(now)).AnErr("error", err).Msg("admin pre-warm finished")
+	}()
+	writeJSON(w, http.StatusAccepted, st)
+}
+
+func (a *admin) runPrewarm() (report any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			report, err = nil, fmt.Errorf("pre-warm: panic: %v", p)
+		}
+	}()
+	return a.prewarm.Run(a.base)
+}
+
+func (a *admin) prewarmStatus(w http.ResponseWriter, _ *http.Request) {
+	if a.prewarm == nil || a.prewarm.Run == nil {
+		writeError(w, http.StatusNotImplemented, "pre-warm not configured")
+		return
+	}
+	a.mu.Lock()
+	st := a.pw
+	a.mu.Unlock()
+	if st.Running && a.prewarm.Progress != nil {
+		st.Progress = a.prewarm.Progress()
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// enter registers a load, unless the admin API is closing.
+func (a *admin) enter() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.wg.Add(1)
+	return true
+}
+
+func (a *admin) leave() { a.wg.Done() }
+
+// close refuses new loads and waits for those running until ctx ends, then
+// cancels them and waits for them to return.
+func (a *admin) close(ctx context.Context) error {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		a.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		a.cancel()
+		return nil
+	case <-ctx.Done():
+		a.cancel()
+		<-done
+		return fmt.Errorf("admin: abandoned running loads: %w", context.Cause(ctx))
+	}
+}
+
+// openAdmin mounts the admin API on the daemon's listener when HEARTH_ADMIN_TOKEN
+// is set, and returns nil (the routes do not exist) when it is not. leading
+// tells whether this instance may write now.
+func openAdmin(srv *server, w *warmer.Warmer, leading func() bool, reg prometheus.Registerer, log zerolog.Logger) *admin {
+	token := os.Getenv(adminTokenEnv)
+	if token == "" {
+		return nil
+	}
+	a := newAdmin(token, w, reg, log)
+	a.leading = leading
+	srv.mux.Handle("/admin/", a)
+	if host, _, err := net.SplitHostPort(srv.Addr()); err == nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			log.Warn().Str("addr", srv.Addr()).Msg("admin API reachable beyond loopback: restrict who can reach http.listen")
+		}
+	}
+	log.Info().Msg("admin API enabled")
+	return a
+}
+
+// leading reports whether this instance holds a valid lease term (always, with
+// leader election disabled): the admin API refreshes only on the leader, whose
+// writes the fence lets through.
+func (l *leadership) leading() bool {
+	if l.lease == nil {
+		return true
+	}
+	l.mu.Lock()
+	t := l.term
+	l.mu.Unlock()
+	return t != nil && t.Valid()
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+type adminMetrics struct {
+	requests *prometheus.CounterVec
+	loads    *prometheus.CounterVec
+	waiting  prometheus.Gauge
+}
+
+func newAdminMetrics(reg prometheus.Registerer) *adminMetrics {
+	m := &adminMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_admin_requests_total",
+			Help: "Admin API requests by route and HTTP status code.",
+		}, []string{"route", "code"}),
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_admin_refresh_loads_total",
+			Help: "Refreshes the admin API ran, by result; concurrent requests for the same target share one.",
+		}, []string{"result"}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hearth_admin_refresh_waiting",
+			Help: "Admin refresh requests waiting for a load in flight.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.loads, m.waiting)
+	return m
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// panicky is an origin whose loader panics until told otherwise.
+type panicky struct{ calm atomic.Bool }
+
+func (p *panicky) Load(_ context.Context, _ *warmer.Spec, _ []string) ([]warmer.Result, error) {
+	if !p.calm.Load() {
+		panic("loader bug")
+	}
+	return []warmer.Result{{Member: "", Value: []byte("v")}}, nil
+}
+
+func (p *panicky) Ping(context.Context) error { return nil }
+
+// TestAdminRefreshSurvivesPanic: a panicking loader must neither crash the
+// daemon (singleflight re-panics in a goroutine of its own) nor leave the
+// other waiters hanging, and the next refresh of the key must load again.
+func TestAdminRefreshSurvivesPanic(t *testing.T) {
+	rd := testenv.Redis(t)
+	cfg, err := config.Parse("t.yaml", []byte(`
+sources: [{name: up, type: http, base_url: "http://127.0.0.1:1", timeout: 1s}]
+keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := rd.Client
+	src := &panicky{}
+	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"up": src}, Specs: cfg.Specs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAdmin("tok", w, prometheus.NewRegistry(), zerolog.Nop())
+	t.Cleanup(func() { _ = a.close(context.Background()) })
+	refresh := func() (int, string) {
+		req := httptest.NewRequest("POST", "/admin/refresh?declaration=k", nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		rec := httptest.NewRecorder()
+		a.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			if code, body := refresh(); code != http.StatusBadGateway || !strings.Contains(body, "panic: loader bug") {
+				t.Errorf("refresh with a panicking loader: %d %s, want 502 naming the panic", code, body)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("waiters hang after a panic in the loader")
+	}
+	src.calm.Store(true)
+	if code, body := refresh(); code != http.StatusOK {
+		t.Errorf("refresh after the panic: %d %s, want 200", code, body)
+	}
+}

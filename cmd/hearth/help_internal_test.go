@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// TestHelp: every command, including those added later, documents itself with
+// a short line, a description and examples.
+func TestHelp(t *testing.T) {
+	var walk func(c *cobra.Command)
+	var all []*cobra.Command
+	walk = func(c *cobra.Command) {
+		all = append(all, c)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot(&bytes.Buffer{}, &bytes.Buffer{}))
+	for _, c := range all {
+		if c.Name() == "help" || c.Hidden {
+			continue
+		}
+		path := c.CommandPath()
+		t.Run(path, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append(strings.Fields(path)[1:], "--help")
+			if code := run(t.Context(), args, &stdout, &stderr); code != 0 {
+				t.Fatalf("%s --help: exit %d: %s", path, code, stderr.String())
+			}
+			help := stdout.String()
+			if c.Short == "" || !strings.Contains(help, "Examples:\n  ") {
+				t.Errorf("%s --help lacks a short description or examples:\n%s", path, help)
+			}
+			if len(help) < 200 {
+				t.Errorf("%s --help is only %d bytes:\n%s", path, len(help), help)
+			}
+		})
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	for shell, want := range map[string]string{
+		"bash": "__start_hearth", "zsh": "#compdef hearth", "fish": "complete -c hearth", "powershell": "Register-ArgumentCompleter",
+	} {
+		t.Run(shell, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(t.Context(), []string{"completion", shell}, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), want) {
+				t.Errorf("hearth completion %s does not contain %q", shell, want)
+			}
+		})
+	}
+	t.Run("flag values", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		run(t.Context(), []string{"__complete", "demo", "--log-level", ""}, &stdout, &stderr)
+		if got := stdout.String(); !strings.Contains(got, "debug\ninfo\nwarn\nerror\n") {
+			t.Errorf("completion of --log-level = %q", got)
+		}
+	})
+}

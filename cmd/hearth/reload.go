@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// reloadSettle is how long the config file must stay quiet before it is read:
+// editors and ConfigMap updates touch it several times in a row.
+const reloadSettle = 150 * time.Millisecond
+
+// restartOnly are the refresh settings read once at start-up; every other
+// refresh setting is a default that declarations inherit, applied on reload.
+var restartOnly = map[string]bool{"max_concurrent_loads": true, "spread": true, "shutdown_timeout": true}
+
+// notifyHUP starts catching SIGHUP at once, so that a reload signal sent while
+// the daemon is still starting waits for the reloader instead of killing it.
+func notifyHUP() chan os.Signal {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	return ch
+}
+
+// reloader re-reads the config on SIGHUP and when its file changes, and applies
+// the declarations that changed to the warmer and the scheduler, without a
+// restart: leadership, connections and warm keys stay. An invalid config is
+// rejected as a whole and the running one stays.
+type reloader struct {
+	path string
+	// running is the file as it was at start-up, before command-line overrides,
+	// so that only real edits count as needing a restart.
+	running *config.Config
+	w       *warmer.Warmer
+	sched   *jobs.Scheduler
+	metrics *reloadMetrics
+	log     zerolog.Logger
+	hup     chan os.Signal
+	watcher *fsnotify.Watcher
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	mu      sync.Mutex
+	content []byte
+	state   reloadState
+}
+
+// reloadState is the reload part of GET /admin/status.
+type reloadState struct {
+	File            string     `json:"file"`
+	LastReload      *time.Time `json:"last_reload,omitempty"`
+	LastReloadOK    bool       `json:"last_reload_ok"`
+	LastError       string     `json:"last_error,omitempty"`
+	RestartRequired []string   `json:"restart_required,omitempty"`
+}
+
+// openReloader starts watching; close stops it.
+func openReloader(cfg *config.Config, hup chan os.Signal, w *warmer.Warmer, sched *jobs.Scheduler, reg prometheus.Registerer, log zerolog.Logger) *reloader {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &reloader{
+		path: cfg.File, running: cfg, w: w, sched: sched,
+		metrics: newReloadMetrics(reg),
+		log:     log.With().Str("component", "reload").Str("config", cfg.File).Logger(),
+		hup:     hup, cancel: cancel, done: make(chan struct{}),
+		state: reloadState{File: cfg.File, LastReloadOK: true},
+	}
+	r.content, _ = os.ReadFile(r.path)
+	if c, err := config.Parse(r.path, r.content); err == nil {
+		r.running = c
+	}
+	r.metrics.lastSuccess.Set(1)
+	r.metrics.lastSuccessTime.SetToCurrentTime()
+	// Watch the directory, not the file: editors replace the file by renaming a
+	// new one over it, and Kubernetes swaps a ConfigMap's ..data symlink, both of
+	// which a watch on the old file would miss.
+	watcher, err := fsnotify.NewWatcher()
+	if err == nil {
+		if err = watcher.Add(filepath.Dir(r.path)); err != nil {
+			_ = watcher.Close()
+		}
+	}
+	if err != nil {
+		r.log.Warn().Err(err).Msg("cannot watch the config file; reload with SIGHUP")
+	} else {
+		r.watcher = watcher
+	}
+	go r.loop(ctx)
+	return r
+}
+
+func (r *reloader) loop(ctx context.Context) {
+	defer close(r.done)
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if r.watcher != nil {
+		events, errs = r.watcher.Events, r.watcher.Errors
+	}
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.hup:
+			r.log.Info().Msg("SIGHUP: reloading the config")
+			r.reload()
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			settle.Reset(reloadSettle)
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			r.log.Warn().Err(err).Msg("config watch error")
+		case <-settle.C:
+			data, err := os.ReadFile(r.path)
+			r.mu.Lock()
+			same := err == nil && bytes.Equal(data, r.content)
+			r.mu.Unlock()
+			if same {
+				continue // another file in the directory, or a touch
+			}
+			if err != nil && os.IsNotExist(err) {
+				continue // mid-rename; the new file's own event follows
+			}
+			r.log.Info().Msg("config file changed: reloading")
+			r.reload()
+		}
+	}
+}
+
+// reload loads and validates the file, then applies what changed. It never
+// leaves the daemon half-configured: an invalid file changes nothing.
+func (r *reloader) reload() {
+	data, _ := os.ReadFile(r.path)
+	cfg, err := config.Load(r.path)
+	r.mu.Lock()
+	r.content = data
+	r.mu.Unlock()
+	if err != nil {
+		r.failed("invalid", err)
+		return
+	}
+	drift := restartNeeded(r.running, cfg)
+	specs := cfg.Specs()
+	ch, err := r.w.Apply(specs)
+	if err != nil {
+		r.failed("error", err)
+		return
+	}
+	if _, err := r.sched.Apply(specs); err != nil {
+		// The warmer took the new declarations; the schedule is partly updated.
+		r.failed("error", err)
+		return
+	}
+	now := time.Now()
+	r.metrics.reloads.WithLabelValues("ok").Inc()
+	r.metrics.lastSuccess.Set(1)
+	r.metrics.lastSuccessTime.Set(float64(now.UnixNano()) / 1e9)
+	r.metrics.restartRequired.Set(boolGauge(len(drift) > 0))
+	r.mu.Lock()
+	r.state = reloadState{File: r.path, LastReload: &now, LastReloadOK: true, RestartRequired: drift}
+	r.mu.Unlock()
+	r.log.Info().Strs("added", ch.Added).Strs("removed", ch.Removed).Strs("changed", ch.Changed).
+		Int("declarations", len(specs)).Msg("config reloaded")
+	if len(drift) > 0 {
+		r.log.Warn().Strs("sections", drift).Msg("config changes that need a restart were NOT applied; restart to apply them")
+	}
+}
+
+func (r *reloader) failed(result string, err error) {
+	now := time.Now()
+	r.metrics.reloads.WithLabelValues(result).Inc()
+	r.metrics.lastSuccess.Set(0)
+	r.mu.Lock()
+	r.state.LastReload, r.state.LastReloadOK, r.state.LastError = &now, false, err.Error()
+	r.mu.Unlock()
+	r.log.Error().Err(err).Msg("config reload rejected; the running config stays")
+}
+
+// status is the reload state for GET /admin/status.
+func (r *reloader) status() any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+// close stops watching and waits for a reload in progress.
+func (r *reloader) close() {
+	r.cancel()
+	<-r.done
+	signal.Stop(r.hup)
+	if r.watcher != nil {
+		_ = r.watcher.Close()
+	}
+}
+
+// restartNeeded names the settings that differ between the running config and
+// a new one but are only read at start-up: every section but keys, and the
+// engine-wide refresh bounds. Sections added later are covered as well.
+func restartNeeded(old, next *config.Config) []string {
+	var out []string
+	a, b := reflect.ValueOf(*old), reflect.ValueOf(*next)
+	for i := range a.NumField() {
+		if !a.Type().Field(i).IsExported() {
+			continue
+		}
+		name := tagName(a.Type().Field(i))
+		switch name {
+		case "keys", "-":
+			continue
+		case "refresh":
+			ra, rb := a.Field(i), b.Field(i)
+			for j := range ra.NumField() {
+				sub := tagName(ra.Type().Field(j))
+				if restartOnly[sub] && !reflect.DeepEqual(ra.Field(j).Interface(), rb.Field(j).Interface()) {
+					out = append(out, "refresh."+sub)
+				}
+			}
+			continue
+		}
+		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func tagName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+	if name == "" {
+		return strings.ToLower(f.Name)
+	}
+	return name
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+type reloadMetrics struct {
+	reloads         *prometheus.CounterVec
+	lastSuccess     prometheus.Gauge
+	lastSuccessTime prometheus.Gauge
+	restartRequired prometheus.Gauge
+}
+
+func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
+	m := &reloadMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_config_reloads_total",
+			Help: "Config reloads by result: ok, invalid (rejected by validation) or error (could not be applied).",
+		}, []string{"result"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hearth_config_last_reload_success",
+			Help: "1 if the last config reload (or the start-up load) succeeded, 0 if it was rejected.",
+		}),
+		lastSuccessTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hearth_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful config load or reload.",
+		}),
+		restartRequired: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hearth_config_restart_required",
+			Help: "1 if the applied config changed settings that only a restart applies.",
+		}),
+	}
+	reg.MustRegister(m.reloads, m.lastSuccess, m.lastSuccessTime, m.restartRequired)
+	return m
+}

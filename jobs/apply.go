@@ -1,0 +1,108 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// Apply brings the running schedule in line with specs, as a config reload does:
+// a new declaration is scheduled and runs at once (its keys are not in Redis
+// yet), a removed one is unscheduled (a run in progress finishes), and one whose
+// interval changed is rescheduled at its usual phase. Any other change needs no
+// rescheduling: each run asks the warmer for the declaration by name, and the
+// warmer already holds the new one. The gate (Elector) still applies to every
+// run, so a standby that reloads stays idle. Before Open (a standby that has
+// never led), Apply only replaces the declarations that Open will schedule.
+func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	if !s.opened {
+		s.opts.Specs = specs
+		return warmer.Changes{}, nil
+	}
+
+	old := make(map[string]*warmer.Spec, len(s.opts.Specs))
+	for _, spec := range s.opts.Specs {
+		old[spec.Name] = spec
+	}
+	next := make(map[string]bool, len(specs))
+	var (
+		ch   warmer.Changes
+		errs []error
+		// kept is what is really scheduled afterwards, failures included, so
+		// that the next Apply compares against the truth.
+		kept []*warmer.Spec
+	)
+	for _, spec := range specs {
+		next[spec.Name] = true
+	}
+	for _, spec := range s.opts.Specs {
+		if !next[spec.Name] {
+			if err := s.remove(spec.Name); err != nil {
+				errs = append(errs, err)
+				kept = append(kept, spec)
+				continue
+			}
+			ch.Removed = append(ch.Removed, spec.Name)
+		}
+	}
+	now := time.Now()
+	for _, spec := range specs {
+		prev, ok := old[spec.Name]
+		switch {
+		case !ok:
+			if err := s.add(spec, now); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			ch.Added = append(ch.Added, spec.Name)
+		case prev.Interval != spec.Interval:
+			if err := s.remove(spec.Name); err != nil {
+				errs = append(errs, err)
+				kept = append(kept, prev)
+				continue
+			}
+			if err := s.add(spec, phase(time.Now(), spec.Name, spec.Interval)); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			ch.Changed = append(ch.Changed, spec.Name)
+		}
+		kept = append(kept, spec)
+	}
+	s.opts.Specs = kept
+	if !ch.Empty() {
+		s.log.Info().Strs("added", ch.Added).Strs("removed", ch.Removed).Strs("rescheduled", ch.Changed).
+			Msg("schedule updated")
+	}
+	return ch, errors.Join(errs...)
+}
+
+// remove unschedules a declaration's job.
+func (s *Scheduler) remove(name string) error {
+	s.mu.Lock()
+	job, ok := s.jobs[name]
+	delete(s.jobs, name)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if err := s.sched.RemoveJob(job.ID()); err != nil {
+		return fmt.Errorf("unschedule %s: %w", name, err)
+	}
+	return nil
+}
+
+// Jobs returns the names of the scheduled declarations.
+func (s *Scheduler) Jobs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.jobs))
+	for name := range s.jobs {
+		out = append(out, name)
+	}
+	return out
+}

@@ -1,0 +1,160 @@
+package warmer
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Changes lists, by name, what one Apply did to the declarations.
+type Changes struct {
+	Added   []string
+	Removed []string
+	Changed []string
+}
+
+// Empty reports whether the new declarations were the same as the old ones.
+func (c Changes) Empty() bool {
+	return len(c.Added) == 0 && len(c.Removed) == 0 && len(c.Changed) == 0
+}
+
+// Apply replaces the declarations with specs, as a config reload does: new ones
+// are added, missing ones removed, and changed ones take effect from their next
+// run. A declaration that stays keeps what the warmer knows of it (last
+// successful loads, stale budgets, member list, error count), so a reload never
+// shortens a stale budget or forgets a member. Keys already in Redis are left
+// alone: a removed declaration's keys simply expire at the end of their TTL.
+//
+// Apply checks everything first and changes nothing on error: every source must
+// be one the warmer was built with (opening a new source needs a restart).
+// A refresh already running finishes with the declaration it started with.
+func (w *Warmer) Apply(specs []*Spec) (Changes, error) {
+	next := make(map[string]*Spec, len(specs))
+	order := make([]string, 0, len(specs))
+	for _, s := range specs {
+		if _, dup := next[s.Name]; dup {
+			return Changes{}, fmt.Errorf("apply: declaration %q twice", s.Name)
+		}
+		if _, ok := w.sources[s.Source]; !ok {
+			return Changes{}, fmt.Errorf("apply: declaration %q: %w: %q (adding a source needs a restart)", s.Name, ErrSourceAbsent, s.Source)
+		}
+		next[s.Name] = s
+		order = append(order, s.Name)
+	}
+
+	w.mu.Lock()
+	var ch Changes
+	state := make(map[string]*declState, len(specs))
+	for _, name := range order {
+		old, ok := w.specs[name]
+		switch {
+		case !ok:
+			ch.Added = append(ch.Added, name)
+			state[name] = &declState{lastOK: map[string]int64{}}
+		case !sameSpec(old, next[name]):
+			ch.Changed = append(ch.Changed, name)
+			state[name] = w.state[name]
+		default:
+			// Keep the old pointer: callers holding it see no difference.
+			next[name] = old
+			state[name] = w.state[name]
+		}
+	}
+	for _, name := range w.order {
+		if _, ok := next[name]; !ok {
+			ch.Removed = append(ch.Removed, name)
+		}
+	}
+	w.specs, w.order, w.state = next, order, state
+	w.mu.Unlock()
+
+	for _, name := range ch.Removed {
+		w.forget(name)
+	}
+	for _, name := range append(ch.Added, ch.Changed...) {
+		w.decl.set(next[name])
+	}
+	return ch, nil
+}
+
+// forget drops a removed declaration's metric series, so that dashboards and
+// alerts (a key not refreshed for longer than TTL/2) stop seeing it.
+func (w *Warmer) forget(name string) {
+	family := prometheus.Labels{"family": name}
+	m := w.metrics
+	m.runs.DeletePartialMatch(family)
+	m.runDuration.DeletePartialMatch(family)
+	m.keysWritten.DeletePartialMatch(family)
+	m.failures.DeletePartialMatch(family)
+	m.staleExtended.DeletePartialMatch(family)
+	m.staleness.DeletePartialMatch(family)
+	m.lastSuccess.DeletePartialMatch(family)
+	m.lag.DeletePartialMatch(family)
+	m.members.DeletePartialMatch(family)
+	w.decl.interval.DeletePartialMatch(family)
+	w.decl.ttl.DeletePartialMatch(family)
+}
+
+// sameSpec reports whether two declarations would refresh identically.
+func sameSpec(a, b *Spec) bool {
+	if a.Template.raw != b.Template.raw || a.Template.maxLen != b.Template.maxLen ||
+		patternOf(a.Template) != patternOf(b.Template) {
+		return false
+	}
+	ac, bc := *a, *b
+	ac.Template, bc.Template = Template{}, Template{}
+	return reflect.DeepEqual(ac, bc)
+}
+
+func patternOf(t Template) string {
+	if t.pattern == nil {
+		return ""
+	}
+	return t.pattern.String()
+}
+
+// lookup returns a declaration and its state under the lock Apply takes.
+func (w *Warmer) lookup(name string) (*Spec, *declState, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.specs[name]
+	if !ok {
+		return nil, nil, false
+	}
+	return s, w.state[name], true
+}
+
+// names returns the declaration names in declared order.
+func (w *Warmer) names() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.order...)
+}
+
+// declMetrics publishes each declaration's schedule, so that alerts can compare
+// a declaration's last success with its own TTL rather than a global guess.
+type declMetrics struct {
+	interval *prometheus.GaugeVec
+	ttl      *prometheus.GaugeVec
+}
+
+func newDeclMetrics(reg prometheus.Registerer) *declMetrics {
+	m := &declMetrics{
+		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hearth_refresh_interval_seconds",
+			Help: "Configured refresh interval of a declaration.",
+		}, []string{"family"}),
+		ttl: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hearth_key_ttl_seconds",
+			Help: "Configured TTL (before jitter) of the keys of a declaration.",
+		}, []string{"family"}),
+	}
+	reg.MustRegister(m.interval, m.ttl)
+	return m
+}
+
+func (m *declMetrics) set(s *Spec) {
+	m.interval.WithLabelValues(s.Name).Set(s.Interval.Seconds())
+	m.ttl.WithLabelValues(s.Name).Set(s.TTL.Seconds())
+}
