@@ -72,8 +72,12 @@ GROUP BY key
 ORDER BY h DESC, key COLLATE "C"
 LIMIT $2`
 
-// storedQuery reads the stored ranking: one index scan, streaming at once.
-const storedQuery = `SELECT key FROM ` + RankTable + ` ORDER BY rank LIMIT $1`
+// rankChunk is how many keys one row of the stored ranking holds.
+const rankChunk = 1000
+
+// storedQuery reads the first $1 chunks of the stored ranking: one index scan,
+// streaming at once.
+const storedQuery = `SELECT keys FROM ` + RankTable + ` ORDER BY chunk LIMIT $1`
 
 // freshQuery tells whether the stored ranking can stand in for a live one: it
 // covers the same window, holds n keys (or every key there was), and is at
@@ -99,7 +103,7 @@ func (l *Log) EachTopKey(ctx context.Context, window time.Duration, n int, fn fu
 		var fresh bool
 		err := l.pool.QueryRow(ctx, freshQuery, window.Milliseconds(), n, l.rankMaxAge.Milliseconds()).Scan(&fresh)
 		if err == nil && fresh {
-			query, args, source = storedQuery, []any{n}, RankingStored
+			query, args, source = storedQuery, []any{(n + rankChunk - 1) / rankChunk}, RankingStored
 		}
 		// No row, or no table yet (an older schema): rank live.
 	}
@@ -120,18 +124,27 @@ func (l *Log) EachTopKey(ctx context.Context, window time.Duration, n int, fn fu
 	}
 	defer rows.Close()
 	var (
-		k    string
-		h    int64
-		dest = []any{&k}
+		k     string
+		h     int64
+		chunk []string
+		sent  int
 	)
-	if source == RankingLive {
-		dest = append(dest, &h)
-	}
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
+	for rows.Next() && sent < n {
+		if source == RankingStored {
+			if err := rows.Scan(&chunk); err != nil {
+				return fmt.Errorf("read top keys of %s: %w", RankTable, err)
+			}
+			for _, k := range chunk[:min(len(chunk), n-sent)] {
+				fn(k)
+			}
+			sent += len(chunk)
+			continue
+		}
+		if err := rows.Scan(&k, &h); err != nil {
 			return fmt.Errorf("read top keys of %s: %w", Table, err)
 		}
 		fn(k)
+		sent++
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read top keys of %s: %w", Table, err)
@@ -146,10 +159,17 @@ func (l *Log) TopKeys(ctx context.Context, window time.Duration, n int) ([]strin
 	return out, err
 }
 
-// rankSQL replaces the stored ranking with the live one, in one transaction:
-// readers see the old ranking until it commits.
-const rankSQL = `INSERT INTO ` + RankTable + ` (rank, key, hits)
-SELECT row_number() OVER (ORDER BY h DESC, key COLLATE "C"), key, h FROM (` + topQuery + `) t`
+// rankSQL replaces the stored ranking with the live one, in chunks of $3
+// keys, and returns how many keys it stored. It runs in one
+// transaction: readers see the old ranking until it commits.
+const rankSQL = `WITH ranked AS (
+	SELECT key, row_number() OVER (ORDER BY h DESC, key COLLATE "C") AS rn FROM (` + topQuery + `) t
+), ins AS (
+	INSERT INTO ` + RankTable + ` (chunk, keys)
+	SELECT (rn - 1) / $3::int, array_agg(key ORDER BY rn) FROM ranked GROUP BY 1
+	RETURNING cardinality(keys) AS n
+)
+SELECT coalesce(sum(n), 0)::int FROM ins`
 
 const rankInfoSQL = `INSERT INTO ` + RankInfoTable + ` (singleton, computed_at, window_ms, top_n, keys)
 VALUES (true, now(), $1, $2, $3)
@@ -175,11 +195,10 @@ func (l *Log) Rank(ctx context.Context, window time.Duration, n int) (int, error
 			return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
 		}
 	}
-	tag, err := tx.Exec(ctx, rankSQL, window.Milliseconds(), n)
-	if err != nil {
+	var keys int
+	if err := tx.QueryRow(ctx, rankSQL, window.Milliseconds(), n, rankChunk).Scan(&keys); err != nil {
 		return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
 	}
-	keys := int(tag.RowsAffected())
 	if _, err := tx.Exec(ctx, rankInfoSQL, window.Milliseconds(), n, keys); err != nil {
 		return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
 	}

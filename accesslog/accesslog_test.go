@@ -438,3 +438,35 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64
 	t.Fatalf("metric %s{%s} not registered", name, label)
 	return 0
 }
+
+// TestStoredRankingChunks: a ranking of more keys than one stored row holds
+// reads back in the same order as the live one, cut at any n.
+func TestStoredRankingChunks(t *testing.T) {
+	pg := testenv.Postgres(t)
+	migrate(t, pg.Pool)
+	ctx := ctxT(t)
+	log := accesslog.New(pg.Pool).UseRanking(time.Minute)
+	hits := map[string]int64{}
+	for i := range 2500 {
+		hits[fmt.Sprintf("product:%d", i)] = int64(i % 97) // many ties, broken by key
+	}
+	if err := log.Record(ctx, time.Now(), time.Minute, hits); err != nil {
+		t.Fatal(err)
+	}
+	live, err := accesslog.New(pg.Pool).TopKeys(ctx, time.Hour, 2500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := log.Rank(ctx, time.Hour, 2500); err != nil || n != 2500 {
+		t.Fatalf("Rank = %d, %v; want 2500 keys", n, err)
+	}
+	for _, n := range []int{1, 999, 1000, 1001, 2100, 2500} {
+		got, err := log.TopKeys(ctx, time.Hour, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if log.LastRanking() != accesslog.RankingStored || !slices.Equal(got, live[:n]) {
+			t.Errorf("TopKeys(%d) from %s: %d keys, want the first %d of the live ranking", n, log.LastRanking(), len(got), n)
+		}
+	}
+}

@@ -5,10 +5,11 @@
 -- it is missing or stale, the pre-warm ranks the log live.
 
 -- +goose Up
+-- The keys in rank order, a chunk of up to 1000 per row: a few rows to write
+-- and to read instead of one per key.
 CREATE TABLE hearth_access_rank (
-    rank integer PRIMARY KEY CHECK (rank > 0),
-    key  text    NOT NULL,
-    hits bigint  NOT NULL
+    chunk integer PRIMARY KEY CHECK (chunk >= 0),
+    keys  text[]  NOT NULL
 );
 
 -- One row: when the ranking was computed (by the database clock), over which
