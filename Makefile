@@ -5,7 +5,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 GO      ?= go
 CONFIG  ?= config.yaml
 
-.PHONY: build run demo test bench lint docker clean
+.PHONY: build run demo test fuzz bench lint docker clean
 
 build: ## static binary in bin/hearth
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth ./cmd/hearth
@@ -16,8 +16,14 @@ run: build ## run the daemon on $(CONFIG)
 demo: build ## self-contained demo: no Redis or PostgreSQL needed
 	./bin/hearth demo
 
-test: ## every test, race detector on, against real Redis and PostgreSQL
+test: ## every test, race detector on, against real Redis and PostgreSQL; then each fuzzer briefly
 	$(GO) test -race -count=1 -timeout 14m ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+FUZZTIME ?= 10s
+fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation)
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTemplate$$' -fuzztime $(FUZZTIME) ./warmer/
+	$(GO) test -run '^$$' -fuzz '^FuzzConfigParse$$' -fuzztime $(FUZZTIME) ./config/
 
 bench: ## benchmarks that print figures (see README "Performance")
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...

@@ -90,6 +90,9 @@ type Source struct {
 	Concurrency  int               `mapstructure:"concurrency"`
 	MaxBodyBytes int64             `mapstructure:"max_body_bytes"`
 	HealthPath   string            `mapstructure:"health_path"`
+
+	// Origin protection, both types (see Protection for the defaults).
+	Protection `mapstructure:",squash"`
 }
 
 // Key is one declaration: a single key or a family.

@@ -158,6 +158,7 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 			c.add(path+".name", "duplicate source name %q", s.Name)
 		}
 		types[s.Name] = s.Type
+		s.Protection.validate(c, path)
 		switch s.Type {
 		case "postgres":
 			if s.DSN == "" {

@@ -59,7 +59,7 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 				continue
 			}
 			ch.Added = append(ch.Added, spec.Name)
-		case prev.Interval != spec.Interval:
+		case prev.Interval != spec.Interval || warmer.NegativeInterval(prev) != warmer.NegativeInterval(spec):
 			if err := s.remove(spec.Name); err != nil {
 				errs = append(errs, err)
 				kept = append(kept, prev)
@@ -83,6 +83,9 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 
 // remove unschedules a declaration's job.
 func (s *Scheduler) remove(name string) error {
+	if err := s.removeNegative(name); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	job, ok := s.jobs[name]
 	delete(s.jobs, name)

@@ -45,6 +45,8 @@ type Scheduler struct {
 
 	mu   sync.Mutex
 	jobs map[string]gocron.Job
+	// negJobs are the negative re-checks (negative.go), by declaration.
+	negJobs map[string]gocron.Job
 	// applyMu serialises Open and Apply (reloads); opened is set by Open.
 	applyMu sync.Mutex
 	opened  bool
@@ -133,7 +135,7 @@ func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 	s.mu.Lock()
 	s.jobs[name] = job
 	s.mu.Unlock()
-	return nil
+	return s.addNegative(spec, time.Now())
 }
 
 // phase returns the first run time of a declaration after now, at its offset.

@@ -112,6 +112,10 @@ func reason(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.Is(err, ErrBreakerOpen):
+		return "breaker_open"
+	case errors.Is(err, ErrOverloaded):
+		return "overloaded"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, context.Canceled):

@@ -67,6 +67,9 @@ type declState struct {
 	lastRunOK time.Time
 	errors    int64
 	lastErr   string
+	// negative holds the members last written as the not-found sentinel,
+	// re-checked every NegativeInterval (see negative.go).
+	negative map[string]bool
 }
 
 // New builds a Warmer.
@@ -172,6 +175,8 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	out := Outcome{Members: len(members), Skipped: skipped}
 	if err != nil {
 		out.LastError = err
+	} else {
+		st.pruneNegatives(members)
 	}
 	if spec.Template.IsFamily() {
 		w.metrics.members.WithLabelValues(name).Set(float64(len(members)))
@@ -374,6 +379,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	var (
 		entries []Entry
 		okm     []string
+		negm    []string
 		failed  []string
 	)
 	if err != nil {
@@ -402,11 +408,13 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 				w.metrics.failures.WithLabelValues(spec.Name, reason(r.Err)).Inc()
 				out.Failed++
 				out.LastError = fmt.Errorf("load %s from %s: %w", spec.Template.Key(r.Member), spec.Source, r.Err)
+				w.log.Debug().Str("family", spec.Name).Str("reason", reason(r.Err)).Err(out.LastError).Msg("member not refreshed")
 				failed = append(failed, r.Member)
 			case r.Missing:
 				entries = append(entries, w.negative(spec, r.Member))
 				out.Negative++
 				okm = append(okm, r.Member)
+				negm = append(negm, r.Member)
 			default:
 				entries = append(entries, Entry{Key: spec.Template.Key(r.Member), Value: r.Value, TTL: spec.JitteredTTL(w.rand())})
 				out.Written++
@@ -418,6 +426,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 				entries = append(entries, w.negative(spec, m))
 				out.Negative++
 				okm = append(okm, m)
+				negm = append(negm, m)
 			}
 		}
 	}
@@ -428,7 +437,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 			out.LastError = fmt.Errorf("write %s: %w", spec.Name, werr)
 			out.Written, out.Negative = 0, 0
 			out.Failed += len(okm)
-			okm = nil
+			okm, negm = nil, nil
 		} else {
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "value").Add(float64(out.Written))
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "negative").Add(float64(out.Negative))
@@ -438,16 +447,12 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	for _, m := range okm {
 		st.lastOK[m] = now.UnixNano()
 	}
+	st.noteNegatives(okm, negm)
 	st.mu.Unlock()
 	if len(failed) > 0 {
 		out.Extended = w.extendStale(ctx, spec, st, failed, now)
 	}
 	return out
-}
-
-func (w *Warmer) negative(spec *Spec, member string) Entry {
-	ttl := time.Duration(float64(spec.NegativeTTL) * (1 + spec.Jitter*(w.rand()-0.5)))
-	return Entry{Key: spec.Template.Key(member), Value: spec.NegativeValue, TTL: ttl}
 }
 
 // extendStale keeps failed members' existing values alive, never past MaxStale

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
@@ -59,8 +61,10 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis) e
 // closer is a source that holds connections.
 type closer interface{ Close() }
 
-// openSources builds every configured source and checks that each answers.
-func openSources(ctx context.Context, cfg *config.Config) (map[string]warmer.Source, func(), error) {
+// openSources builds every configured source, checks that each answers, and
+// puts each behind its origin protection (warmer.Guard), whose metrics go to reg.
+func openSources(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (map[string]warmer.Source, func(), error) {
+	guards := warmer.NewGuardMetrics(reg)
 	srcs := make(map[string]warmer.Source, len(cfg.Sources))
 	var closers []closer
 	closeAll := func() {
@@ -103,7 +107,7 @@ func openSources(ctx context.Context, cfg *config.Config) (map[string]warmer.Sou
 			closeAll()
 			return nil, nil, fmt.Errorf("source %s unreachable: %w", sc.Name, err)
 		}
-		srcs[sc.Name] = src
+		srcs[sc.Name] = warmer.Guard(src, sc.Guard(guards, log))
 	}
 	return srcs, closeAll, nil
 }

@@ -69,7 +69,7 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	if err := pingRedis(ctx, rdb, cfg.Redis); err != nil {
 		return fail(exitFail, err)
 	}
-	sources, closeSources, err := openSources(ctx, cfg)
+	sources, closeSources, err := openSources(ctx, cfg, reg, log)
 	if err != nil {
 		return fail(exitFail, err)
 	}

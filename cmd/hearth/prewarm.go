@@ -90,7 +90,7 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 	if err := pingTarget(ctx, rdb, target); err != nil {
 		return fail(exitFail, err)
 	}
-	sources, closeSources, err := openSources(ctx, cfg)
+	sources, closeSources, err := openSources(ctx, cfg, prometheus.NewRegistry(), log)
 	if err != nil {
 		return fail(exitFail, err)
 	}
@@ -178,11 +178,19 @@ func accessLogOf(cfg *config.Config, sources map[string]warmer.Source) (*accessl
 	if name == "" {
 		return nil, nil
 	}
-	src, ok := sources[name].(*postgres.Source)
+	src := sources[name]
+	for { // behind origin protection (warmer.Guard)
+		u, ok := src.(interface{ Unwrap() warmer.Source })
+		if !ok {
+			break
+		}
+		src = u.Unwrap()
+	}
+	pg, ok := src.(*postgres.Source)
 	if !ok {
 		return nil, fmt.Errorf("access_log.source: %q is not an open postgres source", name)
 	}
-	return accesslog.New(src.Pool()).UseRanking(cfg.AccessLog.RankMaxAge()), nil
+	return accesslog.New(pg.Pool()).UseRanking(cfg.AccessLog.RankMaxAge()), nil
 }
 
 // prewarmOptions turns the config into pre-warm options; the daemon, `hearth

@@ -177,6 +177,11 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		r.Missing = true
 		return r
+	case resp.StatusCode >= 500 || resp.StatusCode == nethttp.StatusTooManyRequests:
+		// Worth retrying, and counted by the circuit breaker.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		r.Err = fmt.Errorf("%w: %w: HTTP %d", warmer.ErrOrigin, warmer.ErrUnavailable, resp.StatusCode)
+		return r
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		r.Err = fmt.Errorf("%w: HTTP %d", warmer.ErrOrigin, resp.StatusCode)

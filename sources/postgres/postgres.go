@@ -84,7 +84,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	}
 	rows, err := s.pool.Query(ctx, spec.Query, members)
 	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", classify(err))
 	}
 	defer rows.Close()
 	if err := columns(rows, 2, "keys["+spec.Name+"].query", "(member, value)"); err != nil {
@@ -114,7 +114,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", classify(err))
 	}
 	return dedupe(out), nil
 }
@@ -148,7 +148,7 @@ func dedupe(rs []warmer.Result) []warmer.Result {
 func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Result, error) {
 	rows, err := s.pool.Query(ctx, spec.Query)
 	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", classify(err))
 	}
 	defer rows.Close()
 	if err := columns(rows, 1, "keys["+spec.Name+"].query", "(value)"); err != nil {
@@ -165,7 +165,7 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Re
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", classify(err))
 	}
 	switch {
 	case n == 0:
@@ -181,9 +181,13 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Re
 // ListMembers runs the members query (one text column), stopping with an error
 // past the declaration's MaxMembers.
 func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, error) {
+	// Cancelled past MaxMembers, so that the server stops sending rows instead
+	// of the client reading the rest of a huge result only to discard it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, spec.MembersQuery)
 	if err != nil {
-		return nil, fmt.Errorf("members query: %w", err)
+		return nil, fmt.Errorf("members query: %w", classify(err))
 	}
 	defer rows.Close()
 	if err := columns(rows, 1, "keys["+spec.Name+"].members_query", "(member)"); err != nil {
@@ -192,6 +196,7 @@ func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, 
 	var out []string
 	for rows.Next() {
 		if spec.MaxMembers > 0 && len(out) >= spec.MaxMembers {
+			cancel()
 			return nil, fmt.Errorf("keys[%s].members_query: %w: more than max_members %d", spec.Name, warmer.ErrTooMany, spec.MaxMembers)
 		}
 		var m *string
@@ -203,7 +208,7 @@ func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, 
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("members query: %w", err)
+		return nil, fmt.Errorf("members query: %w", classify(err))
 	}
 	return out, nil
 }
@@ -214,7 +219,7 @@ func columns(rows pgx.Rows, want int, field, shape string) error {
 	if n := len(rows.FieldDescriptions()); n != want {
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("query: %w", err)
+			return fmt.Errorf("query: %w", classify(err))
 		}
 		return fmt.Errorf("%s: %w: must return %d column(s) %s, got %d", field, warmer.ErrBadPayload, want, shape, n)
 	}

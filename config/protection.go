@@ -1,0 +1,123 @@
+package config
+
+import (
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// Protection bounds what Hearth asks of one origin: calls in flight, calls per
+// second, a timeout per call, retries with backoff and a circuit breaker. An
+// unset field takes its value from DefaultProtection.
+type Protection struct {
+	// MaxInFlight bounds the source's origin calls in flight at once.
+	MaxInFlight int `mapstructure:"max_in_flight"`
+	// Rate bounds origin calls per second (0: unlimited); Burst of them may go
+	// at once (default max_in_flight).
+	Rate  *float64 `mapstructure:"rate"`
+	Burst int      `mapstructure:"burst"`
+	// AttemptTimeout bounds one call (unset: only the declaration's load_timeout).
+	AttemptTimeout time.Duration `mapstructure:"attempt_timeout"`
+	// Retries of a call that failed for a reason worth retrying (0: none).
+	Retries         *int          `mapstructure:"retries"`
+	RetryBackoff    time.Duration `mapstructure:"retry_backoff"`
+	RetryMaxBackoff time.Duration `mapstructure:"retry_max_backoff"`
+	Breaker         Breaker       `mapstructure:"breaker"`
+}
+
+// Breaker is a source's circuit breaker.
+type Breaker struct {
+	// Failures is how many consecutive failed calls open it (0: no breaker).
+	Failures *int `mapstructure:"failures"`
+	// OpenFor is how long it stays open before one trial call.
+	OpenFor time.Duration `mapstructure:"open_for"`
+}
+
+// Protection defaults.
+const (
+	DefaultMaxInFlight     = 4
+	DefaultRate            = 100.0
+	DefaultRetries         = 2
+	DefaultRetryBackoff    = 100 * time.Millisecond
+	DefaultRetryMaxBackoff = 2 * time.Second
+	DefaultBreakerFailures = 5
+	DefaultBreakerOpenFor  = 30 * time.Second
+)
+
+func (p Protection) resolved() warmer.GuardConfig {
+	g := warmer.GuardConfig{
+		MaxInFlight: p.MaxInFlight, Rate: DefaultRate, Burst: p.Burst,
+		AttemptTimeout: p.AttemptTimeout, Retries: DefaultRetries,
+		RetryBackoff: p.RetryBackoff, RetryMaxBackoff: p.RetryMaxBackoff,
+		BreakerFailures: DefaultBreakerFailures, BreakerOpenFor: p.Breaker.OpenFor,
+	}
+	if g.MaxInFlight == 0 {
+		g.MaxInFlight = DefaultMaxInFlight
+	}
+	if p.Rate != nil {
+		g.Rate = *p.Rate
+	}
+	if g.Burst == 0 {
+		g.Burst = g.MaxInFlight
+	}
+	if p.Retries != nil {
+		g.Retries = *p.Retries
+	}
+	if g.RetryBackoff == 0 {
+		g.RetryBackoff = DefaultRetryBackoff
+	}
+	if g.RetryMaxBackoff == 0 {
+		g.RetryMaxBackoff = max(DefaultRetryMaxBackoff, g.RetryBackoff)
+	}
+	if p.Breaker.Failures != nil {
+		g.BreakerFailures = *p.Breaker.Failures
+	}
+	if g.BreakerOpenFor == 0 {
+		g.BreakerOpenFor = DefaultBreakerOpenFor
+	}
+	return g
+}
+
+// Guard returns the source's origin protection with defaults applied, ready
+// for warmer.Guard; metrics and logger are the caller's.
+func (s Source) Guard(m *warmer.GuardMetrics, log zerolog.Logger) warmer.GuardConfig {
+	g := s.Protection.resolved()
+	g.Name, g.Metrics, g.Logger = s.Name, m, log
+	return g
+}
+
+func (p Protection) validate(c *checker, path string) {
+	if p.MaxInFlight < 0 || p.MaxInFlight > 1024 {
+		c.add(path+".max_in_flight", "must be between 1 and 1024 (got %d)", p.MaxInFlight)
+	}
+	if p.Rate != nil && (*p.Rate < 0 || *p.Rate != *p.Rate) {
+		c.add(path+".rate", "must be >= 0 calls per second, 0 for unlimited (got %g)", *p.Rate)
+	}
+	if p.Burst < 0 {
+		c.add(path+".burst", "must be >= 1 (got %d)", p.Burst)
+	}
+	if p.AttemptTimeout < 0 {
+		c.add(path+".attempt_timeout", "must be > 0 (got %s)", p.AttemptTimeout)
+	}
+	if p.Retries != nil && (*p.Retries < 0 || *p.Retries > 10) {
+		c.add(path+".retries", "must be between 0 and 10 (got %d)", *p.Retries)
+	}
+	if p.RetryBackoff < 0 {
+		c.add(path+".retry_backoff", "must be > 0 (got %s)", p.RetryBackoff)
+	}
+	if p.RetryMaxBackoff < 0 {
+		c.add(path+".retry_max_backoff", "must be > 0 (got %s)", p.RetryMaxBackoff)
+	} else if p.RetryMaxBackoff > 0 && p.RetryBackoff > p.RetryMaxBackoff {
+		c.add(path+".retry_max_backoff", "must be at least retry_backoff %s (got %s)", p.RetryBackoff, p.RetryMaxBackoff)
+	}
+	if f := p.Breaker.Failures; f != nil && (*f < 0 || *f > 1000) {
+		c.add(path+".breaker.failures", "must be between 0 (no breaker) and 1000 (got %d)", *f)
+	}
+	if p.Breaker.OpenFor < 0 {
+		c.add(path+".breaker.open_for", "must be > 0 (got %s)", p.Breaker.OpenFor)
+	} else if p.Breaker.OpenFor > 0 && p.Breaker.OpenFor < 100*time.Millisecond {
+		c.add(path+".breaker.open_for", "must be at least 100ms (got %s)", p.Breaker.OpenFor)
+	}
+}

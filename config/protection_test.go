@@ -1,0 +1,71 @@
+package config_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+func TestSourceProtection(t *testing.T) {
+	cfg, err := config.Parse("inline.yaml", []byte(`
+sources:
+  - name: plain
+    type: postgres
+    dsn: postgres://u@127.0.0.1/test
+  - name: tuned
+    type: http
+    base_url: http://127.0.0.1:1
+    timeout: 1s
+    max_in_flight: 2
+    rate: 0
+    retries: 0
+    attempt_timeout: 700ms
+    retry_backoff: 50ms
+    breaker:
+      failures: 0
+keys:
+  - name: p
+    key: "p"
+    source: plain
+    ttl: 60s
+    query: SELECT 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := warmer.NewGuardMetrics(nil)
+	t.Run("defaults", func(t *testing.T) {
+		got := cfg.Sources[0].Guard(m, zerolog.Nop())
+		want := warmer.GuardConfig{Name: "plain", MaxInFlight: config.DefaultMaxInFlight, Rate: config.DefaultRate,
+			Burst: config.DefaultMaxInFlight, Retries: config.DefaultRetries, RetryBackoff: config.DefaultRetryBackoff,
+			RetryMaxBackoff: config.DefaultRetryMaxBackoff, BreakerFailures: config.DefaultBreakerFailures,
+			BreakerOpenFor: config.DefaultBreakerOpenFor}
+		got.Metrics, got.Logger = nil, zerolog.Logger{}
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+			t.Errorf("guard = %+v\nwant    %+v", got, want)
+		}
+	})
+	t.Run("explicit zeros switch protections off", func(t *testing.T) {
+		got := cfg.Sources[1].Guard(m, zerolog.Nop())
+		if got.Rate != 0 || got.Retries != 0 || got.BreakerFailures != 0 {
+			t.Errorf("rate %g, retries %d, breaker failures %d; want 0, 0, 0", got.Rate, got.Retries, got.BreakerFailures)
+		}
+		if got, want := got.MaxInFlight, 2; got != want {
+			t.Errorf("max_in_flight = %d, want %d", got, want)
+		}
+		if got, want := got.Burst, 2; got != want {
+			t.Errorf("burst = %d, want max_in_flight %d", got, want)
+		}
+		if got, want := got.AttemptTimeout, 700*time.Millisecond; got != want {
+			t.Errorf("attempt_timeout = %s, want %s", got, want)
+		}
+		if got, want := got.RetryMaxBackoff, config.DefaultRetryMaxBackoff; got != want {
+			t.Errorf("retry_max_backoff = %s, want %s", got, want)
+		}
+	})
+}

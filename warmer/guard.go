@@ -1,0 +1,411 @@
+package warmer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/sync/semaphore"
+	"golang.org/x/time/rate"
+)
+
+// Origin protection errors: a guarded source refused to call its origin.
+var (
+	// ErrBreakerOpen means the source's circuit breaker is open (or half-open
+	// with its trial call in flight): the load fails at once and the warmer
+	// keeps the old values alive instead of calling the origin.
+	ErrBreakerOpen = errors.New("origin circuit breaker open")
+	// ErrOverloaded means no call slot (max_in_flight) or rate token came free
+	// before the load's deadline.
+	ErrOverloaded = errors.New("origin call limit reached")
+	// ErrUnavailable marks an origin failure worth retrying: a connection
+	// refused or reset, a timeout, an HTTP 5xx or 429. Sources wrap it.
+	ErrUnavailable = errors.New("origin unavailable")
+)
+
+// GuardConfig is the protection put around one source. Zero values switch a
+// protection off; the config package supplies the defaults.
+type GuardConfig struct {
+	// Name is the source's name, the metrics' source label.
+	Name string
+	// MaxInFlight bounds the origin calls in flight at once (0: unbounded).
+	MaxInFlight int
+	// Rate bounds origin calls per second, Burst of them at once (0: unbounded).
+	// A call is one load: one SQL query, or one batch of HTTP requests.
+	Rate  float64
+	Burst int
+	// AttemptTimeout bounds one call; 0 leaves only the load's own deadline.
+	AttemptTimeout time.Duration
+	// Retries is how many times a call that failed for a reason worth
+	// retrying (see Retryable) is repeated, after RetryBackoff, doubling up to
+	// RetryMaxBackoff, each wait randomised by ±50%. Retries never outlast the
+	// load's deadline.
+	Retries         int
+	RetryBackoff    time.Duration
+	RetryMaxBackoff time.Duration
+	// BreakerFailures consecutive failed calls open the circuit breaker for
+	// BreakerOpenFor; then one trial call decides whether it closes (0: no breaker).
+	BreakerFailures int
+	BreakerOpenFor  time.Duration
+	// Retryable classifies errors; nil means the package's Retryable.
+	Retryable func(error) bool
+	// Metrics is shared by every guarded source of a process (nil: unregistered).
+	Metrics *GuardMetrics
+	Logger  zerolog.Logger
+}
+
+// Guarded is a Source behind origin protection: a concurrency bound, a rate
+// limit, retries with exponential backoff and jitter, and a circuit breaker.
+type Guarded struct {
+	src       Source
+	cfg       GuardConfig
+	sem       *semaphore.Weighted
+	limiter   *rate.Limiter
+	breaker   *gobreaker.TwoStepCircuitBreaker[struct{}]
+	retryable func(error) bool
+	metrics   *GuardMetrics
+	log       zerolog.Logger
+}
+
+// guardedLister is a Guarded source whose origin can list members.
+type guardedLister struct{ *Guarded }
+
+var (
+	_ Source       = (*Guarded)(nil)
+	_ MemberLister = guardedLister{}
+)
+
+// Guard wraps src in origin protection. The result is a MemberLister exactly
+// when src is one, with member listing protected like loads.
+func Guard(src Source, cfg GuardConfig) Source {
+	g := newGuarded(src, cfg)
+	if _, ok := src.(MemberLister); ok {
+		return guardedLister{g}
+	}
+	return g
+}
+
+func newGuarded(src Source, cfg GuardConfig) *Guarded {
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewGuardMetrics(nil)
+	}
+	g := &Guarded{
+		src: src, cfg: cfg, retryable: cfg.Retryable, metrics: cfg.Metrics,
+		log: cfg.Logger.With().Str("component", "guard").Str("source", cfg.Name).Logger(),
+	}
+	if g.retryable == nil {
+		g.retryable = Retryable
+	}
+	if cfg.MaxInFlight > 0 {
+		g.sem = semaphore.NewWeighted(int64(cfg.MaxInFlight))
+	}
+	g.limiter = rate.NewLimiter(rate.Inf, 0)
+	if cfg.Rate > 0 {
+		g.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(1, cfg.Burst))
+	}
+	state := g.metrics.breakerState.WithLabelValues(cfg.Name)
+	state.Set(float64(gobreaker.StateClosed))
+	if cfg.BreakerFailures > 0 {
+		g.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+			Name:        cfg.Name,
+			MaxRequests: 1,
+			Timeout:     cfg.BreakerOpenFor,
+			ReadyToTrip: func(c gobreaker.Counts) bool {
+				return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures)
+			},
+			IsExcluded: func(err error) bool { return errors.Is(err, errExcluded) },
+			OnStateChange: func(_ string, from, to gobreaker.State) {
+				state.Set(float64(to))
+				ev := g.log.Info()
+				if to == gobreaker.StateOpen {
+					ev = g.log.Warn()
+				}
+				ev.Str("from", from.String()).Str("to", to.String()).Dur("open_for", cfg.BreakerOpenFor).
+					Msg("origin circuit breaker " + to.String())
+			},
+		})
+	}
+	return g
+}
+
+// Unwrap returns the protected source, for callers that need its concrete type.
+func (g *Guarded) Unwrap() Source { return g.src }
+
+// Ping checks the origin directly: it is a start-up check, not load.
+func (g *Guarded) Ping(ctx context.Context) error { return g.src.Ping(ctx) }
+
+// BreakerState reports the circuit breaker's state: "closed", "half-open" or "open".
+func (g *Guarded) BreakerState() string {
+	if g.breaker == nil {
+		return gobreaker.StateClosed.String()
+	}
+	return g.breaker.State().String()
+}
+
+// Load loads members through the protection. A batch error is retried whole;
+// members that failed alone for a reason worth retrying (an HTTP 5xx) are
+// retried alone, and the other members keep their first answer.
+func (g *Guarded) Load(ctx context.Context, spec *Spec, members []string) ([]Result, error) {
+	var (
+		out     []Result
+		index   map[string]int // built only when a member is retried
+		pending = members
+		bo      *backoff.ExponentialBackOff
+	)
+	for attempt := 0; ; attempt++ {
+		rs, err := call(g, ctx, func(actx context.Context) ([]Result, error) {
+			return g.src.Load(actx, spec, pending)
+		}, g.verdict)
+		if err != nil {
+			if out != nil {
+				// Earlier attempts answered for every member; the retried ones
+				// keep their first error.
+				return out, nil
+			}
+			if !g.retryable(err) || !g.wait(ctx, &bo, attempt) {
+				return nil, err
+			}
+			continue
+		}
+		switch {
+		case out == nil:
+			out = rs
+		default:
+			if index == nil {
+				index = make(map[string]int, len(out))
+				for i, r := range out {
+					if _, dup := index[r.Member]; !dup {
+						index[r.Member] = i
+					}
+				}
+			}
+			out = merge(out, index, pending, rs)
+		}
+		retry := retryMembers(out, g.retryable)
+		if len(retry) == 0 || !g.wait(ctx, &bo, attempt) {
+			return out, nil
+		}
+		if spec.Template.IsFamily() {
+			pending = retry
+		}
+	}
+}
+
+// retryMembers lists the members whose error is worth retrying.
+func retryMembers(rs []Result, retryable func(error) bool) []string {
+	var out []string
+	for _, r := range rs {
+		if r.Err != nil && retryable(r.Err) {
+			out = append(out, r.Member)
+		}
+	}
+	return out
+}
+
+// merge puts a retry's answers for pending members in place of their first
+// answers; a pending member the retry does not mention is missing now.
+func merge(out []Result, index map[string]int, pending []string, rs []Result) []Result {
+	answered := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		if i, ok := index[r.Member]; ok && !answered[r.Member] {
+			out[i] = r
+			answered[r.Member] = true
+			continue
+		}
+		out = append(out, r) // not asked for: the warmer counts it
+	}
+	for _, m := range pending {
+		if !answered[m] {
+			out[index[m]] = Result{Member: m, Missing: true}
+		}
+	}
+	return out
+}
+
+// ListMembers lists a family's members through the protection.
+func (g guardedLister) ListMembers(ctx context.Context, spec *Spec) ([]string, error) {
+	lister := g.src.(MemberLister)
+	var bo *backoff.ExponentialBackOff
+	for attempt := 0; ; attempt++ {
+		list, err := call(g.Guarded, ctx, func(actx context.Context) ([]string, error) {
+			return lister.ListMembers(actx, spec)
+		}, func(ctx context.Context, _ []string, err error) error { return g.verdict(ctx, nil, err) })
+		if err == nil || !g.retryable(err) || !g.wait(ctx, &bo, attempt) {
+			return list, err
+		}
+	}
+}
+
+// call makes one origin call: breaker, call slot, rate token, attempt timeout.
+func call[T any](g *Guarded, ctx context.Context, fn func(context.Context) (T, error), verdict func(context.Context, T, error) error) (T, error) {
+	var zero T
+	if g.breaker != nil && g.breaker.State() == gobreaker.StateOpen {
+		return zero, g.reject("breaker_open", ErrBreakerOpen, nil)
+	}
+	if g.sem != nil {
+		if err := g.sem.Acquire(ctx, 1); err != nil {
+			return zero, g.reject("in_flight", ErrOverloaded, err)
+		}
+		defer g.sem.Release(1)
+	}
+	if err := g.limiter.Wait(ctx); err != nil {
+		return zero, g.reject("rate_limited", ErrOverloaded, err)
+	}
+	var done func(error)
+	if g.breaker != nil {
+		var err error
+		if done, err = g.breaker.Allow(); err != nil {
+			return zero, g.reject("breaker_open", ErrBreakerOpen, nil)
+		}
+	}
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if g.cfg.AttemptTimeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, g.cfg.AttemptTimeout)
+	}
+	v, err := fn(actx)
+	cancel()
+	if done != nil {
+		done(verdict(ctx, v, err))
+	}
+	return v, err
+}
+
+func (g *Guarded) reject(reason string, sentinel, cause error) error {
+	g.metrics.rejected.WithLabelValues(g.cfg.Name, reason).Inc()
+	if cause != nil {
+		return fmt.Errorf("source %s: %w: %w", g.cfg.Name, sentinel, cause)
+	}
+	return fmt.Errorf("source %s: %w", g.cfg.Name, sentinel)
+}
+
+// errExcluded marks a call the breaker must not count (the caller gave up).
+var errExcluded = errors.New("excluded")
+
+// errFailed is what the breaker is told about a failed call.
+var errFailed = errors.New("failed")
+
+// verdict tells the breaker whether a call failed: the origin did not answer
+// (connection, timeout, 5xx) for the batch, or for at least half of its members.
+// Bad payloads, missing rows and oversized values are answers: the origin is up.
+func (g *Guarded) verdict(ctx context.Context, rs []Result, err error) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return errExcluded
+	}
+	if err != nil {
+		if g.retryable(err) {
+			return errFailed
+		}
+		return nil
+	}
+	failed := 0
+	for _, r := range rs {
+		if r.Err != nil && g.retryable(r.Err) {
+			failed++
+		}
+	}
+	if failed > 0 && 2*failed >= len(rs) {
+		return errFailed
+	}
+	return nil
+}
+
+func (g *Guarded) backoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = g.cfg.RetryBackoff
+	if b.InitialInterval <= 0 {
+		b.InitialInterval = 100 * time.Millisecond
+	}
+	b.MaxInterval = max(g.cfg.RetryMaxBackoff, b.InitialInterval)
+	b.Multiplier = 2
+	b.RandomizationFactor = 0.5
+	b.Reset()
+	return b
+}
+
+// wait sleeps before retry number attempt+1 (the backoff is made on the first
+// retry); false means do not retry: no
+// retries left, the breaker is open, or the deadline comes before the wait ends.
+func (g *Guarded) wait(ctx context.Context, bo **backoff.ExponentialBackOff, attempt int) bool {
+	if attempt >= g.cfg.Retries || ctx.Err() != nil {
+		return false
+	}
+	if g.breaker != nil && g.breaker.State() == gobreaker.StateOpen {
+		return false
+	}
+	if *bo == nil {
+		*bo = g.backoff()
+	}
+	d := (*bo).NextBackOff()
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	g.metrics.retries.WithLabelValues(g.cfg.Name).Inc()
+	return true
+}
+
+// Retryable reports whether an origin error is worth retrying: a timeout, a
+// refused, reset or dropped connection, or ErrUnavailable (HTTP 5xx, 429). A bad
+// payload, a refusal by the protection or a cancelled load never is.
+func Retryable(err error) bool {
+	switch {
+	case err == nil,
+		errors.Is(err, context.Canceled),
+		errors.Is(err, ErrBreakerOpen), errors.Is(err, ErrOverloaded),
+		errors.Is(err, ErrTooLarge), errors.Is(err, ErrBadPayload), errors.Is(err, ErrNullValue),
+		errors.Is(err, ErrDuplicate), errors.Is(err, ErrBadMember), errors.Is(err, ErrTooMany):
+		return false
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// GuardMetrics are the origin protection's metrics, shared by every guarded
+// source of a process.
+type GuardMetrics struct {
+	breakerState *prometheus.GaugeVec
+	retries      *prometheus.CounterVec
+	rejected     *prometheus.CounterVec
+}
+
+// NewGuardMetrics registers the origin protection metrics with reg (nil: not
+// registered anywhere).
+func NewGuardMetrics(reg prometheus.Registerer) *GuardMetrics {
+	m := &GuardMetrics{
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hearth_origin_breaker_state",
+			Help: "Circuit breaker state of a source: 0 closed, 1 half-open, 2 open.",
+		}, []string{"source"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_origin_retries_total",
+			Help: "Origin calls repeated after a failure worth retrying.",
+		}, []string{"source"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_origin_rejected_total",
+			Help: "Origin calls not made, by reason (breaker_open, in_flight, rate_limited).",
+		}, []string{"source", "reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.breakerState, m.retries, m.rejected)
+	}
+	return m
+}
