@@ -189,6 +189,7 @@ sources:
     type: postgres
     dsn: %q
     max_conns: 8
+    rate: 0           # no origin rate limit: the benchmark measures capacity
 access_log:
   source: items
 prewarm:
