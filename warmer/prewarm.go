@@ -200,8 +200,9 @@ func (w *Warmer) StartPrewarm(ctx context.Context, po PrewarmOptions) (<-chan Pr
 // queued batches within the concurrency and rate bounds. The reader never waits
 // for loads, so the two cannot starve each other of database connections.
 type prewarmRun struct {
-	w  *Warmer
-	po PrewarmOptions
+	w     *Warmer
+	po    PrewarmOptions
+	specs []*Spec // the declarations when the run started (a reload may change them)
 
 	mu       sync.Mutex // guards everything below
 	rep      PrewarmReport
@@ -223,7 +224,7 @@ type pendingBatch struct {
 func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport, error) {
 	start := time.Now()
 	r := &prewarmRun{
-		w: w, po: po,
+		w: w, po: po, specs: w.Specs(),
 		rep:     PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}},
 		prog:    PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now(), Reading: true},
 		wake:    make(chan struct{}, 1),
@@ -232,8 +233,8 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	w.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window", po.Window).
 		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Msg("pre-warm started")
 	// Declared single keys first: they load while the access log is read.
-	for _, name := range w.order {
-		if s := w.specs[name]; !s.Template.IsFamily() {
+	for _, s := range r.specs {
+		if !s.Template.IsFamily() {
 			r.push(prewarmJob{spec: s, members: []string{""}})
 		}
 	}
@@ -294,7 +295,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 // add takes one access-log key, in rank order: skipped and counted, or added
 // to its declaration's batch, which is queued once full.
 func (r *prewarmRun) add(key string) {
-	spec, member, reason := r.w.classify(key)
+	spec, member, reason := classify(r.specs, key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rep.Candidates++
@@ -473,13 +474,12 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 
 // classify matches an access-log key to its declaration. It returns the
 // declaration and member, or the reason the key is skipped.
-func (w *Warmer) classify(key string) (*Spec, string, string) {
+func classify(specs []*Spec, key string) (*Spec, string, string) {
 	if len(key) > MaxLogKeyBytes {
 		return nil, "", SkipTooLong
 	}
 	var family *Spec
-	for _, name := range w.order {
-		s := w.specs[name]
+	for _, s := range specs {
 		if !s.Template.IsFamily() {
 			if key == s.Template.raw {
 				return s, "", ""

@@ -364,7 +364,7 @@ func TestPrewarmAccessLogUnreadable(t *testing.T) {
 }
 
 // TestStartPrewarm: a background pre-warm reports progress while it runs,
-// refuses a second one, and leaves its report behind.
+// refuses a second one, survives a reload, and leaves its report behind.
 func TestStartPrewarm(t *testing.T) {
 	rd := testenv.Redis(t)
 	e := newPWEnv(t, rd.Client, rd.Prefix, 30, 5,
@@ -385,6 +385,10 @@ func TestStartPrewarm(t *testing.T) {
 	}
 	if _, err := e.w.StartPrewarm(context.Background(), opts); !errors.Is(err, warmer.ErrPrewarmBusy) {
 		t.Errorf("second StartPrewarm: err = %v, want ErrPrewarmBusy", err)
+	}
+	// A config reload while it runs (the race detector watches).
+	if _, err := e.w.Apply(e.w.Specs()); err != nil {
+		t.Fatal(err)
 	}
 	rep := <-done
 	if got, want := rep.Wanted, 31; got != want {
