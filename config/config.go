@@ -17,6 +17,9 @@ type Config struct {
 	Sources []Source `mapstructure:"sources"`
 	Keys    []Key    `mapstructure:"keys"`
 
+	AccessLog AccessLog `mapstructure:"access_log"`
+	Prewarm   Prewarm   `mapstructure:"prewarm"`
+
 	// File is the path the config was read from (empty for an embedded one).
 	File string `mapstructure:"-"`
 }
@@ -144,6 +147,8 @@ func Default() Config {
 			MaxValueBytes:      1 << 20,
 			MaxMembers:         1_000_000,
 		},
-		Leader: Leader{Enabled: true},
+		Leader:    Leader{Enabled: true},
+		AccessLog: defaultAccessLog(),
+		Prewarm:   defaultPrewarm(),
 	}
 }

@@ -75,6 +75,7 @@ func (cfg *Config) Validate() error {
 	types := cfg.validateSources(c)
 	cfg.validateKeys(c, types)
 	cfg.validateLeader(c)
+	cfg.validatePrewarm(c, types)
 	if len(c.problems) > 0 {
 		return &Error{File: cfg.File, Problems: c.problems}
 	}

@@ -51,6 +51,8 @@ type Warmer struct {
 	// mu guards specs, order and state, which Apply replaces on a reload.
 	mu    sync.Mutex
 	state map[string]*declState
+
+	pw *prewarmer
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -99,6 +101,7 @@ func New(opts Options) (*Warmer, error) {
 		now:     opts.Now,
 		rand:    opts.Rand,
 		state:   make(map[string]*declState, len(opts.Specs)),
+		pw:      newPrewarmer(opts.Registerer),
 	}
 	for _, s := range opts.Specs {
 		if _, dup := w.specs[s.Name]; dup {

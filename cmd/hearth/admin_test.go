@@ -201,12 +201,33 @@ keys:
 		})
 	})
 
-	t.Run("pre-warm not configured", func(t *testing.T) {
-		for _, method := range []string{"POST", "GET"} {
-			code, body := call(t, method, d.URL+"/admin/prewarm", bearer)
-			if code != http.StatusNotImplemented || !strings.Contains(body, "pre-warm not configured") {
-				t.Errorf("%s /admin/prewarm: %d %s, want 501", method, code, body)
-			}
+	t.Run("pre-warm", func(t *testing.T) {
+		// No access log is configured: a pre-warm loads the declared single key.
+		before := up.count("/single")
+		code, body := call(t, "POST", d.URL+"/admin/prewarm", bearer)
+		if code != http.StatusAccepted {
+			t.Fatalf("POST /admin/prewarm: %d %s, want 202", code, body)
+		}
+		var st struct {
+			Running bool   `json:"running"`
+			Error   string `json:"error"`
+			Report  *struct {
+				Reason   string  `json:"reason"`
+				Wanted   int     `json:"wanted"`
+				Written  int     `json:"written"`
+				Coverage float64 `json:"coverage"`
+			} `json:"report"`
+		}
+		eventually(t, 20*time.Second, "the pre-warm finishes", func() bool {
+			code, body = call(t, "GET", d.URL+"/admin/prewarm", bearer)
+			st.Report = nil
+			return code == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil && !st.Running && st.Report != nil
+		})
+		if r := st.Report; r.Reason != "admin" || r.Wanted != 1 || r.Written != 1 || r.Coverage != 1 || st.Error != "" {
+			t.Errorf("GET /admin/prewarm = %s, want the admin pre-warm of the single key, coverage 1", body)
+		}
+		if got := up.count("/single") - before; got != 1 {
+			t.Errorf("origin calls = %d, want 1", got)
 		}
 	})
 }

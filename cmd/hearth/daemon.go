@@ -87,12 +87,19 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	if err != nil {
 		return fail(exitFail, err)
 	}
+	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.leading, reg, log) // see prewarm.go
+	if err != nil {
+		return fail(exitFail, err)
+	}
 	srv, err := listen(cfg.HTTP.Listen, reg, log)
 	if err != nil {
 		return fail(exitFail, err)
 	}
 	srv.instance = lead.instance()
 	adm := openAdmin(srv, w, lead.leading, reg, log)
+	if adm != nil {
+		adm.prewarm = pw.adminHooks()
+	}
 	srv.serve()
 
 	// The drain context outlives the first signal: a second one aborts.
@@ -111,7 +118,12 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 		}
 	}()
 
-	// Campaign; as leader: start-up load (or takeover catch-up), ready, jobs.
+	lead.prewarm = pw.startup
+	if err := pw.open(ctx); err != nil {
+		return fail(exitFail, err)
+	}
+
+	// Campaign; as leader: start-up load and pre-warm (or takeover catch-up), ready, jobs.
 	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Elector: lead.elector, Logger: log})
 	if err != nil {
 		return fail(exitFail, err)
@@ -128,6 +140,7 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	defer cancel()
 	var errs []error
 	lead.wait()
+	pw.close(dctx)
 	srv.ready.Store(false)
 	if err := sched.Close(dctx); err != nil {
 		errs = append(errs, fmt.Errorf("close scheduler: %w", err))

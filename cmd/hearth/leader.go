@@ -29,6 +29,9 @@ type leadership struct {
 	spread  float64
 	log     zerolog.Logger
 
+	// prewarm runs after the start-up load of the first term, before ready.
+	prewarm func(context.Context)
+
 	mu   sync.Mutex
 	term *warmer.Term // the latest term, released at shutdown
 	done chan struct{}
@@ -75,7 +78,7 @@ func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 	}
 	if l.lease == nil {
 		srv.setRole("leader", 0)
-		becomeLeader(ctx, w, true, due, l.log)
+		becomeLeader(ctx, w, true, due, l.prewarm, l.log)
 		l.openJobs(ctx, sched)
 		srv.ready.Store(ctx.Err() == nil)
 		l.log.Info().Msg("ready")
@@ -93,7 +96,7 @@ func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 		l.mu.Unlock()
 		srv.setRole("leader", term.Epoch)
 		tctx, cancel := termContext(ctx, term)
-		becomeLeader(tctx, w, !loaded, due, l.log)
+		becomeLeader(tctx, w, !loaded, due, l.prewarm, l.log)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -126,15 +129,19 @@ func (l *leadership) openJobs(ctx context.Context, sched *jobs.Scheduler) bool {
 
 // becomeLeader is what a new leader does before it reports ready: the start-up
 // load in its first term, the takeover catch-up in later ones (then the
-// schedule resumes). Pre-warm from the access log belongs here, before ready.
-// ctx ends with the term.
-func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, due func(*warmer.Spec) time.Duration, log zerolog.Logger) {
+// schedule resumes), then in the first term the pre-warm from the access log
+// (prewarm, if not nil). ctx ends with the term.
+func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, due func(*warmer.Spec) time.Duration,
+	prewarm func(context.Context), log zerolog.Logger) {
 	t0 := time.Now()
 	if first {
 		if err := w.RefreshAll(ctx); err != nil {
 			log.Error().Err(err).Msg("start-up load incomplete; the failed declarations are retried on schedule")
 		}
 		log.Info().Dur("took", time.Since(t0)).Msg("start-up load finished")
+		if prewarm != nil {
+			prewarm(ctx)
+		}
 		return
 	}
 	res, err := w.CatchUp(ctx, due)

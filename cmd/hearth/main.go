@@ -26,6 +26,8 @@ const (
 	exitOK     = 0
 	exitFail   = 1
 	exitConfig = 2
+	// exitCoverage: `hearth prewarm` loaded less than --min-coverage of the keys.
+	exitCoverage = 3
 )
 
 // exitError carries an exit code out of a command.
@@ -87,6 +89,7 @@ miss on it and the database never sees a cache stampede.`,
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "config.yaml", "path of the config file")
 	root.AddCommand(newRunCmd(g), newValidateCmd(g), newVersionCmd(g), newDemoCmd(g))
+	root.AddCommand(newPrewarmCmd(g), newMigrateCmd(g))
 	polishHelp(root)
 	return root
 }

@@ -1,0 +1,288 @@
+// Package accesslog owns the access log: the PostgreSQL table hearth_access_log
+// (created by `hearth migrate up`) that counts the application's cache reads per
+// key per time bucket, the "top N keys over the last W" query pre-warm ranks
+// keys by, and the roll-up of the per-bucket Redis sorted sets that
+// applications may count reads in instead of writing to PostgreSQL.
+package accesslog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Tables Hearth reads and writes, resolved through the connection's search_path.
+const (
+	// Table is the access log: reads per key per time bucket.
+	Table = "hearth_access_log"
+	// RankTable is the stored ranking, RankInfoTable its one row of metadata.
+	RankTable     = "hearth_access_rank"
+	RankInfoTable = "hearth_access_rank_info"
+)
+
+// Where a list of top keys came from.
+const (
+	// RankingStored: the ranking Rank stored, fresh enough to use.
+	RankingStored = "stored"
+	// RankingLive: the access log, aggregated and sorted on the spot.
+	RankingLive = "live"
+)
+
+// Log reads and writes the access-log tables.
+type Log struct {
+	pool       *pgxpool.Pool
+	rankMaxAge time.Duration
+	last       atomic.Value // string: RankingStored or RankingLive
+}
+
+// New returns the access log held in the database pool connects to. It ranks
+// live until UseRanking is called.
+func New(pool *pgxpool.Pool) *Log { return &Log{pool: pool} }
+
+// UseRanking makes EachTopKey read the ranking stored by Rank when it is at
+// most maxAge old (by the database clock), covers the same window and holds
+// enough keys; otherwise it ranks live. Zero always ranks live.
+func (l *Log) UseRanking(maxAge time.Duration) *Log {
+	l.rankMaxAge = maxAge
+	return l
+}
+
+// LastRanking tells where the last EachTopKey got its keys: RankingStored or
+// RankingLive ("" before the first call).
+func (l *Log) LastRanking() string {
+	s, _ := l.last.Load().(string)
+	return s
+}
+
+// topQuery ranks keys by their reads over the last $1 milliseconds ($2 keys at
+// most), by the database clock. The window is a range of the primary key
+// (bucket, key). The sum is sorted as a bigint (a sum of bigint is numeric, far
+// slower to sort), and ties are broken by key, byte by byte (cheaper than the
+// locale), so that the same log yields the same list.
+const topQuery = `SELECT key, sum(hits)::bigint AS h FROM ` + Table + `
+WHERE bucket >= now() - make_interval(secs => $1::float8 / 1000)
+GROUP BY key
+ORDER BY h DESC, key COLLATE "C"
+LIMIT $2`
+
+// rankChunk is how many keys one row of the stored ranking holds.
+const rankChunk = 1000
+
+// storedQuery reads the first $1 chunks of the stored ranking: one index scan,
+// streaming at once.
+const storedQuery = `SELECT keys FROM ` + RankTable + ` ORDER BY chunk LIMIT $1`
+
+// freshQuery tells whether the stored ranking can stand in for a live one: it
+// covers the same window, holds n keys (or every key there was), and is at
+// most $3 milliseconds old.
+const freshQuery = `SELECT true FROM ` + RankInfoTable + `
+WHERE window_ms = $1 AND (top_n >= $2 OR keys < top_n)
+AND computed_at >= now() - make_interval(secs => $3::float8 / 1000)`
+
+// rankWorkMem is the work_mem the ranking runs with: enough to aggregate and
+// sort a few hundred thousand keys in memory rather than on disk. It is set for
+// the ranking's own transaction only.
+const rankWorkMem = "64MB"
+
+// EachTopKey calls fn with at most n keys read over the last window, the most
+// read first, as the rows arrive: from the stored ranking when it is fresh (see
+// UseRanking), else ranked live.
+func (l *Log) EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error {
+	if n <= 0 {
+		return nil
+	}
+	query, args, source := topQuery, []any{window.Milliseconds(), n}, RankingLive
+	if l.rankMaxAge > 0 {
+		var fresh bool
+		err := l.pool.QueryRow(ctx, freshQuery, window.Milliseconds(), n, l.rankMaxAge.Milliseconds()).Scan(&fresh)
+		if err == nil && fresh {
+			query, args, source = storedQuery, []any{(n + rankChunk - 1) / rankChunk}, RankingStored
+		}
+		// No row, or no table yet (an older schema): rank live.
+	}
+	l.last.Store(source)
+	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("read top %d keys of %s: %w", n, Table, hint(err))
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if source == RankingLive {
+		if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '"+rankWorkMem+"'"); err != nil {
+			return fmt.Errorf("read top %d keys of %s: %w", n, Table, hint(err))
+		}
+	}
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("read top %d keys of %s: %w", n, Table, hint(err))
+	}
+	defer rows.Close()
+	var (
+		k     string
+		h     int64
+		chunk []string
+		sent  int
+	)
+	for rows.Next() && sent < n {
+		if source == RankingStored {
+			if err := rows.Scan(&chunk); err != nil {
+				return fmt.Errorf("read top keys of %s: %w", RankTable, err)
+			}
+			for _, k := range chunk[:min(len(chunk), n-sent)] {
+				fn(k)
+			}
+			sent += len(chunk)
+			continue
+		}
+		if err := rows.Scan(&k, &h); err != nil {
+			return fmt.Errorf("read top keys of %s: %w", Table, err)
+		}
+		fn(k)
+		sent++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read top keys of %s: %w", Table, err)
+	}
+	return nil
+}
+
+// TopKeys returns at most n keys read over the last window, the most read first.
+func (l *Log) TopKeys(ctx context.Context, window time.Duration, n int) ([]string, error) {
+	var out []string
+	err := l.EachTopKey(ctx, window, n, func(k string) { out = append(out, k) })
+	return out, err
+}
+
+// rankSQL replaces the stored ranking with the live one, in chunks of $3
+// keys, and returns how many keys it stored. It runs in one
+// transaction: readers see the old ranking until it commits.
+const rankSQL = `WITH ranked AS (
+	SELECT key, row_number() OVER (ORDER BY h DESC, key COLLATE "C") AS rn FROM (` + topQuery + `) t
+), ins AS (
+	INSERT INTO ` + RankTable + ` (chunk, keys)
+	SELECT (rn - 1) / $3::int, array_agg(key ORDER BY rn) FROM ranked GROUP BY 1
+	RETURNING cardinality(keys) AS n
+)
+SELECT coalesce(sum(n), 0)::int FROM ins`
+
+const rankInfoSQL = `INSERT INTO ` + RankInfoTable + ` (singleton, computed_at, window_ms, top_n, keys)
+VALUES (true, now(), $1, $2, $3)
+ON CONFLICT (singleton) DO UPDATE SET computed_at = EXCLUDED.computed_at,
+	window_ms = EXCLUDED.window_ms, top_n = EXCLUDED.top_n, keys = EXCLUDED.keys`
+
+// Rank computes the top n keys over the last window and stores them, so that a
+// pre-warm can read them at once. It returns how many keys it stored. Two Rank
+// calls at once run one after the other.
+func (l *Log) Rank(ctx context.Context, window time.Duration, n int) (int, error) {
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, q := range []string{
+		"SET LOCAL work_mem = '" + rankWorkMem + "'",
+		// Writers wait for each other; readers (plain SELECT) never wait.
+		"LOCK TABLE " + RankTable + " IN EXCLUSIVE MODE",
+		"DELETE FROM " + RankTable,
+	} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
+		}
+	}
+	var keys int
+	if err := tx.QueryRow(ctx, rankSQL, window.Milliseconds(), n, rankChunk).Scan(&keys); err != nil {
+		return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
+	}
+	if _, err := tx.Exec(ctx, rankInfoSQL, window.Milliseconds(), n, keys); err != nil {
+		return 0, fmt.Errorf("rank %s: %w", Table, hint(err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("rank %s: commit: %w", Table, err)
+	}
+	return keys, nil
+}
+
+// RecordSQL is the statement an application batches its reads into: $1 is the
+// bucket start, $2 the keys (text[]) and $3 their read counts (bigint[]), one
+// entry per distinct key. Counts add up, so a batch must be sent once.
+const RecordSQL = `INSERT INTO ` + Table + ` (bucket, key, hits)
+SELECT $1, k, h FROM unnest($2::text[], $3::bigint[]) AS t(k, h)
+ON CONFLICT (bucket, key) DO UPDATE SET hits = ` + Table + `.hits + EXCLUDED.hits`
+
+// Record adds reads to the bucket that contains at (of the given width), with
+// the documented statement; it is what an application does, offered for
+// tools and tests.
+func (l *Log) Record(ctx context.Context, at time.Time, width time.Duration, hits map[string]int64) error {
+	if len(hits) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(hits))
+	counts := make([]int64, 0, len(hits))
+	for k, n := range hits {
+		keys = append(keys, k)
+		counts = append(counts, n)
+	}
+	if _, err := l.pool.Exec(ctx, RecordSQL, BucketStart(at, width), keys, counts); err != nil {
+		return fmt.Errorf("record %d keys in %s: %w", len(keys), Table, hint(err))
+	}
+	return nil
+}
+
+// rollupSQL writes one closed bucket's counts, read from Redis. It keeps the
+// larger of the stored and the new count rather than adding: running it again
+// with the same counts (a retried roll-up) changes nothing, and a few reads
+// that land in Redis after the bucket was rolled up can never lower a count.
+const rollupSQL = `INSERT INTO ` + Table + ` (bucket, key, hits)
+SELECT $1, k, h FROM unnest($2::text[], $3::bigint[]) AS t(k, h)
+ON CONFLICT (bucket, key) DO UPDATE SET hits = GREATEST(` + Table + `.hits, EXCLUDED.hits)`
+
+const pruneSQL = `DELETE FROM ` + Table + ` WHERE bucket < $1`
+
+// Prune deletes the buckets that start before cutoff and returns how many rows went.
+func (l *Log) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	tag, err := l.pool.Exec(ctx, pruneSQL, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("prune %s before %s: %w", Table, cutoff.UTC().Format(time.RFC3339), hint(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
+// BucketStart returns the start of the bucket of the given width that holds t:
+// floor(unix seconds / width) * width, in UTC. Applications compute the same.
+func BucketStart(t time.Time, width time.Duration) time.Time {
+	w := int64(width / time.Second)
+	if w <= 0 {
+		w = 1
+	}
+	s := t.Unix()
+	s -= ((s % w) + w) % w
+	return time.Unix(s, 0).UTC()
+}
+
+// BucketKey is the Redis sorted set counting the reads of the bucket that
+// starts at start: "<namespace>:access:<unix seconds>". Applications run
+// ZINCRBY <BucketKey> 1 <cache key> per read.
+func BucketKey(namespace string, start time.Time) string {
+	return namespace + ":access:" + strconv.FormatInt(start.Unix(), 10)
+}
+
+// ErrClosed is returned by a Roller used after Close.
+var ErrClosed = errors.New("access-log roller closed")
+
+// hint adds the fix to an error about a missing table: the schema was never migrated.
+func hint(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == undefinedTable {
+		return fmt.Errorf("%w (create the access-log tables with `hearth migrate up`)", err)
+	}
+	return err
+}
+
+// undefinedTable is PostgreSQL's SQLSTATE for a missing relation.
+const undefinedTable = "42P01"

@@ -1,0 +1,472 @@
+package accesslog_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/accesslog"
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/migrations"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// migrate creates the access-log table in the pool's schema, as `hearth migrate up` does.
+func migrate(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := migrations.NewProvider(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctxT(t)); err != nil {
+		t.Fatalf("migrate up: %v", err)
+	}
+}
+
+func hits(t *testing.T, pool *pgxpool.Pool) map[string]int64 {
+	t.Helper()
+	rows, err := pool.Query(ctxT(t), `SELECT extract(epoch FROM bucket)::bigint, key, hits FROM hearth_access_log`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			b    int64
+			k    string
+			h    int64
+			name string
+		)
+		if err := rows.Scan(&b, &k, &h); err != nil {
+			t.Fatal(err)
+		}
+		name = fmt.Sprintf("%d/%s", b, k)
+		out[name] = h
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestBucketStart(t *testing.T) {
+	for _, c := range []struct {
+		at    int64
+		width time.Duration
+		want  int64
+	}{
+		{1_700_000_059, time.Minute, 1_700_000_040},
+		{1_700_000_040, time.Minute, 1_700_000_040},
+		{1_700_000_007, 5 * time.Second, 1_700_000_005},
+		{-61, time.Minute, -120},
+	} {
+		if got := accesslog.BucketStart(time.Unix(c.at, 0), c.width).Unix(); got != c.want {
+			t.Errorf("BucketStart(%d, %s) = %d, want %d", c.at, c.width, got, c.want)
+		}
+	}
+	if got, want := accesslog.BucketKey("hearth", time.Unix(1_700_000_040, 0)), "hearth:access:1700000040"; got != want {
+		t.Errorf("BucketKey = %q, want %q", got, want)
+	}
+}
+
+// TestTopKeys ranks keys by their reads summed over the buckets inside the
+// window; older buckets do not count.
+func TestTopKeys(t *testing.T) {
+	pg := testenv.Postgres(t)
+	migrate(t, pg.Pool)
+	ctx := ctxT(t)
+	log := accesslog.New(pg.Pool)
+	now := time.Now().Truncate(time.Minute)
+	record := func(ago time.Duration, h map[string]int64) {
+		t.Helper()
+		if err := log.Record(ctx, now.Add(-ago), time.Minute, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "old" was the hottest key, but two hours ago.
+	record(2*time.Hour, map[string]int64{"old": 1000, "b": 1})
+	record(30*time.Minute, map[string]int64{"a": 10, "b": 20, "c": 5})
+	record(10*time.Minute, map[string]int64{"a": 15, "c": 5, "d": 1})
+	record(0, map[string]int64{"a": 1, "c": 1})
+	// Recording the same batch twice adds up (the application path adds).
+	record(0, map[string]int64{"c": 20})
+
+	t.Run("window and order", func(t *testing.T) {
+		got, err := log.TopKeys(ctx, time.Hour, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// a = 26, c = 31, b = 20, d = 1; "old" is outside the window.
+		if want := []string{"c", "a", "b", "d"}; !slices.Equal(got, want) {
+			t.Errorf("TopKeys(1h) = %q, want %q", got, want)
+		}
+	})
+	t.Run("limit", func(t *testing.T) {
+		got, err := log.TopKeys(ctx, time.Hour, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"c", "a"}; !slices.Equal(got, want) {
+			t.Errorf("TopKeys(1h, 2) = %q, want %q", got, want)
+		}
+	})
+	t.Run("wider window", func(t *testing.T) {
+		got, err := log.TopKeys(ctx, 3*time.Hour, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"old"}; !slices.Equal(got, want) {
+			t.Errorf("TopKeys(3h, 1) = %q, want %q", got, want)
+		}
+	})
+	t.Run("prune", func(t *testing.T) {
+		n, err := log.Prune(ctx, now.Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := n, int64(2); got != want {
+			t.Errorf("pruned %d rows, want %d", got, want)
+		}
+		got, err := log.TopKeys(ctx, 3*time.Hour, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"c"}; !slices.Equal(got, want) {
+			t.Errorf("TopKeys after prune = %q, want %q", got, want)
+		}
+	})
+}
+
+// TestStoredRanking: a pre-warm reads the ranking Rank stored while it is
+// fresh, for the same window and enough keys, and ranks live otherwise.
+func TestStoredRanking(t *testing.T) {
+	pg := testenv.Postgres(t)
+	migrate(t, pg.Pool)
+	ctx := ctxT(t)
+	log := accesslog.New(pg.Pool).UseRanking(time.Minute)
+	if err := log.Record(ctx, time.Now(), time.Minute, map[string]int64{"a": 3, "b": 2, "c": 1}); err != nil {
+		t.Fatal(err)
+	}
+	top := func(window time.Duration, n int) ([]string, string) {
+		t.Helper()
+		keys, err := log.TopKeys(ctx, window, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys, log.LastRanking()
+	}
+	if keys, src := top(time.Hour, 10); src != accesslog.RankingLive || !slices.Equal(keys, []string{"a", "b", "c"}) {
+		t.Fatalf("before any ranking: %q from %s, want a, b, c ranked live", keys, src)
+	}
+	n, err := log.Rank(ctx, time.Hour, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("Rank stored %d keys, want 2", n)
+	}
+	// c becomes the hottest; the stored ranking does not know yet.
+	if err := log.Record(ctx, time.Now(), time.Minute, map[string]int64{"c": 100}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		window time.Duration
+		n      int
+		keys   []string
+		src    string
+	}{
+		{"fresh", time.Hour, 2, []string{"a", "b"}, accesslog.RankingStored},
+		{"fewer keys", time.Hour, 1, []string{"a"}, accesslog.RankingStored},
+		{"more keys than stored", time.Hour, 3, []string{"c", "a", "b"}, accesslog.RankingLive},
+		{"another window", 2 * time.Hour, 2, []string{"c", "a"}, accesslog.RankingLive},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if keys, src := top(c.window, c.n); src != c.src || !slices.Equal(keys, c.keys) {
+				t.Errorf("TopKeys(%s, %d) = %q from %s, want %q from %s", c.window, c.n, keys, src, c.keys, c.src)
+			}
+		})
+	}
+	t.Run("stale", func(t *testing.T) {
+		if _, err := pg.Pool.Exec(ctx, `UPDATE hearth_access_rank_info SET computed_at = now() - interval '2 minutes'`); err != nil {
+			t.Fatal(err)
+		}
+		if keys, src := top(time.Hour, 2); src != accesslog.RankingLive || !slices.Equal(keys, []string{"c", "a"}) {
+			t.Errorf("stale ranking: %q from %s, want c, a ranked live", keys, src)
+		}
+	})
+	t.Run("rank again", func(t *testing.T) {
+		if _, err := log.Rank(ctx, time.Hour, 2); err != nil {
+			t.Fatal(err)
+		}
+		if keys, src := top(time.Hour, 2); src != accesslog.RankingStored || !slices.Equal(keys, []string{"c", "a"}) {
+			t.Errorf("after a new ranking: %q from %s, want c, a stored", keys, src)
+		}
+	})
+}
+
+type rollupEnv struct {
+	pool   *pgxpool.Pool
+	rdb    *redis.Client
+	ns     string
+	now    time.Time
+	reg    *prometheus.Registry
+	roller *accesslog.Roller
+}
+
+func newRollupEnv(t *testing.T, pool *pgxpool.Pool, rdb *redis.Client, ns string) *rollupEnv {
+	t.Helper()
+	e := &rollupEnv{pool: pool, rdb: rdb, ns: ns, reg: prometheus.NewRegistry()}
+	// Half-way through a minute bucket.
+	e.now = time.Now().Truncate(time.Minute).Add(30 * time.Second)
+	r, err := accesslog.NewRoller(accesslog.RollerOptions{
+		Log: accesslog.New(pool), Client: rdb, Namespace: ns, Bucket: time.Minute,
+		Lookback: time.Hour, Registerer: e.reg, Now: func() time.Time { return e.now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.roller = r
+	return e
+}
+
+func (e *rollupEnv) bucket(ago time.Duration) (string, int64) {
+	start := accesslog.BucketStart(e.now.Add(-ago), time.Minute)
+	return accesslog.BucketKey(e.ns, start), start.Unix()
+}
+
+func (e *rollupEnv) incr(t *testing.T, ago time.Duration, counts map[string]float64) string {
+	t.Helper()
+	key, _ := e.bucket(ago)
+	for k, n := range counts {
+		if err := e.rdb.ZIncrBy(ctxT(t), key, n, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return key
+}
+
+// TestRollup moves closed Redis buckets into the table, leaves the open one,
+// deletes what it rolled up, and drops members that cannot be cache keys.
+func TestRollup(t *testing.T) {
+	pg := testenv.Postgres(t)
+	rd := testenv.Redis(t)
+	migrate(t, pg.Pool)
+	e := newRollupEnv(t, pg.Pool, rd.Client, strings.TrimSuffix(rd.Prefix, ":"))
+	ctx := ctxT(t)
+
+	k5, b5 := e.bucket(5 * time.Minute)
+	k1, b1 := e.bucket(time.Minute)
+	open, _ := e.bucket(0)
+	e.incr(t, 5*time.Minute, map[string]float64{"product:1": 3, "product:2": 1})
+	e.incr(t, time.Minute, map[string]float64{"product:1": 4, "top": 2})
+	e.incr(t, 0, map[string]float64{"product:1": 100})
+	// Hostile members: a NUL byte and invalid UTF-8 cannot even be stored in
+	// PostgreSQL text, a control character and a huge string are no cache key.
+	e.incr(t, time.Minute, map[string]float64{"a\x00b": 1, "\xff\xfe": 1, "a\nb": 1, strings.Repeat("x", accesslog.MaxKeyBytes+1): 1})
+
+	res, err := e.roller.RollupOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := res, (accesslog.RollupResult{Buckets: 2, Rows: 4, Skipped: 4}); got != want {
+		t.Errorf("RollupOnce = %+v, want %+v", got, want)
+	}
+	want := map[string]int64{
+		fmt.Sprintf("%d/product:1", b5): 3, fmt.Sprintf("%d/product:2", b5): 1,
+		fmt.Sprintf("%d/product:1", b1): 4, fmt.Sprintf("%d/top", b1): 2,
+	}
+	if got := hits(t, pg.Pool); !mapsEqual(got, want) {
+		t.Errorf("table = %v, want %v", got, want)
+	}
+	for _, k := range []string{k5, k1} {
+		if n := rd.Client.Exists(ctx, k).Val(); n != 0 {
+			t.Errorf("closed bucket %s still in Redis after roll-up", k)
+		}
+	}
+	if n := rd.Client.Exists(ctx, open).Val(); n != 1 {
+		t.Errorf("open bucket %s was rolled up before it closed", open)
+	}
+	if got, want := counter(t, e.reg, "hearth_access_log_rolled_up_rows_total", ""), 4.0; got != want {
+		t.Errorf("hearth_access_log_rolled_up_rows_total = %g, want %g", got, want)
+	}
+	if got, want := counter(t, e.reg, "hearth_access_log_skipped_keys_total", ""), 4.0; got != want {
+		t.Errorf("hearth_access_log_skipped_keys_total = %g, want %g", got, want)
+	}
+
+	t.Run("the open bucket once closed", func(t *testing.T) {
+		e.now = e.now.Add(time.Minute)
+		if _, err := e.roller.RollupOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := rd.Client.Exists(ctx, open).Val(); n != 0 {
+			t.Errorf("bucket %s not rolled up once closed", open)
+		}
+	})
+}
+
+// TestRollupRetried: a roll-up that committed but did not get to delete the
+// bucket (it crashed, or Redis went away) leaves the bucket behind; the retried
+// run writes the same numbers, not twice as many. Reads that land in a bucket
+// after it was rolled up never lower a count.
+func TestRollupRetried(t *testing.T) {
+	pg := testenv.Postgres(t)
+	rd := testenv.Redis(t)
+	migrate(t, pg.Pool)
+	e := newRollupEnv(t, pg.Pool, rd.Client, strings.TrimSuffix(rd.Prefix, ":"))
+	ctx := ctxT(t)
+	counts := map[string]float64{"product:1": 7, "product:2": 3}
+	_, b := e.bucket(2 * time.Minute)
+	want := map[string]int64{fmt.Sprintf("%d/product:1", b): 7, fmt.Sprintf("%d/product:2", b): 3}
+
+	e.incr(t, 2*time.Minute, counts)
+	if _, err := e.roller.RollupOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The state a run leaves when it committed but never deleted the bucket.
+	e.incr(t, 2*time.Minute, counts)
+	if _, err := e.roller.RollupOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := hits(t, pg.Pool); !mapsEqual(got, want) {
+		t.Errorf("after a retried roll-up: table = %v, want %v", got, want)
+	}
+	// A straggler read in the already rolled-up bucket.
+	e.incr(t, 2*time.Minute, map[string]float64{"product:1": 1})
+	if _, err := e.roller.RollupOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := hits(t, pg.Pool); !mapsEqual(got, want) {
+		t.Errorf("after a late read: table = %v, want %v (a count never goes down)", got, want)
+	}
+}
+
+// TestRollupDatabaseDown: while PostgreSQL is down the roll-up fails and the
+// bucket stays in Redis; the next run after it is back writes it once.
+func TestRollupDatabaseDown(t *testing.T) {
+	srv := testenv.PrivatePostgres(t)
+	rd := testenv.Redis(t)
+	ctx := ctxT(t)
+	pool, err := pgxpool.New(ctx, srv.DSN()+"&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	migrate(t, pool)
+	e := newRollupEnv(t, pool, rd.Client, strings.TrimSuffix(rd.Prefix, ":"))
+	key := e.incr(t, 3*time.Minute, map[string]float64{"product:9": 5})
+	_, b := e.bucket(3 * time.Minute)
+
+	srv.Stop(t)
+	if _, err := e.roller.RollupOnce(ctx); err == nil {
+		t.Fatal("roll-up succeeded with the database down")
+	}
+	if n := rd.Client.Exists(ctx, key).Val(); n != 1 {
+		t.Fatalf("bucket %s deleted although its roll-up failed", key)
+	}
+	if got, want := counter(t, e.reg, "hearth_access_log_rollups_total", "error"), 1.0; got != want {
+		t.Errorf("rollups{result=error} = %g, want %g", got, want)
+	}
+	srv.Start(t)
+	var rerr error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, rerr = e.roller.RollupOnce(ctx); rerr == nil {
+			break
+		}
+	}
+	if rerr != nil {
+		t.Fatalf("roll-up after the database came back: %v", rerr)
+	}
+	want := map[string]int64{fmt.Sprintf("%d/product:9", b): 5}
+	if got := hits(t, pool); !mapsEqual(got, want) {
+		t.Errorf("table = %v, want %v", got, want)
+	}
+	if n := rd.Client.Exists(ctx, key).Val(); n != 0 {
+		t.Errorf("bucket %s left in Redis after a successful roll-up", key)
+	}
+}
+
+func mapsEqual(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// counter reads a counter from the registry; label, when set, is the value of
+// its only label.
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != label) {
+				continue
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s{%s} not registered", name, label)
+	return 0
+}
+
+// TestStoredRankingChunks: a ranking of more keys than one stored row holds
+// reads back in the same order as the live one, cut at any n.
+func TestStoredRankingChunks(t *testing.T) {
+	pg := testenv.Postgres(t)
+	migrate(t, pg.Pool)
+	ctx := ctxT(t)
+	log := accesslog.New(pg.Pool).UseRanking(time.Minute)
+	hits := map[string]int64{}
+	for i := range 2500 {
+		hits[fmt.Sprintf("product:%d", i)] = int64(i % 97) // many ties, broken by key
+	}
+	if err := log.Record(ctx, time.Now(), time.Minute, hits); err != nil {
+		t.Fatal(err)
+	}
+	live, err := accesslog.New(pg.Pool).TopKeys(ctx, time.Hour, 2500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := log.Rank(ctx, time.Hour, 2500); err != nil || n != 2500 {
+		t.Fatalf("Rank = %d, %v; want 2500 keys", n, err)
+	}
+	for _, n := range []int{1, 999, 1000, 1001, 2100, 2500} {
+		got, err := log.TopKeys(ctx, time.Hour, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if log.LastRanking() != accesslog.RankingStored || !slices.Equal(got, live[:n]) {
+			t.Errorf("TopKeys(%d) from %s: %d keys, want the first %d of the live ranking", n, log.LastRanking(), len(got), n)
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/accesslog"
+	"github.com/hearth-dev/hearth/internal/e2e"
+	"github.com/hearth-dev/hearth/internal/testenv"
+)
+
+// catalogue is what a new user sets up: a products table, a config naming it,
+// `hearth migrate up`, and an access log filled with the documented statement.
+type catalogue struct {
+	pg     *testenv.PostgresEnv
+	prefix string // cache keys start with it
+	ns     string // redis.namespace
+	config string // path of the config file
+}
+
+// newCatalogue writes a config declaring <prefix>top and <prefix>product:{id}
+// (member 1 declared; the rest come from the access log). Products 1..n exist,
+// product 13's value is NULL (it cannot load). slow adds a pg_sleep to every
+// family batch; extra is appended to the config.
+func newCatalogue(t *testing.T, rdb *redis.Client, prefix string, n int, slow time.Duration, extra string) *catalogue {
+	t.Helper()
+	redisAddr := rdb.Options().Addr
+	c := &catalogue{pg: testenv.Postgres(t), prefix: prefix, ns: e2e.Namespace(t, rdb)}
+	ctx := context.Background()
+	for _, q := range []string{
+		`CREATE TABLE products (id bigint PRIMARY KEY, v text)`,
+		fmt.Sprintf(`INSERT INTO products SELECT i, CASE WHEN i = 13 THEN NULL ELSE 'p' || i END FROM generate_series(1, %d) i`, n),
+	} {
+		if _, err := c.pg.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	query := "SELECT id::text, v FROM products WHERE id::text = ANY($1)"
+	if slow > 0 {
+		query = fmt.Sprintf("SELECT id::text, v FROM products, pg_sleep(%g) WHERE id::text = ANY($1)", slow.Seconds())
+	}
+	cfg := fmt.Sprintf(`
+redis:
+  addrs: [%q]
+  namespace: %q
+http:
+  listen: %q
+log: {level: debug, format: json}
+sources:
+  - name: catalog
+    type: postgres
+    dsn: %q
+access_log:
+  source: catalog
+keys:
+  - name: top
+    key: %q
+    source: catalog
+    ttl: 60s
+    query: "SELECT 'top'"
+  - name: product
+    key: %q
+    source: catalog
+    ttl: 60s
+    param_pattern: "[0-9]{1,12}"
+    members: ["1"]
+    query: %q
+%s`, redisAddr, c.ns, e2e.FreeAddr(t), c.pg.DSN, prefix+"top", prefix+"product:{id}", query, extra)
+	c.config = filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(c.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runHearth(t, "migrate", "up", "--config", c.config); code != 0 {
+		t.Fatalf("hearth migrate up: exit %d\n%s", code, out)
+	}
+	return c
+}
+
+// record fills the access log with the documented batched upsert, in the
+// current minute: the first key is the hottest.
+func (c *catalogue) record(t *testing.T, keys ...string) {
+	t.Helper()
+	ks := make([]string, len(keys))
+	hs := make([]int64, len(keys))
+	for i, k := range keys {
+		ks[i], hs[i] = c.prefix+k, int64(1000-i)
+	}
+	_, err := c.pg.Pool.Exec(context.Background(), accesslog.RecordSQL, time.Now().Truncate(time.Minute), ks, hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *catalogue) listen(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(c.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(data), "listen: \"")
+	addr, _, _ := strings.Cut(rest, "\"")
+	return "http://" + addr
+}
+
+// runHearth runs the binary to completion and returns its exit code and output.
+func runHearth(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(e2e.Binary(t), args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		t.Fatalf("run hearth %v: %v", args, err)
+	}
+	return 0, string(out)
+}
+
+func products(ids ...int) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = fmt.Sprintf("product:%d", id)
+	}
+	return out
+}
+
+func seq(from, to int) []int {
+	var out []int
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// TestPrewarmCommand runs `hearth prewarm` against an empty second Redis
+// database, as before a blue-green cutover.
+func TestPrewarmCommand(t *testing.T) {
+	green := testenv.PrivateRedis(t)
+	const db = 1
+	target := fmt.Sprintf("redis://%s/%d", green.Addr, db)
+	gc := redis.NewClient(&redis.Options{Addr: green.Addr, DB: db})
+	defer gc.Close()
+	ctx := context.Background()
+	c := newCatalogue(t, green.Client(t), "pw:", 40, 0, "")
+	// 30 hot products, two hostile keys, and product 13 which cannot load.
+	c.record(t, append(products(seq(1, 12)...), append([]string{"product:{id}", "user:1"}, products(seq(14, 31)...)...)...)...)
+
+	t.Run("success", func(t *testing.T) {
+		code, out := runHearth(t, "prewarm", "--config", c.config, "--redis", target, "--top", "100")
+		if code != 0 {
+			t.Fatalf("exit %d, want 0\n%s", code, out)
+		}
+		for _, want := range []string{"wanted                31", "written               31", "failed                0",
+			"skipped               2 (invalid_member 1, unknown 1)", "coverage              100.000%", "keys/s"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("summary lacks %q:\n%s", want, out)
+			}
+		}
+		for _, id := range []int{1, 12, 14, 31} {
+			k := fmt.Sprintf("%sproduct:%d", c.prefix, id)
+			if got, want := gc.Get(ctx, k).Val(), fmt.Sprintf("p%d", id); got != want {
+				t.Errorf("green %s = %q, want %q", k, got, want)
+			}
+		}
+		if n := gc.DBSize(ctx).Val(); n != 31 {
+			t.Errorf("green holds %d keys, want 31", n)
+		}
+		if n := green.Client(t).DBSize(ctx).Val(); n != 0 {
+			t.Errorf("database 0 of the green server holds %d keys, want 0: --redis named database %d", n, db)
+		}
+	})
+
+	t.Run("coverage shortfall", func(t *testing.T) {
+		c.record(t, "product:13") // now hottest of all, and it fails to load
+		code, out := runHearth(t, "prewarm", "--config", c.config, "--redis", target, "--top", "100")
+		if code != 3 {
+			t.Fatalf("exit %d, want 3 (coverage below --min-coverage)\n%s", code, out)
+		}
+		for _, want := range []string{"failed                1", "coverage              96.875% (minimum 99.000%)", "below --min-coverage"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+		code, out = runHearth(t, "prewarm", "--config", c.config, "--redis", target, "--top", "100", "--min-coverage", "0.9")
+		if code != 0 {
+			t.Errorf("with --min-coverage 0.9: exit %d, want 0\n%s", code, out)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		if code, out := runHearth(t, "prewarm", "--config", c.config, "--redis", "redis://127.0.0.1:1/0"); code != 1 {
+			t.Errorf("unreachable redis: exit %d, want 1\n%s", code, out)
+		}
+		if code, out := runHearth(t, "prewarm", "--config", c.config, "--min-coverage", "2"); code != 2 {
+			t.Errorf("--min-coverage 2: exit %d, want 2\n%s", code, out)
+		}
+		code, out := runHearth(t, "prewarm", "--config", c.config, "--redis", "redis://:s3cret@127.0.0.1:1/0")
+		if code != 1 || strings.Contains(out, "s3cret") {
+			t.Errorf("exit %d, output must not hold the password:\n%s", code, out)
+		}
+	})
+}
+
+// TestReadyOnlyAfterPrewarm: `hearth run` answers 503 on /readyz while it
+// pre-warms from a slow origin, and when it first answers 200 the top keys of
+// the access log, and one counted in a Redis bucket, are in Redis.
+func TestReadyOnlyAfterPrewarm(t *testing.T) {
+	rd := testenv.Redis(t)
+	c := newCatalogue(t, rd.Client, rd.Prefix, 60, 300*time.Millisecond, "prewarm: {concurrency: 1}\n")
+	hot := products(seq(20, 50)...)
+	c.record(t, hot...)
+	// A read counted the Redis way, in a bucket that closed two minutes ago.
+	bucket := accesslog.BucketKey(c.ns, accesslog.BucketStart(time.Now().Add(-2*time.Minute), time.Minute))
+	if err := rd.Client.ZIncrBy(context.Background(), bucket, 5000, rd.Prefix+"product:55").Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]string{"top", "product:1", "product:55"}, hot...)
+
+	p := e2e.Start(t, []string{"run", "--config", c.config})
+	url := c.listen(t)
+	saw503 := false
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if time.Now().After(deadline) || p.Exited() {
+			t.Fatalf("never ready (exited: %v)", p.Exited())
+		}
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			saw503 = true
+		}
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var missing []string
+	for _, k := range want {
+		if rd.Client.Exists(context.Background(), rd.Prefix+k).Val() == 0 {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("ready while %d top keys were missing: %q", len(missing), missing)
+	}
+	if !saw503 {
+		t.Error("/readyz never answered 503 during the pre-warm")
+	}
+	if n := rd.Client.Exists(context.Background(), bucket).Val(); n != 0 {
+		t.Errorf("bucket %s not rolled up at start-up", bucket)
+	}
+	m := e2e.Metrics(t, url+"/metrics")
+	if got := e2e.Sum(m, "hearth_prewarm_runs_total", `result="ok"`); got != 1 {
+		t.Errorf("hearth_prewarm_runs_total{result=ok} = %g, want 1", got)
+	}
+	if got := e2e.Sum(m, "hearth_access_log_rolled_up_rows_total"); got != 1 {
+		t.Errorf("hearth_access_log_rolled_up_rows_total = %g, want 1", got)
+	}
+}
+
+// TestRewarmAfterFlushE2E: FLUSHDB under a running hearth brings the keys back
+// within seconds and counts the re-warm.
+func TestRewarmAfterFlushE2E(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	rdb := srv.Client(t)
+	c := newCatalogue(t, rdb, "fl:", 20, 0, "prewarm: {rewarm_check: 200ms}\n")
+	c.record(t, products(5, 6, 7)...)
+	p := e2e.Start(t, []string{"run", "--config", c.config})
+	url := c.listen(t)
+	e2e.WaitHTTP(t, url+"/readyz", http.StatusOK, 30*time.Second)
+	ctx := context.Background()
+	keys := []string{"fl:top", "fl:product:1", "fl:product:5", "fl:product:6", "fl:product:7"}
+	if n := rdb.Exists(ctx, keys...).Val(); n != int64(len(keys)) {
+		t.Fatalf("%d of %d keys warm before the flush", n, len(keys))
+	}
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if n = rdb.Exists(ctx, keys...).Val(); n == int64(len(keys)) {
+			break
+		}
+	}
+	if n != int64(len(keys)) {
+		t.Fatalf("%d of %d keys back after the flush; redis holds %q", n, len(keys), rdb.Keys(ctx, "*").Val())
+	}
+	m := e2e.Metrics(t, url+"/metrics")
+	if got := e2e.Sum(m, "hearth_prewarm_rewarms_total", `reason="flush"`); got < 1 {
+		t.Errorf("hearth_prewarm_rewarms_total{reason=flush} = %g, want >= 1", got)
+	}
+	if p.Exited() {
+		t.Fatal("hearth exited")
+	}
+}

@@ -1,0 +1,564 @@
+package warmer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
+)
+
+// AccessLog ranks cache keys by how often the application read them.
+type AccessLog interface {
+	// EachTopKey calls fn with at most n keys read over the last window, most
+	// read first, as they arrive. fn never blocks on loads: the pre-warm starts
+	// loading the hottest keys while the rest are still being read.
+	EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error
+}
+
+// PrewarmOptions shapes one pre-warm.
+type PrewarmOptions struct {
+	// AccessLog supplies the hot keys; nil loads the declared single keys only.
+	AccessLog AccessLog
+	// TopN is how many access-log keys are read; 0 reads none.
+	TopN int
+	// Window is how far back the access log is read.
+	Window time.Duration
+	// Concurrency bounds the batch loads in flight (default 4); the warmer's
+	// MaxConcurrentLoads still bounds all loads together.
+	Concurrency int
+	// Rate bounds the batch loads started per second; 0 means no bound.
+	Rate float64
+	// Reason labels the run in logs: startup, cli, admin, restart, flush.
+	Reason string
+	// Progress, when set, is called once the keys are known and after every
+	// batch, never concurrently.
+	Progress func(PrewarmProgress)
+}
+
+// Reasons an access-log key is skipped, never loaded.
+const (
+	// SkipTooLong: longer than MaxLogKeyBytes.
+	SkipTooLong = "too_long"
+	// SkipMalformed: invalid UTF-8, whitespace or control characters.
+	SkipMalformed = "malformed"
+	// SkipUnknown: no declaration's template matches the key.
+	SkipUnknown = "unknown"
+	// SkipInvalidMember: a family template matches, but its parameter fails the
+	// declaration's member rules (length, characters, param_pattern).
+	SkipInvalidMember = "invalid_member"
+)
+
+// MaxLogKeyBytes bounds an access-log key before it is matched at all.
+const MaxLogKeyBytes = 4096
+
+// PrewarmReport is what a pre-warm did. Wanted = Written + Negative + Failed.
+type PrewarmReport struct {
+	// Reason the run was started (see PrewarmOptions.Reason).
+	Reason string `json:"reason,omitempty"`
+	// Candidates is how many keys the access log returned.
+	Candidates int `json:"candidates"`
+	// Wanted is how many keys the run set out to load: every declared single
+	// key and every access-log key that matched a declaration.
+	Wanted int `json:"wanted"`
+	// Written got a value; Negative got the not-found sentinel (the origin has
+	// no such row, which is a warm answer too); Failed did neither.
+	Written  int `json:"written"`
+	Negative int `json:"negative"`
+	Failed   int `json:"failed"`
+	// Skipped counts access-log keys not loaded, by reason.
+	Skipped map[string]int `json:"skipped"`
+	// Coverage is (Written + Negative) / Wanted, 1 when nothing was wanted.
+	Coverage float64 `json:"coverage"`
+	// Duration is the wall time of the run, reading the access log included.
+	Duration      time.Duration `json:"duration"`
+	KeysPerSecond float64       `json:"keys_per_second"`
+	// Error is the first error that kept keys from loading, if any.
+	Error string `json:"error,omitempty"`
+}
+
+// SkippedTotal is the number of access-log keys skipped for any reason.
+func (r PrewarmReport) SkippedTotal() int {
+	n := 0
+	for _, v := range r.Skipped {
+		n += v
+	}
+	return n
+}
+
+// PrewarmProgress is a running pre-warm's state.
+type PrewarmProgress struct {
+	Running bool      `json:"running"`
+	Reason  string    `json:"reason,omitempty"`
+	Started time.Time `json:"started"`
+	Wanted  int       `json:"wanted"`
+	// Done = Written + Negative + Failed so far.
+	Done     int `json:"done"`
+	Written  int `json:"written"`
+	Negative int `json:"negative"`
+	Failed   int `json:"failed"`
+	Skipped  int `json:"skipped"`
+	// Reading is true while the access log is still being read (Wanted grows).
+	Reading bool `json:"reading_access_log"`
+}
+
+// PrewarmStatus is what the warmer knows of pre-warms: the one running, if
+// any, and the last one finished.
+type PrewarmStatus struct {
+	Current PrewarmProgress `json:"current"`
+	Last    *PrewarmReport  `json:"last,omitempty"`
+}
+
+// prewarmer is the warmer's pre-warm state: one run at a time, its progress
+// readable while it runs.
+type prewarmer struct {
+	run     chan struct{}
+	metrics *prewarmMetrics
+
+	mu      sync.Mutex
+	current PrewarmProgress
+	last    *PrewarmReport
+}
+
+func newPrewarmer(reg prometheus.Registerer) *prewarmer {
+	return &prewarmer{run: make(chan struct{}, 1), metrics: newPrewarmMetrics(reg)}
+}
+
+// PrewarmStatus returns the running pre-warm's progress and the last report.
+func (w *Warmer) PrewarmStatus() PrewarmStatus {
+	w.pw.mu.Lock()
+	defer w.pw.mu.Unlock()
+	st := PrewarmStatus{Current: w.pw.current}
+	if w.pw.last != nil {
+		last := *w.pw.last
+		last.Skipped = maps.Clone(last.Skipped)
+		st.Last = &last
+	}
+	return st
+}
+
+// prewarmJob is one batch of one declaration.
+type prewarmJob struct {
+	spec    *Spec
+	members []string
+}
+
+// Prewarm loads every declared single key plus the top-N keys of the access log
+// over the window, hottest first. Each access-log key is matched to its
+// declaration by template and its parameter validated; a key that matches none
+// or fails validation is skipped and counted by reason, never loaded. Members
+// are loaded in batches of the declaration's batch size (one origin query per
+// batch), with at most Concurrency batches in flight and at most Rate started
+// per second, and written pipelined with jittered TTLs.
+//
+// Runs do not overlap: a second call waits for the first to finish. The report
+// is returned even with an error: reading the access log failed (the single
+// keys are still loaded) or ctx ended (what was loaded stays loaded).
+func (w *Warmer) Prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport, error) {
+	select {
+	case w.pw.run <- struct{}{}:
+	case <-ctx.Done():
+		return PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}}, fmt.Errorf("pre-warm: %w", ctx.Err())
+	}
+	defer func() { <-w.pw.run }()
+	return w.prewarm(ctx, po)
+}
+
+// StartPrewarm starts a pre-warm in the background unless one is running
+// (ErrPrewarmBusy), for callers such as an admin endpoint that answer at once
+// and report progress through PrewarmStatus. The report is delivered on the
+// returned channel, which is then closed; ctx bounds the run.
+func (w *Warmer) StartPrewarm(ctx context.Context, po PrewarmOptions) (<-chan PrewarmReport, error) {
+	select {
+	case w.pw.run <- struct{}{}:
+	default:
+		return nil, ErrPrewarmBusy
+	}
+	// Mark it running before returning, so a status read right after sees it.
+	w.setProgress(PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now()})
+	done := make(chan PrewarmReport, 1)
+	go func() {
+		defer close(done)
+		defer func() { <-w.pw.run }()
+		rep, _ := w.prewarm(ctx, po)
+		done <- rep
+	}()
+	return done, nil
+}
+
+// prewarmRun is one pre-warm in progress. The access-log reader queues a batch
+// as soon as a declaration has a batch's worth of keys; the dispatcher starts
+// queued batches within the concurrency and rate bounds. The reader never waits
+// for loads, so the two cannot starve each other of database connections.
+type prewarmRun struct {
+	w     *Warmer
+	po    PrewarmOptions
+	specs []*Spec // the declarations when the run started (a reload may change them)
+
+	mu       sync.Mutex // guards everything below
+	rep      PrewarmReport
+	prog     PrewarmProgress
+	firstErr error
+	queue    []prewarmJob
+	closed   bool
+	wake     chan struct{} // a batch was queued, or the queue closed
+	pending  map[string]*pendingBatch
+	order    []string // declarations in order of their hottest key
+}
+
+type pendingBatch struct {
+	spec    *Spec
+	members []string
+	seen    map[string]struct{}
+}
+
+func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport, error) {
+	start := time.Now()
+	r := &prewarmRun{
+		w: w, po: po, specs: w.Specs(),
+		rep:     PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}},
+		prog:    PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now(), Reading: true},
+		wake:    make(chan struct{}, 1),
+		pending: map[string]*pendingBatch{},
+	}
+	w.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window", po.Window).
+		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Msg("pre-warm started")
+	// Declared single keys first: they load while the access log is read.
+	for _, s := range r.specs {
+		if !s.Template.IsFamily() {
+			r.push(prewarmJob{spec: s, members: []string{""}})
+		}
+	}
+	r.progress()
+
+	dispatched := make(chan struct{})
+	var loads errgroup.Group
+	go func() {
+		defer close(dispatched)
+		r.dispatch(ctx, &loads)
+	}()
+
+	var logErr error
+	t0 := time.Now()
+	if po.AccessLog != nil && po.TopN > 0 {
+		err := po.AccessLog.EachTopKey(ctx, po.Window, po.TopN, r.add)
+		if err != nil {
+			logErr = fmt.Errorf("pre-warm: %w", err)
+			w.pw.metrics.accessLogErrors.Inc()
+			w.log.Error().Err(err).Msg("pre-warm: access log unreadable; loading the declared single keys and the keys read so far")
+		}
+	}
+	reading := time.Since(t0)
+	r.finishReading()
+	<-dispatched
+	_ = loads.Wait()
+
+	r.mu.Lock()
+	rep, firstErr := r.rep, r.firstErr
+	r.mu.Unlock()
+	for reason, n := range rep.Skipped {
+		w.pw.metrics.keys.WithLabelValues("skipped_" + reason).Add(float64(n))
+	}
+	rep.Failed = rep.Wanted - rep.Written - rep.Negative
+	rep.Coverage = 1
+	if rep.Wanted > 0 {
+		rep.Coverage = float64(rep.Written+rep.Negative) / float64(rep.Wanted)
+	}
+	rep.Duration = time.Since(start)
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.KeysPerSecond = float64(rep.Written+rep.Negative) / s
+	}
+	err := logErr
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("pre-warm: %w", context.Cause(ctx))
+	}
+	switch {
+	case err != nil:
+		rep.Error = err.Error()
+	case firstErr != nil:
+		rep.Error = firstErr.Error()
+	}
+	w.log.Debug().Dur("took", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
+	w.finishPrewarm(rep, err)
+	return rep, err
+}
+
+// add takes one access-log key, in rank order: skipped and counted, or added
+// to its declaration's batch, which is queued once full.
+func (r *prewarmRun) add(key string) {
+	spec, member, reason := classify(r.specs, key)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.Candidates++
+	if reason != "" {
+		r.rep.Skipped[reason]++
+		r.prog.Skipped++
+		r.w.log.Debug().Str("reason", reason).Str("key", quoteKey(key)).Msg("pre-warm: access-log key skipped")
+		return
+	}
+	if !spec.Template.IsFamily() {
+		return // declared single keys are always loaded
+	}
+	b := r.pending[spec.Name]
+	if b == nil {
+		b = &pendingBatch{spec: spec, seen: map[string]struct{}{}}
+		r.pending[spec.Name] = b
+		r.order = append(r.order, spec.Name)
+	}
+	if _, dup := b.seen[member]; dup {
+		return
+	}
+	b.seen[member] = struct{}{}
+	b.members = append(b.members, member)
+	if size := spec.BatchSize; size > 0 && len(b.members) >= size {
+		r.pushLocked(prewarmJob{spec: spec, members: b.members})
+		b.members = nil
+	}
+}
+
+// finishReading queues the partial batches and closes the queue.
+func (r *prewarmRun) finishReading() {
+	r.mu.Lock()
+	for _, name := range r.order {
+		if b := r.pending[name]; len(b.members) > 0 {
+			r.pushLocked(prewarmJob{spec: b.spec, members: b.members})
+			b.members = nil
+		}
+	}
+	r.closed = true
+	r.prog.Reading = false
+	r.mu.Unlock()
+	r.signal()
+	r.progress()
+}
+
+func (r *prewarmRun) push(j prewarmJob) {
+	r.mu.Lock()
+	r.pushLocked(j)
+	r.mu.Unlock()
+}
+
+func (r *prewarmRun) pushLocked(j prewarmJob) {
+	r.queue = append(r.queue, j)
+	r.rep.Wanted += len(j.members)
+	r.prog.Wanted = r.rep.Wanted
+	r.signal()
+}
+
+func (r *prewarmRun) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next returns the next queued batch, waiting for one; false once the queue is
+// closed and empty, or ctx ended.
+func (r *prewarmRun) next(ctx context.Context) (prewarmJob, bool) {
+	for {
+		r.mu.Lock()
+		if len(r.queue) > 0 {
+			j := r.queue[0]
+			r.queue[0] = prewarmJob{}
+			r.queue = r.queue[1:]
+			r.mu.Unlock()
+			return j, true
+		}
+		closed := r.closed
+		r.mu.Unlock()
+		if closed {
+			return prewarmJob{}, false
+		}
+		select {
+		case <-r.wake:
+		case <-ctx.Done():
+			return prewarmJob{}, false
+		}
+	}
+}
+
+// dispatch starts the queued batches, hottest first, at most Concurrency in
+// flight and at most Rate started per second.
+func (r *prewarmRun) dispatch(ctx context.Context, loads *errgroup.Group) {
+	concurrency := r.po.Concurrency
+	if concurrency <= 0 {
+		concurrency = 4
+	}
+	limit := rate.Inf
+	if r.po.Rate > 0 {
+		limit = rate.Limit(r.po.Rate)
+	}
+	limiter := rate.NewLimiter(limit, 1)
+	loads.SetLimit(concurrency)
+	for {
+		j, ok := r.next(ctx)
+		if !ok || limiter.Wait(ctx) != nil {
+			return
+		}
+		loads.Go(func() error {
+			o, err := r.w.RefreshMembers(ctx, j.spec.Name, j.members)
+			r.mu.Lock()
+			if err != nil && r.firstErr == nil {
+				r.firstErr = err
+			}
+			r.rep.Written += o.Written
+			r.rep.Negative += o.Negative
+			r.prog.Written, r.prog.Negative = r.rep.Written, r.rep.Negative
+			r.prog.Failed += len(j.members) - o.Written - o.Negative
+			r.prog.Done = r.prog.Written + r.prog.Negative + r.prog.Failed
+			r.mu.Unlock()
+			r.progress()
+			return nil
+		})
+	}
+}
+
+// progress publishes the current progress; the callback is never called concurrently.
+func (r *prewarmRun) progress() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.w.setProgress(r.prog)
+	if r.po.Progress != nil {
+		r.po.Progress(r.prog)
+	}
+}
+
+func (w *Warmer) setProgress(p PrewarmProgress) {
+	w.pw.mu.Lock()
+	w.pw.current = p
+	w.pw.mu.Unlock()
+}
+
+func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
+	m := w.pw.metrics
+	result := "ok"
+	switch {
+	case err != nil && rep.Written+rep.Negative == 0 && rep.Wanted > 0:
+		result = "error"
+	case err != nil || rep.Failed > 0:
+		result = "partial"
+	}
+	m.runs.WithLabelValues(result).Inc()
+	m.duration.Observe(rep.Duration.Seconds())
+	m.coverage.Set(rep.Coverage)
+	m.keys.WithLabelValues("written").Add(float64(rep.Written))
+	m.keys.WithLabelValues("negative").Add(float64(rep.Negative))
+	m.keys.WithLabelValues("failed").Add(float64(rep.Failed))
+	w.pw.mu.Lock()
+	w.pw.current = PrewarmProgress{}
+	last := rep
+	w.pw.last = &last
+	w.pw.mu.Unlock()
+	ev := w.log.Info()
+	if result != "ok" {
+		ev = w.log.Warn()
+	}
+	ev.Str("reason", rep.Reason).Str("result", result).Int("candidates", rep.Candidates).
+		Int("wanted", rep.Wanted).Int("written", rep.Written).
+		Int("negative", rep.Negative).Int("failed", rep.Failed).Int("skipped", rep.SkippedTotal()).
+		Float64("coverage", rep.Coverage).Dur("took", rep.Duration).Func(func(e *zerolog.Event) {
+		if rep.Error != "" {
+			e.Str("error", rep.Error)
+		}
+	}).Msg("pre-warm finished")
+}
+
+// classify matches an access-log key to its declaration. It returns the
+// declaration and member, or the reason the key is skipped.
+func classify(specs []*Spec, key string) (*Spec, string, string) {
+	if len(key) > MaxLogKeyBytes {
+		return nil, "", SkipTooLong
+	}
+	var family *Spec
+	for _, s := range specs {
+		if !s.Template.IsFamily() {
+			if key == s.Template.raw {
+				return s, "", ""
+			}
+			continue
+		}
+		if family == nil && s.Template.couldMatch(key) {
+			family = s
+		}
+	}
+	if family != nil {
+		// Template literals hold no whitespace or control characters, and
+		// Match validates the member: a match is a clean key.
+		if member, ok := family.Template.Match(key); ok {
+			return family, member, ""
+		}
+	}
+	// Not loadable; say why.
+	if key == "" || !utf8.ValidString(key) || strings.ContainsFunc(key, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r)
+	}) {
+		return nil, "", SkipMalformed
+	}
+	if family == nil {
+		return nil, "", SkipUnknown
+	}
+	return nil, "", SkipInvalidMember
+}
+
+// quoteKey makes a hostile key safe and short for a log line.
+func quoteKey(k string) string {
+	if len(k) > 80 {
+		k = k[:80]
+	}
+	return fmt.Sprintf("%q", k)
+}
+
+// ErrPrewarmBusy is returned by StartPrewarm while a pre-warm is running.
+var ErrPrewarmBusy = errors.New("a pre-warm is already running")
+
+type prewarmMetrics struct {
+	runs            *prometheus.CounterVec
+	keys            *prometheus.CounterVec
+	duration        prometheus.Histogram
+	coverage        prometheus.Gauge
+	accessLogErrors prometheus.Counter
+}
+
+func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
+	m := &prewarmMetrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_prewarm_runs_total",
+			Help: "Pre-warm runs by result (ok, partial, error).",
+		}, []string{"result"}),
+		keys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_prewarm_keys_total",
+			Help: "Keys handled by pre-warms, by outcome (written, negative, failed, skipped_<reason>).",
+		}, []string{"outcome"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hearth_prewarm_duration_seconds",
+			Help:    "Wall time of a pre-warm run.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 3, 10),
+		}),
+		coverage: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hearth_prewarm_coverage_ratio",
+			Help: "Share of the wanted keys the last pre-warm loaded (value or negative sentinel).",
+		}),
+		accessLogErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hearth_prewarm_access_log_errors_total",
+			Help: "Pre-warms that could not read the access log (they loaded the declared single keys only).",
+		}),
+	}
+	for _, o := range []string{"written", "negative", "failed", "skipped_" + SkipTooLong, "skipped_" + SkipMalformed,
+		"skipped_" + SkipUnknown, "skipped_" + SkipInvalidMember} {
+		m.keys.WithLabelValues(o)
+	}
+	for _, r := range []string{"ok", "partial", "error"} {
+		m.runs.WithLabelValues(r)
+	}
+	reg.MustRegister(m.runs, m.keys, m.duration, m.coverage, m.accessLogErrors)
+	return m
+}

@@ -1,0 +1,401 @@
+package warmer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/accesslog"
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/migrations"
+	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// counting wraps a real source and records what it was asked.
+type counting struct {
+	warmer.Source
+	mu          sync.Mutex
+	calls       [][]string
+	inFlight    int
+	maxInFlight int
+}
+
+func (c *counting) Load(ctx context.Context, spec *warmer.Spec, members []string) ([]warmer.Result, error) {
+	c.mu.Lock()
+	c.calls = append(c.calls, slices.Clone(members))
+	c.inFlight++
+	c.maxInFlight = max(c.maxInFlight, c.inFlight)
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inFlight--
+		c.mu.Unlock()
+	}()
+	return c.Source.Load(ctx, spec, members)
+}
+
+func (c *counting) asked() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, call := range c.calls {
+		if call == nil {
+			call = []string{""} // the single key
+		}
+		out = append(out, call...)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pwEnv is a catalogue in PostgreSQL, its access log, and a warmer writing to Redis.
+type pwEnv struct {
+	pg     *testenv.PostgresEnv
+	rdb    *redis.Client
+	prefix string // every cache key starts with it
+	log    *accesslog.Log
+	src    *counting
+	reg    *prometheus.Registry
+	w      *warmer.Warmer
+}
+
+// newPWEnv declares a single key <prefix>top and a family <prefix>product:{id}
+// (digits only, batches of batch), with products 1..products in the catalogue;
+// the value of product i is "p<i>", and product 13's value is NULL (a failure).
+func newPWEnv(t *testing.T, rdb *redis.Client, prefix string, products, batch int, query string) *pwEnv {
+	t.Helper()
+	ctx := context.Background()
+	e := &pwEnv{pg: testenv.Postgres(t), rdb: rdb, prefix: prefix, reg: prometheus.NewRegistry()}
+	for _, q := range []string{
+		`CREATE TABLE products (id bigint PRIMARY KEY, v text)`,
+		fmt.Sprintf(`INSERT INTO products SELECT i, CASE WHEN i = 13 THEN NULL ELSE 'p' || i END FROM generate_series(1, %d) i`, products),
+	} {
+		if _, err := e.pg.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	db := stdlib.OpenDBFromPool(e.pg.Pool)
+	defer db.Close()
+	p, err := migrations.NewProvider(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if query == "" {
+		query = "SELECT id::text, v FROM products WHERE id::text = ANY($1)"
+	}
+	yaml := fmt.Sprintf(`
+sources:
+  - {name: catalog, type: postgres, dsn: %q}
+keys:
+  - name: top
+    key: %q
+    source: catalog
+    ttl: 60s
+    query: "SELECT 'top'"
+  - name: product
+    key: %q
+    source: catalog
+    ttl: 60s
+    batch_size: %d
+    param_pattern: "[0-9]{1,12}"
+    members: ["1"]
+    query: %q
+`, e.pg.DSN, prefix+"top", prefix+"product:{id}", batch, query)
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := postgres.New(postgres.Config{Name: "catalog", DSN: e.pg.DSN, MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	e.src = &counting{Source: src}
+	e.log = accesslog.New(e.pg.Pool)
+	e.w, err = warmer.New(warmer.Options{
+		Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"catalog": e.src},
+		Specs: cfg.Specs(), MaxConcurrentLoads: 8, Registerer: e.reg, Logger: zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// record counts reads of keys in the current bucket: the first is the hottest.
+func (e *pwEnv) record(t *testing.T, keys ...string) {
+	t.Helper()
+	h := map[string]int64{}
+	for i, k := range keys {
+		h[k] = int64(1000 - i)
+	}
+	if err := e.log.Record(context.Background(), time.Now(), time.Minute, h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *pwEnv) options(n int) warmer.PrewarmOptions {
+	return warmer.PrewarmOptions{AccessLog: e.log, TopN: n, Window: time.Hour, Concurrency: 4, Reason: "test"}
+}
+
+// keys lists the Redis keys under the test's prefix.
+func (e *pwEnv) keys(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	iter := e.rdb.Scan(context.Background(), 0, e.prefix+"*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		out = append(out, strings.TrimPrefix(iter.Val(), e.prefix))
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestPrewarmSkipsHostileKeys: access-log keys that match no declaration or
+// whose parameter is invalid are skipped and counted by reason, never sent to
+// the origin and never written; the valid ones and the declared single key load.
+func TestPrewarmSkipsHostileKeys(t *testing.T) {
+	rd := testenv.Redis(t)
+	e := newPWEnv(t, rd.Client, rd.Prefix, 20, 100, "")
+	p := rd.Prefix
+	hostile := map[string]string{
+		p + "product:{id}":                               warmer.SkipInvalidMember, // a template look-alike
+		p + "product:1;DROP_TABLE_products":              warmer.SkipInvalidMember, // SQL-looking, fails param_pattern
+		p + "product:" + strings.Repeat("9", 200):        warmer.SkipInvalidMember, // member too long
+		p + "product:1' OR '1'='1":                       warmer.SkipMalformed,     // SQL with spaces
+		p + "product:1\x01":                              warmer.SkipMalformed,     // control character
+		p + "product:\u00a02":                            warmer.SkipMalformed,     // unicode space
+		p + "user:7":                                     warmer.SkipUnknown,       // wrong family
+		"product:3":                                      warmer.SkipUnknown,       // right family name, wrong namespace
+		p + "top:extra":                                  warmer.SkipUnknown,       // single-key look-alike
+		p + strings.Repeat("x", warmer.MaxLogKeyBytes+1): warmer.SkipTooLong,
+	}
+	valid := []string{p + "product:3", p + "product:5", p + "top", p + "product:404"}
+	var logged []string
+	for k := range hostile {
+		logged = append(logged, k)
+	}
+	sort.Strings(logged)
+	// Hostile keys are the hottest: they must not crowd out or stop the rest.
+	e.record(t, append(logged, valid...)...)
+
+	rep, err := e.w.Prewarm(context.Background(), e.options(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSkipped := map[string]int{}
+	for _, r := range hostile {
+		wantSkipped[r]++
+	}
+	for r, n := range wantSkipped {
+		if got := rep.Skipped[r]; got != n {
+			t.Errorf("skipped[%s] = %d, want %d (all: %v)", r, got, n, rep.Skipped)
+		}
+		if got := metric(t, e.reg, "hearth_prewarm_keys_total", "skipped_"+r); got != float64(n) {
+			t.Errorf("hearth_prewarm_keys_total{outcome=skipped_%s} = %g, want %d", r, got, n)
+		}
+	}
+	// top (single key) + products 3, 5 (values) and 404 (no such row: negative).
+	if got, want := [4]int{rep.Wanted, rep.Written, rep.Negative, rep.Failed}, [4]int{4, 3, 1, 0}; got != want {
+		t.Errorf("wanted, written, negative, failed = %v, want %v", got, want)
+	}
+	if got, want := rep.Coverage, 1.0; got != want {
+		t.Errorf("coverage = %g, want %g", got, want)
+	}
+	if got, want := e.src.asked(), []string{"", "3", "404", "5"}; !slices.Equal(got, want) {
+		t.Errorf("origin asked for %q, want %q (nothing hostile)", got, want)
+	}
+	if got, want := e.keys(t), []string{"product:3", "product:404", "product:5", "top"}; !slices.Equal(got, want) {
+		t.Errorf("redis keys = %q, want %q", got, want)
+	}
+	if got, want := rd.Client.Get(context.Background(), p+"product:5").Val(), "p5"; got != want {
+		t.Errorf("product:5 = %q, want %q", got, want)
+	}
+}
+
+// TestPrewarmBatchesHottestFirst: one origin query per batch of the
+// declaration's batch size, the hottest keys in the first batch, and never
+// more batches in flight than the concurrency bound.
+func TestPrewarmBatchesHottestFirst(t *testing.T) {
+	rd := testenv.Redis(t)
+	// A slow origin, so that batches overlap if nothing bounds them.
+	e := newPWEnv(t, rd.Client, rd.Prefix, 100, 10,
+		"SELECT id::text, v FROM products, pg_sleep(0.05) WHERE id::text = ANY($1)")
+	var hot []string
+	for i := 100; i >= 51; i-- { // 100 is the hottest
+		hot = append(hot, fmt.Sprintf("%sproduct:%d", rd.Prefix, i))
+	}
+	e.record(t, hot...)
+	run := func(t *testing.T, concurrency int) ([][]string, int, []warmer.PrewarmProgress) {
+		t.Helper()
+		e.src.mu.Lock()
+		e.src.calls, e.src.maxInFlight = nil, 0
+		e.src.mu.Unlock()
+		opts := e.options(50)
+		opts.Concurrency = concurrency
+		var progress []warmer.PrewarmProgress
+		opts.Progress = func(p warmer.PrewarmProgress) { progress = append(progress, p) }
+		rep, err := e.w.Prewarm(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := rep.Written, 51; got != want {
+			t.Errorf("written = %d, want %d (50 products and the single key)", got, want)
+		}
+		e.src.mu.Lock()
+		defer e.src.mu.Unlock()
+		if got, want := len(e.src.calls), 6; got != want {
+			t.Fatalf("origin queries = %d, want %d (the single key, then 5 batches of 10)", got, want)
+		}
+		return e.src.calls, e.src.maxInFlight, progress
+	}
+
+	t.Run("hottest first", func(t *testing.T) {
+		calls, _, progress := run(t, 1) // one at a time: loads start in dispatch order
+		first := slices.Clone(calls[1])
+		sort.Strings(first)
+		want := []string{"100", "91", "92", "93", "94", "95", "96", "97", "98", "99"}
+		if calls[0] != nil || !slices.Equal(first, want) {
+			t.Errorf("loads = %q, %q, …; want the single key, then the 10 hottest %q", calls[0], first, want)
+		}
+		if len(progress) == 0 || !progress[0].Reading {
+			t.Fatalf("progress = %+v, want a first report while the access log is read", progress)
+		}
+		for i := 1; i < len(progress); i++ {
+			if progress[i].Wanted < progress[i-1].Wanted || progress[i].Done < progress[i-1].Done {
+				t.Errorf("progress went backwards: %+v then %+v", progress[i-1], progress[i])
+			}
+		}
+		if last := progress[len(progress)-1]; last.Wanted != 51 || last.Done != 51 || last.Reading {
+			t.Errorf("last progress = %+v, want 51 wanted and 51 done", last)
+		}
+	})
+	t.Run("concurrency bound", func(t *testing.T) {
+		if _, maxIn, _ := run(t, 2); maxIn > 2 {
+			t.Errorf("%d loads in flight at once, want at most the concurrency bound 2", maxIn)
+		}
+	})
+}
+
+// TestPrewarmRateBound: batch loads start no faster than the rate allows.
+func TestPrewarmRateBound(t *testing.T) {
+	rd := testenv.Redis(t)
+	e := newPWEnv(t, rd.Client, rd.Prefix, 50, 10, "")
+	var hot []string
+	for i := 1; i <= 50; i++ {
+		hot = append(hot, fmt.Sprintf("%sproduct:%d", rd.Prefix, i))
+	}
+	e.record(t, hot...)
+	opts := e.options(50)
+	opts.Rate = 20 // 6 batches (the single key and 5 of 10): at least 5 intervals of 50ms
+	rep, err := e.w.Prewarm(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if min := 250 * time.Millisecond; rep.Duration < min {
+		t.Errorf("6 batches at 20/s took %s, want at least %s", rep.Duration, min)
+	}
+}
+
+// TestPrewarmCoverage: a member the origin cannot load counts as failed and
+// lowers the coverage; a member with no row is a negative sentinel and does not.
+func TestPrewarmCoverage(t *testing.T) {
+	rd := testenv.Redis(t)
+	e := newPWEnv(t, rd.Client, rd.Prefix, 20, 100, "")
+	e.record(t, rd.Prefix+"product:1", rd.Prefix+"product:13", rd.Prefix+"product:999")
+	rep, err := e.w.Prewarm(context.Background(), e.options(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := [4]int{rep.Wanted, rep.Written, rep.Negative, rep.Failed}, [4]int{4, 2, 1, 1}; got != want {
+		t.Errorf("wanted, written, negative, failed = %v, want %v", got, want)
+	}
+	if got, want := rep.Coverage, 0.75; got != want {
+		t.Errorf("coverage = %g, want %g", got, want)
+	}
+	if got, want := metric(t, e.reg, "hearth_prewarm_coverage_ratio"), 0.75; got != want {
+		t.Errorf("hearth_prewarm_coverage_ratio = %g, want %g", got, want)
+	}
+	if got, want := metric(t, e.reg, "hearth_prewarm_runs_total", "partial"), 1.0; got != want {
+		t.Errorf("hearth_prewarm_runs_total{result=partial} = %g, want %g", got, want)
+	}
+}
+
+// TestPrewarmAccessLogUnreadable: without a readable access log the declared
+// single keys still load, and the error is returned.
+func TestPrewarmAccessLogUnreadable(t *testing.T) {
+	rd := testenv.Redis(t)
+	e := newPWEnv(t, rd.Client, rd.Prefix, 5, 100, "")
+	if _, err := e.pg.Pool.Exec(context.Background(), "DROP TABLE hearth_access_log"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := e.w.Prewarm(context.Background(), e.options(10))
+	if err == nil || !strings.Contains(err.Error(), accesslog.Table) || !strings.Contains(err.Error(), "hearth migrate up") {
+		t.Fatalf("err = %v, want one naming %s and the fix", err, accesslog.Table)
+	}
+	if got, want := e.keys(t), []string{"top"}; !slices.Equal(got, want) {
+		t.Errorf("redis keys = %q, want %q", got, want)
+	}
+	if got, want := rep.Written, 1; got != want {
+		t.Errorf("written = %d, want %d", got, want)
+	}
+	if got, want := metric(t, e.reg, "hearth_prewarm_access_log_errors_total"), 1.0; got != want {
+		t.Errorf("hearth_prewarm_access_log_errors_total = %g, want %g", got, want)
+	}
+}
+
+// TestStartPrewarm: a background pre-warm reports progress while it runs,
+// refuses a second one, survives a reload, and leaves its report behind.
+func TestStartPrewarm(t *testing.T) {
+	rd := testenv.Redis(t)
+	e := newPWEnv(t, rd.Client, rd.Prefix, 30, 5,
+		"SELECT id::text, v FROM products, pg_sleep(0.1) WHERE id::text = ANY($1)")
+	var hot []string
+	for i := 1; i <= 30; i++ {
+		hot = append(hot, fmt.Sprintf("%sproduct:%d", rd.Prefix, i))
+	}
+	e.record(t, hot...)
+	opts := e.options(30)
+	opts.Concurrency = 1
+	done, err := e.w.StartPrewarm(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := e.w.PrewarmStatus(); !st.Current.Running {
+		t.Errorf("status right after start = %+v, want running", st.Current)
+	}
+	if _, err := e.w.StartPrewarm(context.Background(), opts); !errors.Is(err, warmer.ErrPrewarmBusy) {
+		t.Errorf("second StartPrewarm: err = %v, want ErrPrewarmBusy", err)
+	}
+	// A config reload while it runs (the race detector watches).
+	if _, err := e.w.Apply(e.w.Specs()); err != nil {
+		t.Fatal(err)
+	}
+	rep := <-done
+	if got, want := rep.Wanted, 31; got != want {
+		t.Errorf("wanted = %d, want %d", got, want)
+	}
+	st := e.w.PrewarmStatus()
+	if st.Current.Running || st.Last == nil || st.Last.Wanted != 31 {
+		t.Errorf("status after the run = %+v (last %+v), want idle with the last report", st.Current, st.Last)
+	}
+}

@@ -1,0 +1,129 @@
+package warmer_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+const rewarmNS = "hearth-rewarm-test"
+
+// warmKeys is what a warm Redis holds in these tests: the declared single key,
+// the declared member 1, and product 7, known only from the access log.
+var warmKeys = []string{"product:1", "product:7", "top"}
+
+// newRewarmEnv warms a private Redis (the tests flush and restart it) and
+// opens a Rewarmer checking it every 100ms.
+func newRewarmEnv(t *testing.T, gate func() bool) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+	t.Helper()
+	srv := testenv.PrivateRedis(t)
+	rdb := srv.Client(t)
+	e := newPWEnv(t, rdb, "rw:", 20, 100, "")
+	e.record(t, "rw:product:7")
+	ctx := context.Background()
+	if err := e.w.RefreshAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.w.Prewarm(ctx, e.options(10)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.keys(t); !slices.Equal(got, warmKeys) {
+		t.Fatalf("warm keys = %q, want %q", got, warmKeys)
+	}
+	rw, err := warmer.NewRewarmer(warmer.RewarmOptions{
+		Client: rdb, Namespace: rewarmNS, Interval: 100 * time.Millisecond, Gate: gate,
+		Warmer: e.w, Prewarm: e.options(10), Registerer: e.reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, e, rw
+}
+
+// waitWarm polls until every warm key is back.
+func waitWarm(t *testing.T, e *pwEnv, within time.Duration) {
+	t.Helper()
+	var got []string
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got = e.keys(t); slices.Equal(got, warmKeys) {
+			return
+		}
+	}
+	t.Fatalf("keys after %s = %q, want %q back", within, got, warmKeys)
+}
+
+// TestRewarmAfterFlush: FLUSHDB under a running rewarmer brings every key back,
+// the access-log ones included, and counts a re-warm for reason flush.
+func TestRewarmAfterFlush(t *testing.T) {
+	_, e, rw := newRewarmEnv(t, nil)
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, e, 10*time.Second)
+	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush), 1.0; got != want {
+		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
+	}
+	if n := e.rdb.Exists(ctx, warmer.MarkerKey(rewarmNS)).Val(); n != 1 {
+		t.Errorf("marker %s not written back", warmer.MarkerKey(rewarmNS))
+	}
+}
+
+// TestRewarmAfterRestart: a Redis restart (persistence off: it comes back
+// empty, with a new run_id) is re-warmed and counted for reason restart.
+func TestRewarmAfterRestart(t *testing.T) {
+	srv, e, rw := newRewarmEnv(t, nil)
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	srv.Restart(t)
+	waitWarm(t, e, 10*time.Second)
+	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmRestart), 1.0; got != want {
+		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
+	}
+	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush), 0.0; got != want {
+		t.Errorf("rewarms{reason=flush} = %g, want %g (a restart is not a flush)", got, want)
+	}
+}
+
+// TestRewarmGated: a standby (gate closed) does not re-warm; once it leads
+// again, a loss that happened meanwhile is re-warmed (a FLUSHALL also takes the
+// lease, so the leader itself may stand by for a moment).
+func TestRewarmGated(t *testing.T) {
+	leader := true
+	_, e, rw := newRewarmEnv(t, func() bool { return leader })
+	ctx := context.Background()
+	if reason, err := rw.CheckOnce(ctx); err != nil || reason != "" {
+		t.Fatalf("baseline check = %q, %v; want no re-warm", reason, err)
+	}
+	leader = false
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if reason, err := rw.CheckOnce(ctx); err != nil || reason != "" {
+		t.Fatalf("check while standby = %q, %v; want no re-warm", reason, err)
+	}
+	if got := e.keys(t); len(got) != 0 {
+		t.Errorf("a standby re-warmed: keys %q", got)
+	}
+	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush), 0.0; got != want {
+		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
+	}
+	leader = true
+	if reason, err := rw.CheckOnce(ctx); err != nil || reason != warmer.RewarmFlush {
+		t.Fatalf("check once leading again = %q, %v; want a re-warm for %q", reason, err, warmer.RewarmFlush)
+	}
+	if got := e.keys(t); !slices.Equal(got, warmKeys) {
+		t.Errorf("keys after the re-warm = %q, want %q", got, warmKeys)
+	}
+}
