@@ -218,7 +218,7 @@ keys:
 				Coverage float64 `json:"coverage"`
 			} `json:"report"`
 		}
-		eventually(t, 20*time.Second, "the pre-warm finishes", func() bool {
+		testenv.Eventually(t, 20*time.Second, "the pre-warm finishes", func() bool {
 			code, body = call(t, "GET", d.URL+"/admin/prewarm", bearer)
 			st.Report = nil
 			return code == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil && !st.Running && st.Report != nil
