@@ -459,7 +459,7 @@ func (w *Warmer) load(ctx context.Context, spec *Spec, members []string) (result
 	defer w.metrics.inFlight.Dec()
 	defer func() {
 		if p := recover(); p != nil {
-			results, err = nil, fmt.Errorf("%w: source %s panicked: %v", ErrOrigin, spec.Source, p)
+			results, err = nil, fmt.Errorf("%w: source %s: panic: %v", ErrOrigin, spec.Source, p)
 		}
 	}()
 	return w.sources[spec.Source].Load(ctx, spec, members)
