@@ -83,7 +83,9 @@ func Start(t testing.TB, args []string, env ...string) *Proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start hearth: %v", err)
 	}
+	copied := make(chan struct{})
 	go func() {
+		defer close(copied)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -92,10 +94,12 @@ func Start(t testing.TB, args []string, env ...string) *Proc {
 			p.output.WriteByte('\n')
 			p.mu.Unlock()
 		}
+		_, _ = io.Copy(io.Discard, pr) // a line over the buffer: keep the pipe drained
 	}()
 	go func() {
 		p.err = cmd.Wait()
 		_ = pw.Close()
+		<-copied // Output is complete once Wait reports the exit
 		close(p.done)
 	}()
 	t.Cleanup(func() {
