@@ -53,8 +53,9 @@ With HEARTH_ADMIN_TOKEN set, the admin API answers under /admin/ (see README).`,
 	return cmd
 }
 
-// daemon wires config → Redis → sources → warmer → HTTP → start-up load → jobs,
-// waits for a signal, and closes in reverse order.
+// daemon wires config → Redis → sources → lease → warmer → pre-warm → HTTP →
+// jobs, campaigns (the leader loads, pre-warms and reports ready), waits for a
+// signal, and closes in reverse order: the lease is released after the last write.
 func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	log := newLogger(g.stderr, cfg.Log)
 	log.Info().Str("version", version).Str("config", cfg.File).Int("declarations", len(cfg.Keys)).Msg("starting")
@@ -141,7 +142,6 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	var errs []error
 	lead.wait()
 	pw.close(dctx)
-	srv.ready.Store(false)
 	if err := sched.Close(dctx); err != nil {
 		errs = append(errs, fmt.Errorf("close scheduler: %w", err))
 	}
