@@ -30,7 +30,7 @@ func TestDeleteKeysEscapesGlob(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { c.Del(context.Background(), others...) })
+	defer c.Del(context.Background(), others...) // runs before c.Close
 
 	if err := deleteKeys(addr, prefix); err != nil {
 		t.Fatal(err)
