@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
 var (
@@ -255,16 +257,6 @@ func Namespace(t testing.TB, c *redis.Client) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	ns := "hearth-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, ns+":*", 500).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			c.Unlink(ctx, keys...)
-		}
-	})
+	testenv.CleanupPrefix(t, c.Options().Addr, ns+":")
 	return ns
 }

@@ -56,13 +56,20 @@ func Redis(t testing.TB) *RedisEnv {
 		Prefix: "t:" + sanitize(t.Name(), 80) + ":" + randomHex(4) + ":",
 		Client: newRedisClient(addr),
 	}
-	t.Cleanup(func() {
-		if err := deleteKeys(addr, env.Prefix); err != nil {
-			t.Errorf("testenv: deleting redis keys under %q: %v", env.Prefix, err)
-		}
-		_ = env.Client.Close()
-	})
+	t.Cleanup(func() { _ = env.Client.Close() })
+	CleanupPrefix(t, addr, env.Prefix)
 	return env
+}
+
+// CleanupPrefix deletes every key under prefix on the Redis at addr when the
+// test ends (glob characters in prefix are matched literally).
+func CleanupPrefix(t testing.TB, addr, prefix string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := deleteKeys(addr, prefix); err != nil {
+			t.Errorf("testenv: deleting redis keys under %q: %v", prefix, err)
+		}
+	})
 }
 
 func newRedisClient(addr string) *redis.Client {
