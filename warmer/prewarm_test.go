@@ -196,6 +196,11 @@ func TestPrewarmSkipsHostileKeys(t *testing.T) {
 	}
 	sort.Strings(logged)
 	// Hostile keys are the hottest: they must not crowd out or stop the rest.
+	// The table's guard drops a key over accesslog.MaxKeyBytes; a row written
+	// before it existed (or with it off) still reaches the pre-warm.
+	if _, err := e.pg.Pool.Exec(context.Background(), `ALTER TABLE hearth_access_log DISABLE TRIGGER hearth_access_log_guard`); err != nil {
+		t.Fatal(err)
+	}
 	e.record(t, append(logged, valid...)...)
 
 	rep, err := e.w.Prewarm(context.Background(), e.options(100))
