@@ -24,14 +24,14 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 // migrate creates the access-log table in the pool's schema, as `hearth migrate up` does.
-func migrate(t *testing.T, pool *pgxpool.Pool) {
+func migrate(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
@@ -236,7 +236,7 @@ type rollupEnv struct {
 	roller *accesslog.Roller
 }
 
-func newRollupEnv(t *testing.T, pool *pgxpool.Pool, rdb *redis.Client, ns string) *rollupEnv {
+func newRollupEnv(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, ns string) *rollupEnv {
 	t.Helper()
 	e := &rollupEnv{pool: pool, rdb: rdb, ns: ns, reg: prometheus.NewRegistry()}
 	// Half-way through a minute bucket.
