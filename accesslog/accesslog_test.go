@@ -672,6 +672,64 @@ func TestRecordGuard(t *testing.T) {
 	if got, want := rejects, map[string]int64{"too_long": 2, "bad_count": 1, "clamped": 3}; !mapsEqual(got, want) {
 		t.Errorf("Rejects = %v, want %v", got, want)
 	}
+	// A roll-up exports them.
+	rd := testenv.Redis(t)
+	e := newRollupEnv(t, pg.Pool, rd.Client, strings.TrimSuffix(rd.Prefix, ":"))
+	if _, err := e.roller.RollupOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for reason, want := range map[string]float64{"too_long": 2, "bad_count": 1, "clamped": 3} {
+		if got := gauge(t, e.reg, "hearth_access_log_recording_rejects", reason); got != want {
+			t.Errorf("hearth_access_log_recording_rejects{reason=%s} = %g, want %g", reason, got, want)
+		}
+	}
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == name && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("metric %s{%s} not registered", name, label)
+	return 0
+}
+
+// TestParseHits: a score is a count of reads only when finite and at least
+// 0.5 (Redis refuses NaN in ZADD, but a score is read as untrusted anyway),
+// and a count is at most MaxBucketHits.
+func TestParseHits(t *testing.T) {
+	for _, c := range []struct {
+		score       float64
+		hits        int64
+		ok, clamped bool
+	}{
+		{1, 1, true, false},
+		{2.6, 3, true, false},
+		{0.5, 1, true, false},
+		{0.4, 0, false, false},
+		{0, 0, false, false},
+		{-3, 0, false, false},
+		{math.NaN(), 0, false, false},
+		{math.Inf(1), 0, false, false},
+		{math.Inf(-1), 0, false, false},
+		{float64(accesslog.MaxBucketHits), accesslog.MaxBucketHits, true, false},
+		{float64(accesslog.MaxBucketHits) + 1024, accesslog.MaxBucketHits, true, true},
+		{1e300, accesslog.MaxBucketHits, true, true},
+		{math.MaxFloat64, accesslog.MaxBucketHits, true, true},
+	} {
+		hits, ok, clamped := accesslog.ParseHits(c.score)
+		if hits != c.hits || ok != c.ok || clamped != c.clamped {
+			t.Errorf("ParseHits(%g) = %d, %v, %v; want %d, %v, %v", c.score, hits, ok, clamped, c.hits, c.ok, c.clamped)
+		}
+	}
 }
 
 // TestRollupConcurrentWriters: reads counted into a bucket while it is rolled

@@ -9,3 +9,6 @@ var (
 	RollingKey = rollingKey
 	TokenKey   = tokenKey
 )
+
+// ParseHits is the roll-up's reading of a ZINCRBY score.
+var ParseHits = parseHits
