@@ -170,26 +170,21 @@ func (r *Roller) rollup(ctx context.Context) (RollupResult, error) {
 	starts := r.closedBuckets(now)
 	keys := make([]string, len(starts))
 	pipe := r.opts.Client.Pipeline()
-	exists := make([]*redis.IntCmd, len(starts))
+	// The bucket, or its private name left by a stopped run (one key per
+	// EXISTS: a Cluster pipeline routes each command to its slot).
+	exists := make([][2]*redis.IntCmd, len(starts))
 	for i, s := range starts {
 		keys[i] = BucketKey(r.opts.Namespace, s)
-		// One key per command: in a Cluster the bucket and its private name
-		// share a slot, but a pipeline splits by command anyway.
-		exists[i] = pipe.Exists(ctx, keys[i])
-		pipe.Exists(ctx, rollingKey(r.opts.Namespace, keys[i]))
+		exists[i] = [2]*redis.IntCmd{pipe.Exists(ctx, keys[i]), pipe.Exists(ctx, rollingKey(r.opts.Namespace, keys[i]))}
 	}
 	if len(starts) > 0 {
-		cmds, err := pipe.Exec(ctx)
-		if err != nil {
+		if _, err := pipe.Exec(ctx); err != nil {
 			return res, fmt.Errorf("roll up access log: look for buckets: %w", err)
-		}
-		for i := range starts {
-			exists[i].SetVal(exists[i].Val() + cmds[2*i+1].(*redis.IntCmd).Val())
 		}
 	}
 	var errs []error
 	for i, s := range starts {
-		if exists[i].Val() == 0 {
+		if exists[i][0].Val()+exists[i][1].Val() == 0 {
 			continue
 		}
 		if err := r.rollBucket(ctx, keys[i], s, &res); err != nil {
