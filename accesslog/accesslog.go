@@ -61,12 +61,31 @@ func (l *Log) LastRanking() string {
 	return s
 }
 
+// Bounds on what the access log holds. The table enforces both itself
+// (migration 00004: a trigger drops a longer key or a negative count and lowers
+// a larger count, counting each in RejectsTable), and the roll-up checks them
+// before it writes, so that one bad member is skipped, never the batch.
+const (
+	// MaxKeyBytes bounds a key in the access log. A PostgreSQL btree index
+	// entry is limited to about 2,700 bytes, and a longer key fails the whole
+	// INSERT … ON CONFLICT statement, every key of the batch with it. No declared
+	// template and member come near it (members are at most 128 bytes by
+	// default), so a longer string is not a cache key.
+	MaxKeyBytes = 1024
+	// MaxBucketHits bounds the reads of one key in one bucket: a trillion, far
+	// above any real traffic (16 billion reads a second in a one-minute
+	// bucket), small enough that adding two counts cannot overflow a bigint
+	// and exact in a float64 (a Redis score).
+	MaxBucketHits int64 = 1_000_000_000_000
+)
+
 // topQuery ranks keys by their reads over the last $1 milliseconds ($2 keys at
 // most), by the database clock. The window is a range of the primary key
-// (bucket, key). The sum is sorted as a bigint (a sum of bigint is numeric, far
-// slower to sort), and ties are broken by key, byte by byte (cheaper than the
-// locale), so that the same log yields the same list.
-const topQuery = `SELECT key, sum(hits)::bigint AS h FROM ` + Table + `
+// (bucket, key). The sum (numeric, it cannot overflow) is capped at the
+// largest bigint and sorted as one (numeric is far slower to sort), and ties
+// are broken by key, byte by byte (cheaper than the locale), so that the same
+// log yields the same list.
+const topQuery = `SELECT key, LEAST(sum(hits), 9223372036854775807)::bigint AS h FROM ` + Table + `
 WHERE bucket >= now() - make_interval(secs => $1::float8 / 1000)
 GROUP BY key
 ORDER BY h DESC, key COLLATE "C"
@@ -210,7 +229,10 @@ func (l *Log) Rank(ctx context.Context, window time.Duration, n int) (int, error
 
 // RecordSQL is the statement an application batches its reads into: $1 is the
 // bucket start, $2 the keys (text[]) and $3 their read counts (bigint[]), one
-// entry per distinct key. Counts add up, so a batch must be sent once.
+// entry per distinct key. Counts add up, so a batch must be sent once. The
+// table's guard drops a key longer than MaxKeyBytes or a negative count and
+// lowers a count above MaxBucketHits, counting each (see Rejects), so that one
+// bad entry never fails the batch.
 const RecordSQL = `INSERT INTO ` + Table + ` (bucket, key, hits)
 SELECT $1, k, h FROM unnest($2::text[], $3::bigint[]) AS t(k, h)
 ON CONFLICT (bucket, key) DO UPDATE SET hits = ` + Table + `.hits + EXCLUDED.hits`
@@ -234,13 +256,55 @@ func (l *Log) Record(ctx context.Context, at time.Time, width time.Duration, hit
 	return nil
 }
 
-// rollupSQL writes one closed bucket's counts, read from Redis. It keeps the
-// larger of the stored and the new count rather than adding: running it again
-// with the same counts (a retried roll-up) changes nothing, and a few reads
-// that land in Redis after the bucket was rolled up can never lower a count.
-const rollupSQL = `INSERT INTO ` + Table + ` (bucket, key, hits)
+// rollupSQL adds counts read from a Redis bucket to the table. It adds rather
+// than keeps the larger count: the reads of a bucket can arrive in several
+// roll-ups (a straggler ZINCRBY after the bucket was renamed away lands in a new
+// bucket key, rolled up by the next run), and each roll-up is applied once (see
+// claimRollupSQL). The sum is computed as numeric and capped, so it cannot
+// overflow whatever the table held.
+var rollupSQL = `INSERT INTO ` + Table + ` (bucket, key, hits)
 SELECT $1, k, h FROM unnest($2::text[], $3::bigint[]) AS t(k, h)
-ON CONFLICT (bucket, key) DO UPDATE SET hits = GREATEST(` + Table + `.hits, EXCLUDED.hits)`
+ON CONFLICT (bucket, key) DO UPDATE SET hits = LEAST(` + Table + `.hits::numeric + EXCLUDED.hits, ` + maxBucketHitsSQL + `)::bigint`
+
+// maxBucketHitsSQL is MaxBucketHits as an SQL literal.
+var maxBucketHitsSQL = strconv.FormatInt(MaxBucketHits, 10)
+
+// RollupTable records the roll-ups already committed, by bucket and token.
+const RollupTable = "hearth_access_rollup"
+
+// RejectsTable counts, by reason, the rows the table's guard dropped or lowered.
+const RejectsTable = "hearth_access_log_rejects"
+
+// claimRollupSQL records that the roll-up with token $2 of bucket $1 is
+// applied; in the transaction that adds its counts, so that it is applied once.
+// No row inserted: it was applied before (a run crashed after its commit).
+const claimRollupSQL = `INSERT INTO ` + RollupTable + ` (bucket, token) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+
+const pruneRollupsSQL = `DELETE FROM ` + RollupTable + ` WHERE bucket < $1`
+
+const rejectsSQL = `SELECT reason, n FROM ` + RejectsTable
+
+// Rejects returns how many rows the table's guard dropped or lowered since the
+// migration, by reason: too_long, bad_count, clamped.
+func (l *Log) Rejects(ctx context.Context) (map[string]int64, error) {
+	rows, err := l.pool.Query(ctx, rejectsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", RejectsTable, hint(err))
+	}
+	out := map[string]int64{}
+	var (
+		reason string
+		n      int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&reason, &n}, func() error {
+		out[reason] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", RejectsTable, err)
+	}
+	return out, nil
+}
 
 const pruneSQL = `DELETE FROM ` + Table + ` WHERE bucket < $1`
 

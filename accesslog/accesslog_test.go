@@ -2,7 +2,11 @@ package accesslog_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -20,14 +24,14 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 // migrate creates the access-log table in the pool's schema, as `hearth migrate up` does.
-func migrate(t *testing.T, pool *pgxpool.Pool) {
+func migrate(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
@@ -232,7 +236,7 @@ type rollupEnv struct {
 	roller *accesslog.Roller
 }
 
-func newRollupEnv(t *testing.T, pool *pgxpool.Pool, rdb *redis.Client, ns string) *rollupEnv {
+func newRollupEnv(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, ns string) *rollupEnv {
 	t.Helper()
 	e := &rollupEnv{pool: pool, rdb: rdb, ns: ns, reg: prometheus.NewRegistry()}
 	// Half-way through a minute bucket.
@@ -298,8 +302,8 @@ func TestRollup(t *testing.T) {
 		t.Errorf("table = %v, want %v", got, want)
 	}
 	for _, k := range []string{k5, k1} {
-		if n := rd.Client.Exists(ctx, k).Val(); n != 0 {
-			t.Errorf("closed bucket %s still in Redis after roll-up", k)
+		if n := rd.Client.Exists(ctx, k, accesslog.RollingKey(e.ns, k), accesslog.TokenKey(e.ns, k)).Val(); n != 0 {
+			t.Errorf("closed bucket %s (or its private roll-up keys) still in Redis after roll-up", k)
 		}
 	}
 	if n := rd.Client.Exists(ctx, open).Val(); n != 1 {
@@ -308,8 +312,10 @@ func TestRollup(t *testing.T) {
 	if got, want := counter(t, e.reg, "hearth_access_log_rolled_up_rows_total", ""), 4.0; got != want {
 		t.Errorf("hearth_access_log_rolled_up_rows_total = %g, want %g", got, want)
 	}
-	if got, want := counter(t, e.reg, "hearth_access_log_skipped_keys_total", ""), 4.0; got != want {
-		t.Errorf("hearth_access_log_skipped_keys_total = %g, want %g", got, want)
+	for reason, want := range map[string]float64{accesslog.SkipMalformed: 3, accesslog.SkipTooLong: 1, accesslog.SkipBadScore: 0} {
+		if got := counter(t, e.reg, "hearth_access_log_skipped_keys_total", reason); got != want {
+			t.Errorf("hearth_access_log_skipped_keys_total{reason=%s} = %g, want %g", reason, got, want)
+		}
 	}
 
 	t.Run("the open bucket once closed", func(t *testing.T) {
@@ -323,40 +329,112 @@ func TestRollup(t *testing.T) {
 	})
 }
 
-// TestRollupRetried: a roll-up that committed but did not get to delete the
-// bucket (it crashed, or Redis went away) leaves the bucket behind; the retried
-// run writes the same numbers, not twice as many. Reads that land in a bucket
-// after it was rolled up never lower a count.
-func TestRollupRetried(t *testing.T) {
+// TestRollupResumed: a roll-up stopped anywhere (a crash, Redis or PostgreSQL
+// going away) leaves the bucket under its private name; the next run rolls it
+// up, once: stopped before its commit, the counts are added then; stopped
+// after, they are not added again. A straggler ZINCRBY into a bucket already
+// rolled up is added, never lost.
+func TestRollupResumed(t *testing.T) {
 	pg := testenv.Postgres(t)
 	rd := testenv.Redis(t)
 	migrate(t, pg.Pool)
 	e := newRollupEnv(t, pg.Pool, rd.Client, strings.TrimSuffix(rd.Prefix, ":"))
 	ctx := ctxT(t)
-	counts := map[string]float64{"product:1": 7, "product:2": 3}
-	_, b := e.bucket(2 * time.Minute)
-	want := map[string]int64{fmt.Sprintf("%d/product:1", b): 7, fmt.Sprintf("%d/product:2", b): 3}
+	key, b := e.bucket(2 * time.Minute)
+	row := func(k string) string { return fmt.Sprintf("%d/%s", b, k) }
+	crash := errors.New("crash")
+	stopAt := func(stage string) {
+		accesslog.SetHook(e.roller, func(s string) error {
+			if s == stage {
+				return crash
+			}
+			return nil
+		})
+	}
 
-	e.incr(t, 2*time.Minute, counts)
-	if _, err := e.roller.RollupOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The state a run leaves when it committed but never deleted the bucket.
-	e.incr(t, 2*time.Minute, counts)
-	if _, err := e.roller.RollupOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := hits(t, pg.Pool); !mapsEqual(got, want) {
-		t.Errorf("after a retried roll-up: table = %v, want %v", got, want)
-	}
-	// A straggler read in the already rolled-up bucket.
-	e.incr(t, 2*time.Minute, map[string]float64{"product:1": 1})
-	if _, err := e.roller.RollupOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := hits(t, pg.Pool); !mapsEqual(got, want) {
-		t.Errorf("after a late read: table = %v, want %v (a count never goes down)", got, want)
-	}
+	t.Run("stopped before the commit", func(t *testing.T) {
+		e.incr(t, 2*time.Minute, map[string]float64{"product:1": 7, "product:2": 3})
+		stopAt("commit")
+		if _, err := e.roller.RollupOnce(ctx); !errors.Is(err, crash) {
+			t.Fatalf("RollupOnce = %v, want the crash", err)
+		}
+		if got := hits(t, pg.Pool); len(got) != 0 {
+			t.Fatalf("table = %v after a roll-up that never committed", got)
+		}
+		if n := rd.Client.ZCard(ctx, accesslog.RollingKey(e.ns, key)).Val(); n != 2 {
+			t.Fatalf("private roll-up key holds %d members, want 2", n)
+		}
+		// Reads keep arriving in the bucket meanwhile.
+		e.incr(t, 2*time.Minute, map[string]float64{"product:1": 1})
+		stopAt("")
+		res, err := e.roller.RollupOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := [2]int{res.Resumed, res.Buckets}, [2]int{1, 1}; got != want {
+			t.Errorf("resumed, buckets = %v, want %v", got, want)
+		}
+		want := map[string]int64{row("product:1"): 8, row("product:2"): 3}
+		if got := hits(t, pg.Pool); !mapsEqual(got, want) {
+			t.Errorf("table = %v, want %v", got, want)
+		}
+	})
+	t.Run("stopped after the commit", func(t *testing.T) {
+		e.incr(t, 2*time.Minute, map[string]float64{"product:2": 5})
+		stopAt("unlink")
+		if _, err := e.roller.RollupOnce(ctx); !errors.Is(err, crash) {
+			t.Fatalf("RollupOnce = %v, want the crash", err)
+		}
+		stopAt("")
+		res, err := e.roller.RollupOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := res.Resumed, 1; got != want {
+			t.Errorf("resumed = %d, want %d", got, want)
+		}
+		want := map[string]int64{row("product:1"): 8, row("product:2"): 8}
+		if got := hits(t, pg.Pool); !mapsEqual(got, want) {
+			t.Errorf("table = %v, want %v (the committed roll-up added twice?)", got, want)
+		}
+		if n := rd.Client.Exists(ctx, key, accesslog.RollingKey(e.ns, key), accesslog.TokenKey(e.ns, key)).Val(); n != 0 {
+			t.Errorf("%d keys of bucket %s left in Redis", n, key)
+		}
+	})
+	t.Run("straggler", func(t *testing.T) {
+		e.incr(t, 2*time.Minute, map[string]float64{"product:1": 1})
+		if _, err := e.roller.RollupOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int64{row("product:1"): 9, row("product:2"): 8}
+		if got := hits(t, pg.Pool); !mapsEqual(got, want) {
+			t.Errorf("table = %v, want %v", got, want)
+		}
+	})
+	t.Run("foreign keys", func(t *testing.T) {
+		// Not sorted sets: deleted, counted, and the other buckets roll up.
+		k3, _ := e.bucket(3 * time.Minute)
+		if err := rd.Client.Set(ctx, k3, "garbage", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rd.Client.RPush(ctx, accesslog.RollingKey(e.ns, key), "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		e.incr(t, 2*time.Minute, map[string]float64{"product:2": 1})
+		res, err := e.roller.RollupOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := [2]int{res.Foreign, res.Buckets}, [2]int{2, 1}; got != want {
+			t.Errorf("foreign, buckets = %v, want %v", got, want)
+		}
+		if got, want := counter(t, e.reg, "hearth_access_log_foreign_buckets_total", ""), 2.0; got != want {
+			t.Errorf("hearth_access_log_foreign_buckets_total = %g, want %g", got, want)
+		}
+		if got, want := hits(t, pg.Pool)[row("product:2")], int64(9); got != want {
+			t.Errorf("product:2 = %d, want %d", got, want)
+		}
+	})
 }
 
 // TestRollupDatabaseDown: while PostgreSQL is down the roll-up fails and the
@@ -379,7 +457,7 @@ func TestRollupDatabaseDown(t *testing.T) {
 	if _, err := e.roller.RollupOnce(ctx); err == nil {
 		t.Fatal("roll-up succeeded with the database down")
 	}
-	if n := rd.Client.Exists(ctx, key).Val(); n != 1 {
+	if n := rd.Client.Exists(ctx, key).Val() + rd.Client.Exists(ctx, accesslog.RollingKey(e.ns, key)).Val(); n != 1 {
 		t.Fatalf("bucket %s deleted although its roll-up failed", key)
 	}
 	if got, want := counter(t, e.reg, "hearth_access_log_rollups_total", "error"), 1.0; got != want {
@@ -399,7 +477,7 @@ func TestRollupDatabaseDown(t *testing.T) {
 	if got := hits(t, pool); !mapsEqual(got, want) {
 		t.Errorf("table = %v, want %v", got, want)
 	}
-	if n := rd.Client.Exists(ctx, key).Val(); n != 0 {
+	if n := rd.Client.Exists(ctx, key, accesslog.RollingKey(e.ns, key)).Val(); n != 0 {
 		t.Errorf("bucket %s left in Redis after a successful roll-up", key)
 	}
 }
@@ -469,4 +547,277 @@ func TestStoredRankingChunks(t *testing.T) {
 			t.Errorf("TopKeys(%d) from %s: %d keys, want the first %d of the live ranking", n, log.LastRanking(), len(got), n)
 		}
 	}
+}
+
+// TestRollupHostileMembers: a bucket holding, next to good keys, a member of
+// 3,000 bytes (over the btree limit: it failed the whole bucket's INSERT, every
+// run) and scores that are no count (±inf, negative, zero) or absurd (1e300, in
+// three buckets: their sum overflowed the ranking's bigint) rolls up the good
+// keys, skips and counts the bad members, lowers the absurd counts, and ranks.
+func TestRollupHostileMembers(t *testing.T) {
+	pg := testenv.Postgres(t)
+	rd := testenv.Redis(t)
+	migrate(t, pg.Pool)
+	e := newRollupEnv(t, pg.Pool, rd.Client, strings.TrimSuffix(rd.Prefix, ":"))
+	ctx := ctxT(t)
+	long := incompressible(3000)                       // a repeated byte compresses below the limit
+	edge := strings.Repeat("e", accesslog.MaxKeyBytes) // exactly the bound: kept
+	for _, ago := range []time.Duration{2 * time.Minute, 3 * time.Minute, 4 * time.Minute} {
+		key, _ := e.bucket(ago)
+		for _, z := range []redis.Z{
+			{Score: 5, Member: "product:1"}, {Score: 3, Member: "product:2"}, {Score: 1, Member: edge},
+			{Score: 1, Member: long}, {Score: 1, Member: strings.Repeat("x", accesslog.MaxKeyBytes+1)},
+			{Score: math.Inf(1), Member: "inf"}, {Score: math.Inf(-1), Member: "-inf"},
+			{Score: -5, Member: "negative"}, {Score: 0, Member: "zero"}, {Score: 1e300, Member: "huge"},
+		} {
+			if err := rd.Client.ZAdd(ctx, key, z).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res, err := e.roller.RollupOnce(ctx)
+	if err != nil {
+		t.Fatalf("RollupOnce: %v", err)
+	}
+	if got, want := res, (accesslog.RollupResult{Buckets: 3, Rows: 12, Skipped: 18, Clamped: 3}); got != want {
+		t.Errorf("RollupResult = %+v, want %+v", got, want)
+	}
+	for reason, want := range map[string]float64{accesslog.SkipTooLong: 6, accesslog.SkipBadScore: 12, accesslog.SkipMalformed: 0} {
+		if got := counter(t, e.reg, "hearth_access_log_skipped_keys_total", reason); got != want {
+			t.Errorf("hearth_access_log_skipped_keys_total{reason=%s} = %g, want %g", reason, got, want)
+		}
+	}
+	if got, want := counter(t, e.reg, "hearth_access_log_clamped_counts_total", ""), 3.0; got != want {
+		t.Errorf("hearth_access_log_clamped_counts_total = %g, want %g", got, want)
+	}
+	log := accesslog.New(pg.Pool)
+	got, err := log.TopKeys(ctx, time.Hour, 10)
+	if err != nil {
+		t.Fatalf("TopKeys: %v", err)
+	}
+	if want := []string{"huge", "product:1", "product:2", edge}; !slices.Equal(got, want) {
+		t.Errorf("TopKeys = %.20q, want %.20q", got, want)
+	}
+	if n, err := log.Rank(ctx, time.Hour, 10); err != nil || n != 4 {
+		t.Errorf("Rank = %d, %v; want 4 keys", n, err)
+	}
+}
+
+// TestRankingSumCannotOverflow: rows written before the table had its guard
+// (or by anyone who turned it off) may hold any bigint; the ranking's sum over
+// buckets is capped instead of failing with "bigint out of range".
+func TestRankingSumCannotOverflow(t *testing.T) {
+	pg := testenv.Postgres(t)
+	migrate(t, pg.Pool)
+	ctx := ctxT(t)
+	for _, q := range []string{
+		`ALTER TABLE hearth_access_log DISABLE TRIGGER hearth_access_log_guard`,
+		`INSERT INTO hearth_access_log (bucket, key, hits) VALUES
+			(date_trunc('minute', now()), 'big', 9223372036854775807),
+			(date_trunc('minute', now()) - interval '1 minute', 'big', 9223372036854775807),
+			(date_trunc('minute', now()), 'small', 1)`,
+	} {
+		if _, err := pg.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := accesslog.New(pg.Pool)
+	got, err := log.TopKeys(ctx, time.Hour, 10)
+	if err != nil {
+		t.Fatalf("TopKeys: %v", err)
+	}
+	if want := []string{"big", "small"}; !slices.Equal(got, want) {
+		t.Errorf("TopKeys = %q, want %q", got, want)
+	}
+	if _, err := log.Rank(ctx, time.Hour, 10); err != nil {
+		t.Errorf("Rank: %v", err)
+	}
+}
+
+// TestRecordGuard: the table itself drops a key over MaxKeyBytes and a
+// negative count, and lowers a count over MaxBucketHits, counting each: one bad
+// entry never fails the application's batch (a 3,000-byte key did, with
+// "index row size exceeds btree maximum"), and adding to a count at the bound
+// cannot overflow.
+func TestRecordGuard(t *testing.T) {
+	pg := testenv.Postgres(t)
+	migrate(t, pg.Pool)
+	ctx := ctxT(t)
+	log := accesslog.New(pg.Pool)
+	at := time.Now()
+	edge := strings.Repeat("e", accesslog.MaxKeyBytes)
+	batch := map[string]int64{
+		"good": 2, edge: 1, incompressible(3000): 1, strings.Repeat("y", accesslog.MaxKeyBytes+1): 1,
+		"negative": -1, "huge": math.MaxInt64,
+	}
+	if err := log.Record(ctx, at, time.Minute, batch); err != nil {
+		t.Fatalf("Record with bad entries: %v", err)
+	}
+	// The documented statement adds to a count at the bound: no overflow.
+	if err := log.Record(ctx, at, time.Minute, map[string]int64{"huge": math.MaxInt64, "good": 1}); err != nil {
+		t.Fatalf("Record onto a count at the bound: %v", err)
+	}
+	b := accesslog.BucketStart(at, time.Minute).Unix()
+	want := map[string]int64{
+		fmt.Sprintf("%d/good", b): 3, fmt.Sprintf("%d/%s", b, edge): 1, fmt.Sprintf("%d/huge", b): accesslog.MaxBucketHits,
+	}
+	if got := hits(t, pg.Pool); !mapsEqual(got, want) {
+		t.Errorf("table holds %d rows, want %d: %.60v", len(got), len(want), got)
+	}
+	rejects, err := log.Rejects(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// clamped: the insert of huge, then each update onto it.
+	if got, want := rejects, map[string]int64{"too_long": 2, "bad_count": 1, "clamped": 3}; !mapsEqual(got, want) {
+		t.Errorf("Rejects = %v, want %v", got, want)
+	}
+	// A roll-up exports them.
+	rd := testenv.Redis(t)
+	e := newRollupEnv(t, pg.Pool, rd.Client, strings.TrimSuffix(rd.Prefix, ":"))
+	if _, err := e.roller.RollupOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for reason, want := range map[string]float64{"too_long": 2, "bad_count": 1, "clamped": 3} {
+		if got := gauge(t, e.reg, "hearth_access_log_recording_rejects", reason); got != want {
+			t.Errorf("hearth_access_log_recording_rejects{reason=%s} = %g, want %g", reason, got, want)
+		}
+	}
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == name && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("metric %s{%s} not registered", name, label)
+	return 0
+}
+
+// TestParseHits: a score is a count of reads only when finite and at least
+// 0.5 (Redis refuses NaN in ZADD, but a score is read as untrusted anyway),
+// and a count is at most MaxBucketHits.
+func TestParseHits(t *testing.T) {
+	for _, c := range []struct {
+		score       float64
+		hits        int64
+		ok, clamped bool
+	}{
+		{1, 1, true, false},
+		{2.6, 3, true, false},
+		{0.5, 1, true, false},
+		{0.4, 0, false, false},
+		{0, 0, false, false},
+		{-3, 0, false, false},
+		{math.NaN(), 0, false, false},
+		{math.Inf(1), 0, false, false},
+		{math.Inf(-1), 0, false, false},
+		{float64(accesslog.MaxBucketHits), accesslog.MaxBucketHits, true, false},
+		{float64(accesslog.MaxBucketHits) + 1024, accesslog.MaxBucketHits, true, true},
+		{1e300, accesslog.MaxBucketHits, true, true},
+		{math.MaxFloat64, accesslog.MaxBucketHits, true, true},
+	} {
+		hits, ok, clamped := accesslog.ParseHits(c.score)
+		if hits != c.hits || ok != c.ok || clamped != c.clamped {
+			t.Errorf("ParseHits(%g) = %d, %v, %v; want %d, %v, %v", c.score, hits, ok, clamped, c.hits, c.ok, c.clamped)
+		}
+	}
+}
+
+// TestRollupConcurrentWriters: reads counted into a bucket while it is rolled
+// up are never lost: with 200,000 members and a writer incrementing throughout
+// the roll-up, the table's counts add up to every increment once the next run
+// has rolled up what arrived late. (Scanning the bucket in place and deleting
+// it afterwards lost the increments that landed during the scan.)
+func TestRollupConcurrentWriters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200,000 members")
+	}
+	pg := testenv.Postgres(t)
+	rd := testenv.Redis(t)
+	migrate(t, pg.Pool)
+	e := newRollupEnv(t, pg.Pool, rd.Client, strings.TrimSuffix(rd.Prefix, ":"))
+	ctx := ctxT(t)
+	const members = 200_000
+	key, _ := e.bucket(2 * time.Minute)
+	zs := make([]redis.Z, 0, 10_000)
+	for i := range members {
+		zs = append(zs, redis.Z{Score: 1, Member: fmt.Sprintf("product:%d", i)})
+		if len(zs) == cap(zs) {
+			if err := rd.Client.ZAdd(ctx, key, zs...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			zs = zs[:0]
+		}
+	}
+	total := int64(members)
+
+	stop, started := make(chan struct{}), make(chan struct{})
+	written := make(chan int64)
+	go func() {
+		var n int64
+		defer func() {
+			if n == 0 {
+				close(started) // failed at once: t.Error said why
+			}
+			written <- n
+		}()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			pipe := rd.Client.Pipeline()
+			for j := range 100 {
+				pipe.ZIncrBy(ctx, key, 1, fmt.Sprintf("product:%d", (i*7919+j*104729)%members))
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			if n += 100; n == 100 {
+				close(started)
+			}
+		}
+	}()
+	// The writer is running before the roll-up starts and until it ends.
+	<-started
+	res1, err := e.roller.RollupOnce(ctx)
+	close(stop)
+	total += <-written
+	if err != nil {
+		t.Fatal(err)
+	}
+	res2, err := e.roller.RollupOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	if err := pg.Pool.QueryRow(ctx, `SELECT coalesce(sum(hits), 0)::bigint FROM hearth_access_log`).Scan(&sum); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first run %+v, second run %+v, %d increments", res1, res2, total)
+	if sum != total {
+		t.Errorf("table counts add up to %d, want %d increments (%d lost)", sum, total, total-sum)
+	}
+	if res2.Buckets == 0 {
+		t.Errorf("second run rolled up nothing: the writer never overlapped the first run")
+	}
+}
+
+// incompressible returns n random hex digits: PostgreSQL compresses a long
+// repetitive key below the btree limit, not this one.
+func incompressible(n int) string {
+	b := make([]byte, (n+1)/2)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)[:n]
 }

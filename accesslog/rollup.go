@@ -2,10 +2,11 @@ package accesslog
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,10 +17,6 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 )
-
-// MaxKeyBytes bounds a key the roll-up copies into the table: no declared
-// template and member can be longer, so a longer string is not a cache key.
-const MaxKeyBytes = 4096
 
 const (
 	// maxGrace is the most a bucket is left alone after it ends, for the
@@ -61,15 +58,26 @@ type RollerOptions struct {
 }
 
 // Roller moves closed Redis buckets into the access-log table and deletes them.
-// A roll-up is idempotent and safe to retry: a bucket is deleted from Redis only
-// after its counts are committed, and writing the same counts again is a no-op.
+//
+// A bucket is first renamed to a private key (see rollingKey), atomically with
+// a random token written next to it, so that a ZINCRBY that arrives while it is
+// read lands in a new bucket key, rolled up by the next run, instead of being
+// deleted unread. Its counts are added to the table in one transaction that
+// also records the token; the private key is deleted after the commit. A run
+// that stops anywhere leaves the private key behind, and the next one resumes
+// it: it adds the counts unless the token says they were committed already, so
+// every read is counted once.
 type Roller struct {
 	opts    RollerOptions
 	grace   time.Duration
 	metrics *rollerMetrics
 	log     zerolog.Logger
 
-	mu     sync.Mutex // one roll-up at a time
+	mu sync.Mutex // one roll-up at a time
+	// hook, set by tests only, is called before a roll-up commits ("commit")
+	// and before it deletes its private key ("unlink"); an error stops the
+	// roll-up there, as a crash would.
+	hook   func(stage string) error
 	cancel context.CancelCauseFunc
 	g      *errgroup.Group
 }
@@ -83,6 +91,9 @@ func NewRoller(opts RollerOptions) (*Roller, error) {
 		return nil, errors.New("access-log roller: no redis client")
 	case opts.Namespace == "":
 		return nil, errors.New("access-log roller: no namespace")
+	case strings.ContainsAny(opts.Namespace, "{}"):
+		// The private roll-up key's hash tag is the bucket key: it must not hold one.
+		return nil, fmt.Errorf("access-log roller: namespace %q holds a brace", opts.Namespace)
 	}
 	if opts.Bucket < time.Second {
 		opts.Bucket = time.Minute
@@ -108,19 +119,39 @@ func NewRoller(opts RollerOptions) (*Roller, error) {
 type RollupResult struct {
 	// Buckets rolled up (and deleted from Redis).
 	Buckets int
-	// Rows written to the table (one per key per bucket).
+	// Resumed private keys a stopped run left behind, rolled up (or found
+	// committed already) and deleted.
+	Resumed int
+	// Rows written to the table (one per key per bucket and roll-up).
 	Rows int
 	// Skipped members that cannot be cache keys (see MaxKeyBytes) or whose
-	// count is not positive.
+	// score is no count (infinite, not a number, below 0.5); see the Skip
+	// reasons.
 	Skipped int
+	// Clamped counts above MaxBucketHits, lowered to it.
+	Clamped int
+	// Foreign bucket keys that were no sorted set, deleted unread.
+	Foreign int
 	// Pruned rows past the retention.
 	Pruned int64
 }
 
+// Reasons a bucket member is skipped: the reason label of
+// hearth_access_log_skipped_keys_total.
+const (
+	// SkipTooLong: longer than MaxKeyBytes.
+	SkipTooLong = "too_long"
+	// SkipMalformed: empty, or invalid UTF-8, a NUL or another control character.
+	SkipMalformed = "malformed"
+	// SkipBadScore: a score that is no count of reads: infinite, not a
+	// number, zero or negative.
+	SkipBadScore = "bad_score"
+)
+
 // RollupOnce rolls up every closed bucket still in Redis within the lookback,
 // oldest first, then prunes rows past the retention. A bucket is closed once it
 // ended a grace period ago (the bucket width, at most 10s). A failed bucket
-// stays in Redis for the next run; the error names it.
+// stays in Redis (under its private name) for the next run; the error names it.
 func (r *Roller) RollupOnce(ctx context.Context) (RollupResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -139,10 +170,12 @@ func (r *Roller) rollup(ctx context.Context) (RollupResult, error) {
 	starts := r.closedBuckets(now)
 	keys := make([]string, len(starts))
 	pipe := r.opts.Client.Pipeline()
-	exists := make([]*redis.IntCmd, len(starts))
+	// The bucket, or its private name left by a stopped run (one key per
+	// EXISTS: a Cluster pipeline routes each command to its slot).
+	exists := make([][2]*redis.IntCmd, len(starts))
 	for i, s := range starts {
 		keys[i] = BucketKey(r.opts.Namespace, s)
-		exists[i] = pipe.Exists(ctx, keys[i])
+		exists[i] = [2]*redis.IntCmd{pipe.Exists(ctx, keys[i]), pipe.Exists(ctx, rollingKey(r.opts.Namespace, keys[i]))}
 	}
 	if len(starts) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -151,21 +184,21 @@ func (r *Roller) rollup(ctx context.Context) (RollupResult, error) {
 	}
 	var errs []error
 	for i, s := range starts {
-		if exists[i].Val() == 0 {
+		if exists[i][0].Val()+exists[i][1].Val() == 0 {
 			continue
 		}
-		rows, skipped, err := r.rollBucket(ctx, keys[i], s)
-		res.Skipped += skipped
-		if err != nil {
+		if err := r.rollBucket(ctx, keys[i], s, &res); err != nil {
 			errs = append(errs, err)
 			if ctx.Err() != nil {
 				break
 			}
-			continue
 		}
-		res.Buckets++
-		res.Rows += rows
-		r.log.Debug().Str("bucket", keys[i]).Int("rows", rows).Int("skipped", skipped).Msg("bucket rolled up")
+	}
+	if ctx.Err() == nil && len(starts) > 0 {
+		// A token matters while its bucket can still be looked for.
+		if _, err := r.opts.Log.pool.Exec(ctx, pruneRollupsSQL, starts[0].Add(-time.Hour)); err != nil {
+			errs = append(errs, fmt.Errorf("prune %s: %w", RollupTable, hint(err)))
+		}
 	}
 	if r.opts.Retention > 0 && ctx.Err() == nil {
 		n, err := r.opts.Log.Prune(ctx, now.Add(-r.opts.Retention))
@@ -174,6 +207,15 @@ func (r *Roller) rollup(ctx context.Context) (RollupResult, error) {
 		}
 		res.Pruned = n
 		r.metrics.pruned.Add(float64(n))
+	}
+	if ctx.Err() == nil {
+		if rejects, err := r.opts.Log.Rejects(ctx); err != nil {
+			errs = append(errs, err)
+		} else {
+			for reason, n := range rejects {
+				r.metrics.recordingRejects.WithLabelValues(reason).Set(float64(n))
+			}
+		}
 	}
 	return res, errors.Join(errs...)
 }
@@ -196,91 +238,275 @@ func (r *Roller) closedBuckets(now time.Time) []time.Time {
 	return out
 }
 
-// rollBucket copies one bucket into the table in one transaction, then deletes
-// it from Redis. If the delete fails, the next run writes the same counts again.
-func (r *Roller) rollBucket(ctx context.Context, key string, start time.Time) (rows, skipped int, err error) {
-	tx, err := r.opts.Log.pool.Begin(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("roll up %s: begin: %w", key, err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+// rollingKey is the private name a bucket is renamed to while it is rolled up:
+// "<namespace>:rollup:{<bucket key>}", and tokenKey the token of that roll-up.
+// Their hash tag is the whole bucket key (which holds no brace), so in a
+// Cluster they live in the bucket's slot, as RENAME and the claim script need;
+// they keep the namespace prefix, for ACLs and for operators.
+func rollingKey(namespace, bucketKey string) string {
+	return namespace + ":rollup:{" + bucketKey + "}"
+}
 
-	batch := make(map[string]int64, flushRows)
-	flush := func() error {
-		if len(batch) == 0 {
+func tokenKey(namespace, bucketKey string) string { return rollingKey(namespace, bucketKey) + ":token" }
+
+// claimScript hands the roller the next thing to roll up for one bucket, in
+// one atomic step. KEYS: the bucket, its private name, the token of the roll-up
+// of the private name. ARGV: a fresh token, the token's TTL in ms. Returns
+// {"resume", token} for a private key an earlier run left (its token if
+// valid, else the fresh one: "resume_new"); {"claimed", token} after renaming
+// the bucket to the private name; {"foreign", type} after deleting a private
+// key or bucket that is no sorted set (no Hearth or application writes one);
+// {"none"} when neither exists.
+var claimScript = redis.NewScript(`
+local function valid(t)
+  return type(t) == 'string' and #t == 32 and not string.find(t, '[^0-9a-f]')
+end
+local pt = redis.call('TYPE', KEYS[2]).ok
+if pt == 'zset' then
+  local t = redis.pcall('GET', KEYS[3])
+  if valid(t) then return {'resume', t} end
+  redis.call('DEL', KEYS[3])
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+  return {'resume_new', ARGV[1]}
+end
+if pt ~= 'none' then
+  redis.call('UNLINK', KEYS[2], KEYS[3])
+  return {'foreign', pt}
+end
+local bt = redis.call('TYPE', KEYS[1]).ok
+if bt == 'none' then return {'none'} end
+if bt ~= 'zset' then
+  redis.call('UNLINK', KEYS[1])
+  return {'foreign', bt}
+end
+redis.call('RENAME', KEYS[1], KEYS[2])
+redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+return {'claimed', ARGV[1]}
+`)
+
+// rollBucket rolls up what Redis holds of one bucket: first a private key a
+// stopped run left behind, then the bucket itself, renamed to that private key.
+func (r *Roller) rollBucket(ctx context.Context, key string, start time.Time, res *RollupResult) error {
+	keys := []string{key, rollingKey(r.opts.Namespace, key), tokenKey(r.opts.Namespace, key)}
+	// The token must outlive any run that can still look for the bucket.
+	ttl := (r.opts.Lookback + time.Hour).Milliseconds()
+	// At most: a foreign private key, a leftover, then the bucket.
+	for range 4 {
+		token, err := newToken()
+		if err != nil {
+			return fmt.Errorf("roll up %s: %w", key, err)
+		}
+		v, err := claimScript.Run(ctx, r.opts.Client, keys, token, ttl).StringSlice()
+		if err != nil {
+			return fmt.Errorf("roll up %s: claim: %w", key, err)
+		}
+		if len(v) == 0 {
+			return fmt.Errorf("roll up %s: claim: empty answer", key)
+		}
+		switch v[0] {
+		case "none":
+			return nil
+		case "foreign":
+			res.Foreign++
+			r.metrics.foreign.Inc()
+			r.log.Warn().Str("bucket", key).Str("type", v[1]).
+				Msg("access-log bucket is no sorted set (no Hearth or application writes one); deleted unread")
+			continue
+		case "resume_new":
+			r.log.Warn().Str("bucket", keys[1]).
+				Msg("access-log roll-up left by a stopped run has no valid token; rolled up again, its counts may be added twice")
+		}
+		if len(v) < 2 {
+			return fmt.Errorf("roll up %s: claim: answer %q", key, v)
+		}
+		if err := r.apply(ctx, keys[1:], start, v[1], res); err != nil {
+			return err
+		}
+		if v[0] == "claimed" {
+			res.Buckets++
 			return nil
 		}
-		ks := make([]string, 0, len(batch))
-		hs := make([]int64, 0, len(batch))
-		for k, h := range batch {
-			ks = append(ks, k)
-			hs = append(hs, h)
+		res.Resumed++
+	}
+	return nil
+}
+
+// apply adds the counts of a private roll-up key to the table, with its token,
+// in one transaction, then deletes the key and its token. keys are the private
+// key and the token key.
+func (r *Roller) apply(ctx context.Context, keys []string, start time.Time, token string, res *RollupResult) error {
+	name := keys[0]
+	tx, err := r.opts.Log.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("roll up %s: begin: %w", name, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	tag, err := tx.Exec(ctx, claimRollupSQL, start, token)
+	if err != nil {
+		return fmt.Errorf("roll up %s: record token: %w", name, hint(err))
+	}
+	if tag.RowsAffected() == 0 {
+		// Committed by a run that stopped before deleting the key.
+		r.log.Info().Str("bucket", name).Msg("access-log roll-up was committed by an earlier run; deleting what it left")
+		if err := r.opts.Client.Unlink(ctx, keys...).Err(); err != nil {
+			return fmt.Errorf("roll up %s: delete after an earlier commit: %w", name, err)
 		}
-		if _, err := tx.Exec(ctx, rollupSQL, start, ks, hs); err != nil {
-			return fmt.Errorf("roll up %s: write %d rows: %w", key, len(ks), hint(err))
-		}
-		rows += len(ks)
-		clear(batch)
 		return nil
 	}
-	var cursor uint64
-	for {
-		page, next, err := r.opts.Client.ZScan(ctx, key, cursor, "", scanCount).Result()
-		if err != nil {
-			return 0, skipped, fmt.Errorf("roll up %s: read: %w", key, err)
+
+	var (
+		rows, clamped int
+		skipped       [3]int
+		example       [3]string
+		ks            = make([]string, 0, flushRows)
+		hs            = make([]int64, 0, flushRows)
+	)
+	flush := func() error {
+		if len(ks) == 0 {
+			return nil
 		}
-		for i := 0; i+1 < len(page); i += 2 {
-			member, score := page[i], page[i+1]
-			hits, ok := parseHits(score)
-			if !ok || !loggable(member) {
-				skipped++
+		if _, err := tx.Exec(ctx, rollupSQL, start, ks, hs); err != nil {
+			return fmt.Errorf("roll up %s: write %d rows: %w", name, len(ks), hint(err))
+		}
+		rows += len(ks)
+		ks, hs = ks[:0], hs[:0]
+		return nil
+	}
+	// Nothing writes the private key: pages by rank see every member exactly
+	// once (ZSCAN may repeat one, and counts are added).
+	for i := int64(0); ; i += scanCount {
+		page, err := r.opts.Client.ZRangeWithScores(ctx, name, i, i+scanCount-1).Result()
+		if err != nil {
+			return fmt.Errorf("roll up %s: read: %w", name, err)
+		}
+		for _, z := range page {
+			member, _ := z.Member.(string)
+			reason := memberProblem(member)
+			hits, ok, lowered := parseHits(z.Score)
+			if reason == "" && !ok {
+				reason = SkipBadScore
+			}
+			if reason != "" {
+				n := skipIndex(reason)
+				if skipped[n]++; skipped[n] == 1 {
+					example[n] = describe(member, z.Score)
+				}
 				continue
 			}
-			batch[member] = max(batch[member], hits)
+			if lowered {
+				clamped++
+			}
+			ks = append(ks, member)
+			hs = append(hs, hits)
 		}
-		if len(batch) >= flushRows {
+		if len(ks) >= flushRows {
 			if err := flush(); err != nil {
-				return 0, skipped, err
+				return err
 			}
 		}
-		cursor = next
-		if cursor == 0 {
+		if len(page) < scanCount {
 			break
 		}
 	}
 	if err := flush(); err != nil {
-		return 0, skipped, err
+		return err
+	}
+	if err := r.stop("commit"); err != nil {
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, skipped, fmt.Errorf("roll up %s: commit: %w", key, err)
+		return fmt.Errorf("roll up %s: commit: %w", name, err)
+	}
+	total := 0
+	for n, reason := range skipReasons {
+		total += skipped[n]
+		if skipped[n] > 0 {
+			r.metrics.skipped.WithLabelValues(reason).Add(float64(skipped[n]))
+			r.log.Warn().Str("bucket", name).Str("reason", reason).Int("members", skipped[n]).
+				Str("example", example[n]).Msg("access-log members skipped")
+		}
+	}
+	if clamped > 0 {
+		r.log.Warn().Str("bucket", name).Int("members", clamped).Int64("max", MaxBucketHits).
+			Msg("access-log counts above the per-bucket maximum lowered to it")
 	}
 	r.metrics.rows.Add(float64(rows))
-	r.metrics.skipped.Add(float64(skipped))
-	if err := r.opts.Client.Unlink(ctx, key).Err(); err != nil {
-		return rows, skipped, fmt.Errorf("roll up %s: delete after commit (retried next run, harmlessly): %w", key, err)
+	r.metrics.clamped.Add(float64(clamped))
+	res.Rows += rows
+	res.Skipped += total
+	res.Clamped += clamped
+	r.log.Debug().Str("bucket", name).Int("rows", rows).Int("skipped", total).Msg("bucket rolled up")
+	if err := r.stop("unlink"); err != nil {
+		return err
 	}
-	return rows, skipped, nil
+	if err := r.opts.Client.Unlink(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("roll up %s: delete after commit (the next run finds it committed): %w", name, err)
+	}
+	return nil
 }
 
-// parseHits turns a ZINCRBY score into a positive count.
-func parseHits(score string) (int64, bool) {
-	f, err := strconv.ParseFloat(score, 64)
-	if err != nil || math.IsNaN(f) || f < 0.5 {
-		return 0, false
+// stop runs the test hook at a stage.
+func (r *Roller) stop(stage string) error {
+	if r.hook == nil {
+		return nil
 	}
-	if f >= math.MaxInt64/2 {
-		return math.MaxInt64 / 2, true
-	}
-	return int64(math.Round(f)), true
+	return r.hook(stage)
 }
 
-// loggable reports whether s could be a cache key: PostgreSQL text takes no NUL
-// and no invalid UTF-8, and a key has no control characters and a bounded length.
-func loggable(s string) bool {
-	if s == "" || len(s) > MaxKeyBytes || !utf8.ValidString(s) {
-		return false
+var skipReasons = [3]string{SkipTooLong, SkipMalformed, SkipBadScore}
+
+func skipIndex(reason string) int {
+	for i, r := range skipReasons {
+		if r == reason {
+			return i
+		}
 	}
-	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+	return len(skipReasons) - 1
+}
+
+// describe makes a skipped member safe and short for a log line.
+func describe(member string, score float64) string {
+	n := len(member)
+	if len(member) > 64 {
+		member = member[:64] + "…"
+	}
+	return fmt.Sprintf("%q (%d bytes) score %g", member, n, score)
+}
+
+// newToken returns 32 random hex digits, the token of one roll-up.
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("roll-up token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// parseHits turns a ZINCRBY score into a count of reads: false for a score
+// that is none (NaN, ±Inf, below 0.5); a count above MaxBucketHits is lowered
+// to it (lowered true).
+func parseHits(score float64) (hits int64, ok, lowered bool) {
+	switch {
+	case math.IsNaN(score) || math.IsInf(score, 0) || score < 0.5:
+		return 0, false, false
+	case score > float64(MaxBucketHits):
+		return MaxBucketHits, true, true
+	}
+	return int64(math.Round(score)), true, false
+}
+
+// memberProblem says why s cannot be a cache key ("" when it can):
+// PostgreSQL text takes no NUL and no invalid UTF-8, a key has no control
+// characters, and its length is bounded below the btree limit.
+func memberProblem(s string) string {
+	switch {
+	case len(s) > MaxKeyBytes:
+		return SkipTooLong
+	case s == "" || !utf8.ValidString(s) ||
+		strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return SkipMalformed
+	}
+	return ""
 }
 
 // RankOnce stores the ranking of the top RankTopN keys over the last Lookback
@@ -372,12 +598,15 @@ func (r *Roller) Close(ctx context.Context) error {
 }
 
 type rollerMetrics struct {
-	runs     *prometheus.CounterVec
-	rows     prometheus.Counter
-	skipped  prometheus.Counter
-	pruned   prometheus.Counter
-	rankings *prometheus.CounterVec
-	ranked   prometheus.Gauge
+	runs             *prometheus.CounterVec
+	rows             prometheus.Counter
+	skipped          *prometheus.CounterVec
+	clamped          prometheus.Counter
+	foreign          prometheus.Counter
+	recordingRejects *prometheus.GaugeVec
+	pruned           prometheus.Counter
+	rankings         *prometheus.CounterVec
+	ranked           prometheus.Gauge
 }
 
 func newRollerMetrics(reg prometheus.Registerer) *rollerMetrics {
@@ -390,10 +619,22 @@ func newRollerMetrics(reg prometheus.Registerer) *rollerMetrics {
 			Name: "hearth_access_log_rolled_up_rows_total",
 			Help: "Access-log rows (one key in one bucket) written by roll-ups.",
 		}),
-		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_access_log_skipped_keys_total",
-			Help: "Members of Redis access-log buckets not rolled up: not a possible cache key, or a count below 1.",
+			Help: "Members of Redis access-log buckets not rolled up, by reason (too_long, malformed, bad_score).",
+		}, []string{"reason"}),
+		clamped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hearth_access_log_clamped_counts_total",
+			Help: "Members of Redis access-log buckets whose count was above the per-bucket maximum, lowered to it.",
 		}),
+		foreign: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hearth_access_log_foreign_buckets_total",
+			Help: "Redis access-log bucket keys that were no sorted set, deleted unread.",
+		}),
+		recordingRejects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hearth_access_log_recording_rejects",
+			Help: "Rows the access-log table's guard dropped or lowered since it was created, by reason (too_long, bad_count, clamped), as of the last roll-up.",
+		}, []string{"reason"}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_access_log_pruned_rows_total",
 			Help: "Access-log rows deleted because they were older than access_log.retention.",
@@ -407,6 +648,9 @@ func newRollerMetrics(reg prometheus.Registerer) *rollerMetrics {
 			Help: "Keys in the last stored ranking.",
 		}),
 	}
-	reg.MustRegister(m.runs, m.rows, m.skipped, m.pruned, m.rankings, m.ranked)
+	for _, reason := range skipReasons {
+		m.skipped.WithLabelValues(reason)
+	}
+	reg.MustRegister(m.runs, m.rows, m.skipped, m.clamped, m.foreign, m.recordingRejects, m.pruned, m.rankings, m.ranked)
 	return m
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/migrations"
 )
@@ -25,6 +26,7 @@ func TestUpDownUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tables := []string{"hearth_access_log", "hearth_access_rank", "hearth_access_rank_info", "hearth_access_rollup", "hearth_access_log_rejects"}
 	exists := func(table string) bool {
 		t.Helper()
 		var ok bool
@@ -44,7 +46,7 @@ func TestUpDownUp(t *testing.T) {
 		if got, want := len(res), len(p.ListSources()); got != want || want == 0 {
 			t.Fatalf("applied %d migrations, want %d (> 0)", got, want)
 		}
-		for _, table := range []string{"hearth_access_log", "hearth_access_rank", "hearth_access_rank_info"} {
+		for _, table := range tables {
 			if !exists(table) {
 				t.Errorf("%s missing after up", table)
 			}
@@ -78,11 +80,22 @@ func TestUpDownUp(t *testing.T) {
 		if _, err := p.Down(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if exists("hearth_access_rank") || exists("hearth_access_rank_info") {
-			t.Error("the ranking tables are still there after down")
+		if exists("hearth_access_log_rejects") {
+			t.Error("the guard's rejects table is still there after down")
+		}
+		if !exists("hearth_access_rollup") {
+			t.Error("down rolled back more than the last migration")
+		}
+	})
+	t.Run("down to the ranking", func(t *testing.T) {
+		if _, err := p.DownTo(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if exists("hearth_access_rank") || exists("hearth_access_rank_info") || exists("hearth_access_rollup") {
+			t.Error("the ranking or roll-up tables are still there after down to 1")
 		}
 		if !exists("hearth_access_log") {
-			t.Error("down rolled back more than the last migration")
+			t.Error("down to 1 rolled back the access log")
 		}
 	})
 	t.Run("down to zero", func(t *testing.T) {
@@ -97,7 +110,7 @@ func TestUpDownUp(t *testing.T) {
 		if _, err := p.Up(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for _, table := range []string{"hearth_access_log", "hearth_access_rank", "hearth_access_rank_info"} {
+		for _, table := range tables {
 			if !exists(table) {
 				t.Errorf("%s missing after up, down, up", table)
 			}
@@ -110,4 +123,39 @@ func TestUpDownUp(t *testing.T) {
 			t.Errorf("version = %d, want %d", got, want)
 		}
 	})
+}
+
+// TestGuardLowersStoredCounts: the migration that adds the table's guard lowers
+// counts stored before it above the bound, so that the documented upsert onto
+// such a row cannot overflow a bigint.
+func TestGuardLowersStoredCounts(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := stdlib.OpenDBFromPool(pg.Pool)
+	defer db.Close()
+	p, err := migrations.NewProvider(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := p.UpTo(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO hearth_access_log VALUES ($1, 'k', 9223372036854775807)`, bucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, accesslog.RecordSQL, bucket, []string{"k"}, []int64{1}); err != nil {
+		t.Fatalf("upsert onto a count stored before the guard: %v", err)
+	}
+	var hits int64
+	if err := pg.Pool.QueryRow(ctx, `SELECT hits FROM hearth_access_log WHERE key = 'k'`).Scan(&hits); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hits, accesslog.MaxBucketHits; got != want {
+		t.Errorf("hits = %d, want %d", got, want)
+	}
 }

@@ -78,7 +78,13 @@ type PrewarmReport struct {
 	// Skipped counts access-log keys not loaded, by reason.
 	Skipped map[string]int `json:"skipped"`
 	// Coverage is (Written + Negative) / Wanted, 1 when nothing was wanted.
+	// When the access log could not be read (AccessLogFailed), the keys it did
+	// not deliver are wanted and not loaded: Coverage is (Written + Negative) /
+	// (Wanted + max(1, TopN − Candidates)), always below 1.
 	Coverage float64 `json:"coverage"`
+	// AccessLogFailed is true when the ranking could not be read to its end:
+	// the run's result is "error" whatever it loaded.
+	AccessLogFailed bool `json:"access_log_failed,omitempty"`
 	// Duration is the wall time of the run, reading the access log included.
 	Duration      time.Duration `json:"duration"`
 	KeysPerSecond float64       `json:"keys_per_second"`
@@ -269,10 +275,8 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 		w.pw.metrics.keys.WithLabelValues("skipped_" + reason).Add(float64(n))
 	}
 	rep.Failed = rep.Wanted - rep.Written - rep.Negative
-	rep.Coverage = 1
-	if rep.Wanted > 0 {
-		rep.Coverage = float64(rep.Written+rep.Negative) / float64(rep.Wanted)
-	}
+	rep.AccessLogFailed = logErr != nil
+	rep.Coverage = coverage(rep, po.TopN)
 	rep.Duration = time.Since(start)
 	if s := rep.Duration.Seconds(); s > 0 {
 		rep.KeysPerSecond = float64(rep.Written+rep.Negative) / s
@@ -290,6 +294,20 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	w.log.Debug().Dur("took", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
 	w.finishPrewarm(rep, err)
 	return rep, err
+}
+
+// coverage is the share of the keys asked for that the run loaded (see
+// PrewarmReport.Coverage).
+func coverage(rep PrewarmReport, topN int) float64 {
+	loaded, wanted := rep.Written+rep.Negative, rep.Wanted
+	if rep.AccessLogFailed {
+		// The ranking failed: what it did not deliver was asked for, not loaded.
+		wanted += max(1, topN-rep.Candidates)
+	}
+	if wanted == 0 {
+		return 1
+	}
+	return float64(loaded) / float64(wanted)
 }
 
 // add takes one access-log key, in rank order: skipped and counted, or added
@@ -442,6 +460,9 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 	m := w.pw.metrics
 	result := "ok"
 	switch {
+	case rep.AccessLogFailed:
+		// The hot keys are what a pre-warm is for: without them it failed.
+		result = "error"
 	case err != nil && rep.Written+rep.Negative == 0 && rep.Wanted > 0:
 		result = "error"
 	case err != nil || rep.Failed > 0:
@@ -532,7 +553,7 @@ func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
 	m := &prewarmMetrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_runs_total",
-			Help: "Pre-warm runs by result (ok, partial, error).",
+			Help: "Pre-warm runs by result (ok, partial, error: nothing loaded, or the access log could not be read).",
 		}, []string{"result"}),
 		keys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_keys_total",
@@ -549,7 +570,7 @@ func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
 		}),
 		accessLogErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_prewarm_access_log_errors_total",
-			Help: "Pre-warms that could not read the access log (they loaded the declared single keys only).",
+			Help: "Pre-warms that could not read the access log to its end (they loaded the declared single keys and the keys read before the error; result error, coverage below 1).",
 		}),
 	}
 	for _, o := range []string{"written", "negative", "failed", "skipped_" + SkipTooLong, "skipped_" + SkipMalformed,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	mrand "math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -196,6 +198,11 @@ func TestPrewarmSkipsHostileKeys(t *testing.T) {
 	}
 	sort.Strings(logged)
 	// Hostile keys are the hottest: they must not crowd out or stop the rest.
+	// The table's guard drops a key over accesslog.MaxKeyBytes; a row written
+	// before it existed (or with it off) still reaches the pre-warm.
+	if _, err := e.pg.Pool.Exec(context.Background(), `ALTER TABLE hearth_access_log DISABLE TRIGGER hearth_access_log_guard`); err != nil {
+		t.Fatal(err)
+	}
 	e.record(t, append(logged, valid...)...)
 
 	rep, err := e.w.Prewarm(context.Background(), e.options(100))
@@ -360,6 +367,93 @@ func TestPrewarmAccessLogUnreadable(t *testing.T) {
 	}
 	if got, want := metric(t, e.reg, "hearth_prewarm_access_log_errors_total"), 1.0; got != want {
 		t.Errorf("hearth_prewarm_access_log_errors_total = %g, want %g", got, want)
+	}
+	// The ranking failed: the run failed, whatever it loaded. The top 10 keys
+	// asked for count as wanted and not loaded, next to the one single key.
+	if !rep.AccessLogFailed || rep.Error == "" {
+		t.Errorf("report: access_log_failed %v, error %q; want the failure", rep.AccessLogFailed, rep.Error)
+	}
+	if got, want := rep.Coverage, 1.0/11; got != want {
+		t.Errorf("coverage = %g, want %g", got, want)
+	}
+	if got, want := metric(t, e.reg, "hearth_prewarm_coverage_ratio"), 1.0/11; got != want {
+		t.Errorf("hearth_prewarm_coverage_ratio = %g, want %g", got, want)
+	}
+	if got, want := metric(t, e.reg, "hearth_prewarm_runs_total", "error"), 1.0; got != want {
+		t.Errorf("hearth_prewarm_runs_total{result=error} = %g, want %g", got, want)
+	}
+}
+
+// TestPrewarmFromHostileBuckets: Redis access-log buckets holding, next to
+// good keys, a member of 3,000 bytes and scores of inf, -inf, a negative count
+// and 1e300 (in three buckets) are rolled up, ranked and pre-warmed: the good
+// keys load, the bad members are skipped and counted, the absurd count is
+// lowered. (The long member failed the whole roll-up every run, and the sum of
+// the absurd counts made the ranking fail with "bigint out of range" while the
+// coverage said 1.)
+func TestPrewarmFromHostileBuckets(t *testing.T) {
+	rd := testenv.Redis(t)
+	e := newPWEnv(t, rd.Client, rd.Prefix, 20, 100, "")
+	ctx := context.Background()
+	p, ns := rd.Prefix, strings.TrimSuffix(rd.Prefix, ":")
+	reg := prometheus.NewRegistry()
+	roller, err := accesslog.NewRoller(accesslog.RollerOptions{
+		Log: e.log, Client: rd.Client, Namespace: ns, Bucket: time.Minute, Lookback: time.Hour, Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Random digits: PostgreSQL compresses a repeated one below the btree limit.
+	long := make([]byte, 3000)
+	for i := range long {
+		long[i] = byte('0' + mrand.IntN(10))
+	}
+	for _, ago := range []time.Duration{2, 3, 4} {
+		key := accesslog.BucketKey(ns, accesslog.BucketStart(time.Now().Add(-ago*time.Minute), time.Minute))
+		for _, z := range []redis.Z{
+			{Score: 5, Member: p + "product:3"}, {Score: 3, Member: p + "product:5"},
+			{Score: 9, Member: p + "product:" + string(long)},
+			{Score: math.Inf(1), Member: p + "product:7"}, {Score: math.Inf(-1), Member: p + "product:8"},
+			{Score: -2, Member: p + "product:9"}, {Score: 1e300, Member: p + "product:11"},
+		} {
+			if err := rd.Client.ZAdd(ctx, key, z).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res, err := roller.RollupOnce(ctx)
+	if err != nil {
+		t.Fatalf("roll-up: %v", err)
+	}
+	if got, want := [4]int{res.Buckets, res.Rows, res.Skipped, res.Clamped}, [4]int{3, 9, 12, 3}; got != want {
+		t.Errorf("roll-up buckets, rows, skipped, clamped = %v, want %v", got, want)
+	}
+	if got, want := metric(t, reg, "hearth_access_log_skipped_keys_total", accesslog.SkipTooLong), 3.0; got != want {
+		t.Errorf("skipped{too_long} = %g, want %g", got, want)
+	}
+	if got, want := metric(t, reg, "hearth_access_log_skipped_keys_total", accesslog.SkipBadScore), 9.0; got != want {
+		t.Errorf("skipped{bad_score} = %g, want %g", got, want)
+	}
+	if _, err := roller.RankOnce(ctx); err != nil {
+		t.Errorf("ranking: %v", err)
+	}
+
+	rep, err := e.w.Prewarm(ctx, e.options(100))
+	if err != nil {
+		t.Fatalf("pre-warm: %v", err)
+	}
+	// top (single key) + products 11 (the lowered count), 3 and 5.
+	if got, want := [4]int{rep.Candidates, rep.Wanted, rep.Written, rep.Failed}, [4]int{3, 4, 4, 0}; got != want {
+		t.Errorf("candidates, wanted, written, failed = %v, want %v", got, want)
+	}
+	if rep.Coverage != 1 || rep.AccessLogFailed {
+		t.Errorf("coverage %g, access log failed %v; want 1, false", rep.Coverage, rep.AccessLogFailed)
+	}
+	if got, want := e.keys(t), []string{"product:11", "product:3", "product:5", "top"}; !slices.Equal(got, want) {
+		t.Errorf("redis keys = %q, want %q", got, want)
+	}
+	if got, want := metric(t, e.reg, "hearth_prewarm_runs_total", "ok"), 1.0; got != want {
+		t.Errorf("hearth_prewarm_runs_total{result=ok} = %g, want %g", got, want)
 	}
 }
 
