@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -236,17 +237,18 @@ func Redact(dsn string) string {
 }
 
 // RedactError makes sure an error about a DSN does not carry its password: pgx
-// parse errors may quote the connection string.
+// parse errors may quote the connection string. The result unwraps to err, so
+// errors.Is and errors.As still see the cause; only the message is changed.
 func RedactError(err error, dsn string) error {
 	if err == nil {
 		return nil
 	}
 	cfg, perr := pgconn.ParseConfig(dsn)
 	if perr != nil {
-		return errors.New("cannot parse the connection string (details withheld: they may contain the password)")
+		return redact.Withheld(err, "cannot parse the connection string (details withheld: they may contain the password)")
 	}
 	if cfg.Password != "" && strings.Contains(err.Error(), cfg.Password) {
-		return errors.New("connection failed (details withheld: they contain the password)")
+		return redact.Secrets(err, dsn, cfg.Password)
 	}
 	return err
 }
