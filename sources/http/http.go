@@ -355,12 +355,23 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 		r.Err = fmt.Errorf("%w: HTTP %d", warmer.ErrOrigin, resp.StatusCode)
 		return r
 	}
-	body := &boundedReader{r: resp.Body, left: s.cfg.MaxBodyBytes}
+	// Without a pointer the body is the value: it is read only up to
+	// max_value_bytes when that is the smaller bound, since a larger one would
+	// be refused anyway. A Content-Length over the bound is refused unread.
+	limit, what := s.cfg.MaxBodyBytes, "max_body_bytes"
+	if spec.JSONPointer == "" && spec.MaxValueBytes > 0 && int64(spec.MaxValueBytes) < limit {
+		limit, what = int64(spec.MaxValueBytes), "max_value_bytes"
+	}
+	if resp.ContentLength > limit {
+		r.Err = fmt.Errorf("%w: body of %d bytes, %s is %d", warmer.ErrTooLarge, resp.ContentLength, what, limit)
+		return r
+	}
+	body := &boundedReader{r: resp.Body, left: limit}
 	if spec.JSONPointer == "" {
 		v, err := io.ReadAll(body)
 		switch {
 		case body.over:
-			r.Err = fmt.Errorf("%w: body over %d bytes", warmer.ErrTooLarge, s.cfg.MaxBodyBytes)
+			r.Err = fmt.Errorf("%w: body over %s %d", warmer.ErrTooLarge, what, limit)
 		case err != nil:
 			r.Err = fmt.Errorf("%w: read body: %w", warmer.ErrOrigin, err)
 		default:
@@ -372,7 +383,7 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 	v, err := PointerReader(body, spec.JSONPointer)
 	switch {
 	case body.over:
-		r.Err = fmt.Errorf("%w: body over %d bytes", warmer.ErrTooLarge, s.cfg.MaxBodyBytes)
+		r.Err = fmt.Errorf("%w: body over %s %d", warmer.ErrTooLarge, what, limit)
 	case body.err != nil:
 		r.Err = fmt.Errorf("%w: read body: %w", warmer.ErrOrigin, body.err)
 	case err != nil:

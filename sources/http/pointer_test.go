@@ -99,6 +99,22 @@ func TestPointerBodyBound(t *testing.T) {
 			t.Errorf("body of %s bytes: err %v, want ErrTooLarge", r.Member, r.Err)
 		}
 	}
+	// Without a pointer the body is the value: read no further than
+	// max_value_bytes when it is the smaller bound (Content-Length or not).
+	raw := spec(t, "b:{n}", "/{n}", "")
+	raw.MaxValueBytes = 500
+	rs, err = src.Load(context.Background(), raw, []string{"500", "501", "100000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Err != nil || len(rs[0].Value) != 500 {
+		t.Errorf("body of exactly max_value_bytes: %d bytes, %v", len(rs[0].Value), rs[0].Err)
+	}
+	for _, r := range rs[1:] {
+		if !errors.Is(r.Err, warmer.ErrTooLarge) || !strings.Contains(r.Err.Error(), "max_value_bytes 500") && !strings.Contains(r.Err.Error(), "max_value_bytes is 500") {
+			t.Errorf("raw body of %s bytes: err %v, want ErrTooLarge naming max_value_bytes", r.Member, r.Err)
+		}
+	}
 }
 
 // wholeDecode is the pointer as it was before streaming: decode the whole
