@@ -78,7 +78,7 @@ func openSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 		switch sc.Type {
 		case "postgres":
 			var s *postgres.Source
-			s, err = postgres.New(postgres.Config{Name: sc.Name, DSN: sc.DSN, MaxConns: sc.MaxConns, StatementTimeout: sc.StatementTimeout})
+			s, err = postgres.New(postgres.Config{Name: sc.Name, DSN: sc.DSN, MaxConns: sc.MaxConns, StatementTimeout: sc.StatementTimeout, Log: log})
 			if err == nil {
 				closers = append(closers, s)
 				src = s

@@ -1,12 +1,15 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/sources/postgres"
@@ -26,12 +29,18 @@ func TestValueBound(t *testing.T) {
 		INSERT INTO blobs VALUES ('big', decode(repeat('ab', %[1]d), 'hex'), repeat('x', %[1]d), jsonb_build_object('x', repeat('x', %[1]d)));`, bigValue)); err != nil {
 		t.Fatal(err)
 	}
-	src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 2})
+	var logs bytes.Buffer
+	src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 2, Log: zerolog.New(zerolog.SyncWriter(&logs))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
 	members := []string{"1", "2", "big", "3", "4", "5"}
+	defer func() {
+		if !strings.Contains(logs.String(), `"member":"big","bytes":52428800,"max_value_bytes":1048576`) {
+			t.Errorf("oversize value not logged with its member and size:\n%s", logs.String())
+		}
+	}()
 	for _, col := range []string{"body", "note", "doc"} {
 		t.Run(col, func(t *testing.T) {
 			s := spec(t, "blob:{id}", fmt.Sprintf("SELECT id, %s FROM blobs WHERE id = ANY($1) -- a trailing comment;\n;", col))

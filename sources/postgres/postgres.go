@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/warmer"
@@ -31,6 +32,9 @@ type Config struct {
 	MaxConns int
 	// StatementTimeout is set as the session's statement_timeout.
 	StatementTimeout time.Duration
+	// Log receives values refused as over max_value_bytes (sampled); the zero
+	// value discards them.
+	Log zerolog.Logger
 }
 
 // Source loads values with pgx from a connection pool.
@@ -38,6 +42,7 @@ type Source struct {
 	name string
 	pool *pgxpool.Pool
 	safe string
+	log  zerolog.Logger
 	// shapes caches, per declaration query, the bounded query that runs it.
 	shapes sync.Map // query string → *shape
 }
@@ -64,7 +69,11 @@ func New(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", cfg.Name, RedactError(err, cfg.DSN))
 	}
-	return &Source{name: cfg.Name, pool: pool, safe: Redact(cfg.DSN)}, nil
+	// A whole family of oversize values would log one line per member: a
+	// burst, then one per period (every member is still counted).
+	log := cfg.Log.With().Str("component", "source").Str("source", cfg.Name).Logger().
+		Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})
+	return &Source{name: cfg.Name, pool: pool, safe: Redact(cfg.DSN), log: log}, nil
 }
 
 // Pool returns the connection pool (used by migrations and the access log).
@@ -122,6 +131,8 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		case size != nil && *size > valueBound(spec):
 			r.Value = nil
 			r.Err = tooLarge(*size, spec)
+			s.log.Warn().Str("family", spec.Name).Str("member", *member).Int64("bytes", *size).Int("max_value_bytes", spec.MaxValueBytes).
+				Msg("value over max_value_bytes not fetched; the member's old value is kept")
 		case value == nil:
 			r.Err = fmt.Errorf("%w: query returned NULL for member %q", warmer.ErrNullValue, *member)
 		}
@@ -262,6 +273,8 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec, sh *shape) (
 	case n > 1:
 		return []warmer.Result{{Err: fmt.Errorf("%w: query returned %d rows for a single key", warmer.ErrDuplicate, n)}}, nil
 	case size != nil && *size > valueBound(spec):
+		s.log.Warn().Str("family", spec.Name).Int64("bytes", *size).Int("max_value_bytes", spec.MaxValueBytes).
+			Msg("value over max_value_bytes not fetched; the key's old value is kept")
 		return []warmer.Result{{Err: tooLarge(*size, spec)}}, nil
 	case value == nil:
 		return []warmer.Result{{Err: fmt.Errorf("%w: query returned NULL", warmer.ErrNullValue)}}, nil
