@@ -90,6 +90,9 @@ type Source struct {
 	Concurrency  int               `mapstructure:"concurrency"`
 	MaxBodyBytes int64             `mapstructure:"max_body_bytes"`
 	HealthPath   string            `mapstructure:"health_path"`
+	// Redirects: same-host (default: same scheme, host and port), none, or any
+	// (configured headers are still never sent to another host).
+	Redirects string `mapstructure:"redirects"`
 
 	// Origin protection, both types (see Protection for the defaults).
 	Protection `mapstructure:",squash"`

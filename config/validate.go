@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -172,7 +173,7 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 			if s.StatementTimeout < 0 {
 				c.add(path+".statement_timeout", "must be >= 0 (got %s)", s.StatementTimeout)
 			}
-			for _, f := range setFields(field{"base_url", s.BaseURL != ""}, field{"headers", len(s.Headers) > 0}, field{"timeout", s.Timeout != 0}, field{"health_path", s.HealthPath != ""}) {
+			for _, f := range setFields(field{"base_url", s.BaseURL != ""}, field{"headers", len(s.Headers) > 0}, field{"timeout", s.Timeout != 0}, field{"health_path", s.HealthPath != ""}, field{"redirects", s.Redirects != ""}) {
 				c.add(path+"."+f, "is not valid for a postgres source")
 			}
 		case "http":
@@ -188,6 +189,11 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 			if s.Concurrency < 0 {
 				c.add(path+".concurrency", "must be >= 0 (got %d)", s.Concurrency)
 			}
+			switch s.Redirects {
+			case "", "same-host", "none", "any":
+			default:
+				c.add(path+".redirects", "must be same-host, none or any (got %q)", s.Redirects)
+			}
 			if s.HealthPath != "" && !strings.HasPrefix(s.HealthPath, "/") {
 				c.add(path+".health_path", "must start with '/' (got %q)", s.HealthPath)
 			}
@@ -201,13 +207,8 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 	return types
 }
 
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable)"
-	}
-	return u.Redacted()
-}
+// redactURL masks the password and every query value (an api_key=…).
+func redactURL(s string) string { return redact.URL(s) }
 
 func (cfg *Config) validateKeys(c *checker, sourceTypes map[string]string) {
 	if len(cfg.Keys) == 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/redact"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
@@ -49,11 +50,7 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis) e
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		msg := err.Error()
-		if c.Password != "" {
-			msg = strings.ReplaceAll(msg, c.Password, "xxxxx")
-		}
-		return fmt.Errorf("redis %s unreachable: %s", strings.Join(c.Addrs, ","), msg)
+		return fmt.Errorf("redis %s unreachable: %w", strings.Join(c.Addrs, ","), redact.Secrets(err, c.Password))
 	}
 	return nil
 }
@@ -65,6 +62,7 @@ type closer interface{ Close() }
 // puts each behind its origin protection (warmer.Guard), whose metrics go to reg.
 func openSources(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (map[string]warmer.Source, func(), error) {
 	guards := warmer.NewGuardMetrics(reg)
+	httpMetrics := httpsrc.NewMetrics(reg)
 	srcs := make(map[string]warmer.Source, len(cfg.Sources))
 	var closers []closer
 	closeAll := func() {
@@ -80,7 +78,7 @@ func openSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 		switch sc.Type {
 		case "postgres":
 			var s *postgres.Source
-			s, err = postgres.New(postgres.Config{Name: sc.Name, DSN: sc.DSN, MaxConns: sc.MaxConns, StatementTimeout: sc.StatementTimeout})
+			s, err = postgres.New(postgres.Config{Name: sc.Name, DSN: sc.DSN, MaxConns: sc.MaxConns, StatementTimeout: sc.StatementTimeout, Log: log})
 			if err == nil {
 				closers = append(closers, s)
 				src = s
@@ -88,7 +86,8 @@ func openSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 		case "http":
 			var s *httpsrc.Source
 			s, err = httpsrc.New(httpsrc.Config{Name: sc.Name, BaseURL: sc.BaseURL, Headers: sc.Headers, Timeout: sc.Timeout,
-				Concurrency: sc.Concurrency, MaxBodyBytes: sc.MaxBodyBytes, HealthPath: sc.HealthPath})
+				Concurrency: sc.Concurrency, MaxBodyBytes: sc.MaxBodyBytes, HealthPath: sc.HealthPath,
+				Redirects: sc.Redirects, Metrics: httpMetrics, Log: log})
 			if err == nil {
 				closers = append(closers, s)
 				src = s

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -147,7 +147,7 @@ func prewarmTarget(c config.Redis, rawURL string) (redis.UniversalClient, string
 	}
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, "", fmt.Errorf("--redis: %s", strings.ReplaceAll(err.Error(), rawURL, redactRedisURL(rawURL)))
+		return nil, "", fmt.Errorf("--redis: %w", redact.URLError(err, rawURL))
 	}
 	if opts.DialTimeout == 0 { // not in the URL: take the config's
 		opts.DialTimeout = c.DialTimeout
@@ -155,13 +155,8 @@ func prewarmTarget(c config.Redis, rawURL string) (redis.UniversalClient, string
 	return redis.NewClient(opts), redactRedisURL(rawURL), nil
 }
 
-func redactRedisURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
+// redactRedisURL masks the password and query values of a Redis URL.
+func redactRedisURL(s string) string { return redact.URL(s) }
 
 func pingTarget(ctx context.Context, rdb redis.UniversalClient, target string) error {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)

@@ -1,11 +1,12 @@
 // Package http is the HTTP upstream origin: one GET per member, the path template's
 // parameter URL-escaped, the value the response body or a JSON pointer into it.
+// Configured headers never leave the configured host: redirects to another host
+// are refused by default and stripped of those headers when allowed.
 package http
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,19 +16,46 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
 // DefaultMaxBodyBytes bounds a response body when the source sets no bound.
 const DefaultMaxBodyBytes = 8 << 20
 
+// maxRedirects bounds a chain of followed redirects, as net/http's default does.
+const maxRedirects = 10
+
+// Redirect policies: which redirects a load follows.
+const (
+	// RedirectSameHost follows redirects to the same scheme, host and port only
+	// (the default).
+	RedirectSameHost = "same-host"
+	// RedirectNone follows no redirect: any 3xx fails the load.
+	RedirectNone = "none"
+	// RedirectAny follows redirects anywhere, but never sends the configured
+	// headers (nor a Referer) to another host.
+	RedirectAny = "any"
+)
+
+// ErrRedirect is a redirect the policy refused; the member's load fails and its
+// old value is kept.
+var ErrRedirect = errors.New("redirect refused")
+
+// ErrDotSegment is a member that would become a "." or ".." path segment.
+var ErrDotSegment = errors.New(`member would be a "." or ".." path segment`)
+
 // Config is an HTTP upstream source.
 type Config struct {
 	Name    string
 	BaseURL string
-	// Headers are sent with every request (e.g. Authorization); never logged.
+	// Headers are sent with every request (e.g. Authorization); never logged,
+	// never sent to another host.
 	Headers map[string]string
 	// Timeout bounds one request.
 	Timeout time.Duration
@@ -36,6 +64,32 @@ type Config struct {
 	MaxBodyBytes int64
 	// HealthPath is requested by Ping; any answer below 500 counts as reachable.
 	HealthPath string
+	// Redirects is RedirectSameHost (the default when empty), RedirectNone or
+	// RedirectAny.
+	Redirects string
+	// Metrics receives the source's counters; nil keeps them private.
+	Metrics *Metrics
+	// Log receives refused redirects (sampled); the zero value discards them.
+	Log zerolog.Logger
+}
+
+// Metrics are the HTTP sources' counters, shared by every HTTP source of a process.
+type Metrics struct {
+	redirectsRefused *prometheus.CounterVec
+}
+
+// NewMetrics registers the HTTP sources' metrics with reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		redirectsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_source_redirects_refused_total",
+			Help: "Redirects an HTTP source refused to follow (policy redirects: same-host or none); the member's old value is kept.",
+		}, []string{"source"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.redirectsRefused)
+	}
+	return m
 }
 
 // Source loads values over HTTP.
@@ -43,6 +97,9 @@ type Source struct {
 	cfg    Config
 	base   *url.URL
 	client *nethttp.Client
+	log    zerolog.Logger
+	// refused counts refused redirects of this source.
+	refused prometheus.Counter
 }
 
 var _ warmer.Source = (*Source)(nil)
@@ -53,35 +110,116 @@ func New(cfg Config) (*Source, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("source %s: base_url must be an absolute http(s) URL", cfg.Name)
 	}
+	switch cfg.Redirects {
+	case "":
+		cfg.Redirects = RedirectSameHost
+	case RedirectSameHost, RedirectNone, RedirectAny:
+	default:
+		return nil, fmt.Errorf("source %s: redirects must be same-host, none or any (got %q)", cfg.Name, cfg.Redirects)
+	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
 	tr := nethttp.DefaultTransport.(*nethttp.Transport).Clone()
 	tr.MaxIdleConnsPerHost = cfg.Concurrency
-	return &Source{cfg: cfg, base: u, client: &nethttp.Client{Timeout: cfg.Timeout, Transport: tr}}, nil
+	s := &Source{
+		cfg:  cfg,
+		base: u,
+		// One warning per member would flood the log when a whole family
+		// redirects: a burst, then one per period.
+		log:     cfg.Log.With().Str("component", "source").Str("source", cfg.Name).Logger().Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
+		refused: cfg.Metrics.redirectsRefused.WithLabelValues(cfg.Name),
+	}
+	s.client = &nethttp.Client{Timeout: cfg.Timeout, Transport: tr, CheckRedirect: s.checkRedirect}
+	return s, nil
+}
+
+type pingKey struct{}
+
+// checkRedirect applies the redirect policy. net/http has already copied the
+// original headers onto req; it strips only Authorization, Cookie and a few
+// others on a host change, so the configured headers (X-Api-Key…) and the
+// Referer (which may carry a base_url query token) are removed here.
+func (s *Source) checkRedirect(req *nethttp.Request, via []*nethttp.Request) error {
+	if req.Context().Value(pingKey{}) != nil {
+		// Ping: a redirect is an answer, and reachable.
+		return nethttp.ErrUseLastResponse
+	}
+	same := sameOrigin(via[0].URL, req.URL)
+	switch {
+	case len(via) >= maxRedirects:
+		return s.refuse(req, via, fmt.Sprintf("more than %d redirects", maxRedirects))
+	case s.cfg.Redirects == RedirectNone:
+		return s.refuse(req, via, "redirects: none")
+	case s.cfg.Redirects == RedirectSameHost && !same:
+		return s.refuse(req, via, "redirects: same-host")
+	}
+	if !same {
+		for k := range s.cfg.Headers {
+			req.Header.Del(k)
+		}
+		req.Header.Del("Referer")
+	}
+	return nil
+}
+
+func (s *Source) refuse(req *nethttp.Request, via []*nethttp.Request, why string) error {
+	s.refused.Inc()
+	to := origin(req.URL)
+	s.log.Warn().Str("from", origin(via[0].URL)).Str("to", to).Str("policy", s.cfg.Redirects).
+		Msg("redirect refused; the member's old value is kept")
+	return fmt.Errorf("%w to %s (%s)", ErrRedirect, to, why)
+}
+
+// origin names a URL's scheme, host and port only: no path, query or userinfo.
+func origin(u *url.URL) string {
+	return u.Scheme + "://" + u.Host
+}
+
+// sameOrigin reports whether a and b have the same scheme, host and port
+// (default ports made explicit).
+func sameOrigin(a, b *url.URL) bool {
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+}
+
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http":
+		return "80"
+	case "https":
+		return "443"
+	}
+	return ""
 }
 
 // Close releases idle connections.
 func (s *Source) Close() { s.client.CloseIdleConnections() }
 
 // Ping requests the health path (the base URL by default): reachable means any
-// answer below 500.
+// answer below 500. A redirect is not followed: it is an answer.
 func (s *Source) Ping(ctx context.Context) error {
 	u := *s.base
 	if s.cfg.HealthPath != "" {
 		u.Path = strings.TrimRight(u.Path, "/") + s.cfg.HealthPath
+		u.RawPath = ""
 	}
-	resp, err := s.do(ctx, u.String())
+	resp, err := s.do(context.WithValue(ctx, pingKey{}, true), u.String())
 	if err != nil {
-		return fmt.Errorf("ping %s (%s): %w", s.cfg.Name, s.base.Redacted(), err)
+		return fmt.Errorf("ping %s (%s): %w", s.cfg.Name, redact.URL(s.cfg.BaseURL), err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	if resp.StatusCode >= 500 {
-		return fmt.Errorf("ping %s (%s): HTTP %d", s.cfg.Name, s.base.Redacted(), resp.StatusCode)
+		return fmt.Errorf("ping %s (%s): HTTP %d", s.cfg.Name, redact.URL(s.cfg.BaseURL), resp.StatusCode)
 	}
 	return nil
 }
@@ -115,11 +253,18 @@ func (s *Source) URL(spec *warmer.Spec, member string) (string, error) {
 	return BuildURL(s.base, spec.Path, spec.Template.Param(), member)
 }
 
-// BuildURL expands a path template against a base URL.
+// BuildURL expands a path template against a base URL. The base URL's own query
+// (an api_key=…) comes first, the template's after it. A member that is, or
+// unescapes to, "." or ".." in the path is ErrDotSegment (warmer.ErrBadMember):
+// escaping cannot stop a dot segment, and a server or proxy would resolve it to
+// the parent path.
 func BuildURL(base *url.URL, pathTmpl, param, member string) (string, error) {
 	path, query, _ := strings.Cut(pathTmpl, "?")
 	ph := "{" + param + "}"
 	if param != "" {
+		if strings.Contains(path, ph) && isDotSegment(member) {
+			return "", fmt.Errorf("%w: %w (got %q)", warmer.ErrBadMember, ErrDotSegment, member)
+		}
 		path = strings.ReplaceAll(path, ph, url.PathEscape(member))
 		query = strings.ReplaceAll(query, ph, url.QueryEscape(member))
 	}
@@ -135,26 +280,49 @@ func BuildURL(base *url.URL, pathTmpl, param, member string) (string, error) {
 		return "", fmt.Errorf("build url: %w", err)
 	}
 	u.Path, u.RawPath, u.RawQuery = ref.Path, ref.RawPath, ref.RawQuery
+	if base.RawQuery != "" {
+		u.RawQuery = base.RawQuery
+		if ref.RawQuery != "" {
+			u.RawQuery += "&" + ref.RawQuery
+		}
+	}
 	return u.String(), nil
+}
+
+// isDotSegment reports whether m is "." or "..", or becomes one once
+// percent-decoded (%2e, %2E%2e, %252e…): a server that decodes twice, or a proxy
+// in front of it, would otherwise see a dot segment.
+func isDotSegment(m string) bool {
+	for range 4 {
+		if m == "." || m == ".." {
+			return true
+		}
+		d, err := url.PathUnescape(m)
+		if err != nil || d == m {
+			return false
+		}
+		m = d
+	}
+	return m == "." || m == ".."
 }
 
 func (s *Source) do(ctx context.Context, target string) (*nethttp.Response, error) {
 	req, err := nethttp.NewRequestWithContext(ctx, nethttp.MethodGet, target, nil)
 	if err != nil {
-		return nil, err
+		return nil, redact.URLError(err, target)
 	}
 	for k, v := range s.cfg.Headers {
 		req.Header.Set(k, v)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		// url.Error quotes the URL; it holds no secret (headers are not in it),
-		// but strip it anyway to keep errors short and member-free.
+		// url.Error quotes the URL, which may carry the base_url's query token:
+		// drop it, and mask the token wherever else it could appear.
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			return nil, ue.Err
+			err = ue.Err
 		}
-		return nil, err
+		return nil, redact.URLError(err, s.cfg.BaseURL)
 	}
 	return resp, nil
 }
@@ -187,71 +355,195 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 		r.Err = fmt.Errorf("%w: HTTP %d", warmer.ErrOrigin, resp.StatusCode)
 		return r
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxBodyBytes+1))
-	if err != nil {
-		r.Err = fmt.Errorf("%w: read body: %w", warmer.ErrOrigin, err)
+	// Without a pointer the body is the value: it is read only up to
+	// max_value_bytes when that is the smaller bound, since a larger one would
+	// be refused anyway. A Content-Length over the bound is refused unread.
+	limit, what := s.cfg.MaxBodyBytes, "max_body_bytes"
+	if spec.JSONPointer == "" && spec.MaxValueBytes > 0 && int64(spec.MaxValueBytes) < limit {
+		limit, what = int64(spec.MaxValueBytes), "max_value_bytes"
+	}
+	if resp.ContentLength > limit {
+		r.Err = fmt.Errorf("%w: body of %d bytes, %s is %d", warmer.ErrTooLarge, resp.ContentLength, what, limit)
 		return r
 	}
-	if int64(len(body)) > s.cfg.MaxBodyBytes {
-		r.Err = fmt.Errorf("%w: body over %d bytes", warmer.ErrTooLarge, s.cfg.MaxBodyBytes)
-		return r
-	}
+	body := &boundedReader{r: resp.Body, left: limit}
 	if spec.JSONPointer == "" {
-		r.Value = body
+		v, err := io.ReadAll(body)
+		switch {
+		case body.over:
+			r.Err = fmt.Errorf("%w: body over %s %d", warmer.ErrTooLarge, what, limit)
+		case err != nil:
+			r.Err = fmt.Errorf("%w: read body: %w", warmer.ErrOrigin, err)
+		default:
+			r.Value = v
+		}
 		return r
 	}
-	v, err := Pointer(body, spec.JSONPointer)
-	if err != nil {
+	// Streamed: only the pointed value is ever held, never the whole body.
+	v, err := PointerReader(body, spec.JSONPointer)
+	switch {
+	case body.over:
+		r.Err = fmt.Errorf("%w: body over %s %d", warmer.ErrTooLarge, what, limit)
+	case body.err != nil:
+		r.Err = fmt.Errorf("%w: read body: %w", warmer.ErrOrigin, body.err)
+	case err != nil:
 		r.Err = fmt.Errorf("keys[%s].json_pointer %q: %w", spec.Name, spec.JSONPointer, err)
-		return r
+	default:
+		r.Value = v
 	}
-	r.Value = v
 	return r
 }
 
-// Pointer resolves an RFC 6901 JSON pointer in doc. A string is returned without
-// its quotes; any other value as compact JSON. A JSON null is ErrNullValue, a
-// pointer that leads nowhere or a body that is not JSON is ErrBadPayload.
+// errBodyTooLarge stops a read past the body bound.
+var errBodyTooLarge = errors.New("body too large")
+
+// boundedReader reads at most left bytes, then fails with errBodyTooLarge (over
+// is set) if the body has more. err keeps the underlying read error, so that a
+// cut connection is not reported as a JSON syntax error.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+	err  error
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One more byte tells a body of exactly the bound from a longer one.
+		var one [1]byte
+		n, err := b.r.Read(one[:])
+		if n > 0 {
+			b.over = true
+			return 0, errBodyTooLarge
+		}
+		if err != nil && err != io.EOF {
+			b.err = err
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// Pointer resolves an RFC 6901 JSON pointer in doc; see PointerReader.
 func Pointer(doc []byte, ptr string) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var node any
-	if err := dec.Decode(&node); err != nil {
-		return nil, fmt.Errorf("%w: body is not JSON: %w", warmer.ErrBadPayload, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: body has data after the JSON value", warmer.ErrBadPayload)
-	}
+	return PointerReader(bytes.NewReader(doc), ptr)
+}
+
+// PointerReader resolves an RFC 6901 JSON pointer in the JSON document r, read
+// as a token stream: members and elements off the path are skipped token by
+// token, and only the pointed value is held in memory. The rest of the document
+// is still read and checked, so a body that is not one valid JSON value is
+// refused as before. A string is returned without its quotes; any other value
+// as compact JSON, its members in their original order. A JSON null is
+// ErrNullValue; a pointer that leads nowhere, a body that is not JSON (or has
+// duplicate names, invalid UTF-8, data after the value) is ErrBadPayload.
+func PointerReader(r io.Reader, ptr string) ([]byte, error) {
+	var toks []string
 	if ptr != "" {
 		if !strings.HasPrefix(ptr, "/") {
 			return nil, fmt.Errorf("%w: pointer must start with '/'", warmer.ErrBadPayload)
 		}
 		for _, tok := range strings.Split(ptr[1:], "/") {
-			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-			switch n := node.(type) {
-			case map[string]any:
-				next, ok := n[tok]
-				if !ok {
-					return nil, fmt.Errorf("%w: no member %q", warmer.ErrBadPayload, tok)
-				}
-				node = next
-			case []any:
-				i, err := strconv.Atoi(tok)
-				if err != nil || i < 0 || i >= len(n) || (len(tok) > 1 && tok[0] == '0') {
-					return nil, fmt.Errorf("%w: no index %q", warmer.ErrBadPayload, tok)
-				}
-				node = n[i]
-			default:
-				return nil, fmt.Errorf("%w: cannot descend into a scalar at %q", warmer.ErrBadPayload, tok)
-			}
+			toks = append(toks, strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~"))
 		}
 	}
-	switch n := node.(type) {
-	case nil:
-		return nil, fmt.Errorf("%w: pointer selects null", warmer.ErrNullValue)
-	case string:
-		return []byte(n), nil
-	default:
-		return json.Marshal(n)
+	dec := jsontext.NewDecoder(r)
+	notJSON := func(err error) error {
+		return fmt.Errorf("%w: body is not JSON: %w", warmer.ErrBadPayload, err)
 	}
+	for _, tok := range toks {
+		switch dec.PeekKind() {
+		case '{':
+			if _, err := dec.ReadToken(); err != nil {
+				return nil, notJSON(err)
+			}
+			for {
+				if dec.PeekKind() == '}' {
+					return nil, fmt.Errorf("%w: no member %q", warmer.ErrBadPayload, tok)
+				}
+				name, err := dec.ReadToken()
+				if err != nil {
+					return nil, notJSON(err)
+				}
+				if name.String() == tok {
+					break
+				}
+				if err := dec.SkipValue(); err != nil {
+					return nil, notJSON(err)
+				}
+			}
+		case '[':
+			if _, err := dec.ReadToken(); err != nil {
+				return nil, notJSON(err)
+			}
+			idx, err := strconv.Atoi(tok)
+			if err != nil || idx < 0 || (len(tok) > 1 && tok[0] == '0') || tok[0] == '+' {
+				return nil, fmt.Errorf("%w: no index %q", warmer.ErrBadPayload, tok)
+			}
+			for i := 0; i < idx; i++ {
+				if dec.PeekKind() == ']' {
+					return nil, fmt.Errorf("%w: no index %q", warmer.ErrBadPayload, tok)
+				}
+				if err := dec.SkipValue(); err != nil {
+					return nil, notJSON(err)
+				}
+			}
+			if dec.PeekKind() == ']' {
+				return nil, fmt.Errorf("%w: no index %q", warmer.ErrBadPayload, tok)
+			}
+		case 0:
+			_, err := dec.ReadToken()
+			return nil, notJSON(err)
+		default:
+			return nil, fmt.Errorf("%w: cannot descend into a scalar at %q", warmer.ErrBadPayload, tok)
+		}
+	}
+	if dec.PeekKind() == 0 {
+		_, err := dec.ReadToken()
+		return nil, notJSON(err)
+	}
+	raw, err := dec.ReadValue()
+	if err != nil {
+		return nil, notJSON(err)
+	}
+	kind := raw.Kind()
+	var out []byte
+	switch kind {
+	case 'n':
+	case '"':
+		if out, err = jsontext.AppendUnquote(nil, raw); err != nil {
+			return nil, notJSON(err)
+		}
+	default:
+		// ReadValue's bytes are the decoder's buffer: copy before reading on.
+		v := raw.Clone()
+		if err := v.Compact(); err != nil {
+			return nil, notJSON(err)
+		}
+		out = v
+	}
+	// The rest of the document, token by token: it must be valid JSON too.
+	for dec.StackDepth() > 0 {
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, notJSON(err)
+		}
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		if err == nil {
+			return nil, fmt.Errorf("%w: body has data after the JSON value", warmer.ErrBadPayload)
+		}
+		return nil, notJSON(err)
+	}
+	if kind == 'n' {
+		return nil, fmt.Errorf("%w: pointer selects null", warmer.ErrNullValue)
+	}
+	return out, nil
 }

@@ -7,14 +7,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -27,6 +32,9 @@ type Config struct {
 	MaxConns int
 	// StatementTimeout is set as the session's statement_timeout.
 	StatementTimeout time.Duration
+	// Log receives values refused as over max_value_bytes (sampled); the zero
+	// value discards them.
+	Log zerolog.Logger
 }
 
 // Source loads values with pgx from a connection pool.
@@ -34,6 +42,9 @@ type Source struct {
 	name string
 	pool *pgxpool.Pool
 	safe string
+	log  zerolog.Logger
+	// shapes caches, per declaration query, the bounded query that runs it.
+	shapes sync.Map // query string → *shape
 }
 
 var (
@@ -58,7 +69,11 @@ func New(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", cfg.Name, RedactError(err, cfg.DSN))
 	}
-	return &Source{name: cfg.Name, pool: pool, safe: Redact(cfg.DSN)}, nil
+	// A whole family of oversize values would log one line per member: a
+	// burst, then one per period (every member is still counted).
+	log := cfg.Log.With().Str("component", "source").Str("source", cfg.Name).Logger().
+		Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})
+	return &Source{name: cfg.Name, pool: pool, safe: Redact(cfg.DSN), log: log}, nil
 }
 
 // Pool returns the connection pool (used by migrations and the access log).
@@ -78,26 +93,32 @@ func (s *Source) Close() { s.pool.Close() }
 // Load runs the declaration's query. A family's query gets all members at once as
 // $1 (text[]) and must return two columns, member and value; a single key's query
 // returns one column, and no row means the key does not exist.
+//
+// The query runs wrapped, so that the server sends a value only if it is at most
+// the declaration's max_value_bytes: a larger one arrives as its length alone and
+// fails just its member (warmer.ErrTooLarge), without ever being held in memory.
 func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) ([]warmer.Result, error) {
-	if !spec.Template.IsFamily() {
-		return s.loadSingle(ctx, spec)
-	}
-	rows, err := s.pool.Query(ctx, spec.Query, members)
+	sh, err := s.shape(ctx, spec)
 	if err != nil {
-		return nil, fmt.Errorf("query: %w", classify(err))
-	}
-	defer rows.Close()
-	if err := columns(rows, 2, "keys["+spec.Name+"].query", "(member, value)"); err != nil {
 		return nil, err
 	}
+	if !spec.Template.IsFamily() {
+		return s.loadSingle(ctx, spec, sh)
+	}
+	rows, err := s.pool.Query(ctx, sh.sql, members, valueBound(spec))
+	if err != nil {
+		return nil, s.queryError(spec, err)
+	}
+	defer rows.Close()
 	out := make([]warmer.Result, 0, len(members))
 	seen := make(map[string]bool, len(members))
 	for rows.Next() {
 		var (
 			member *string
 			value  []byte
+			size   *int64
 		)
-		if err := rows.Scan(&member, &value); err != nil {
+		if err := rows.Scan(&member, &value, &size); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
 		if member == nil {
@@ -107,6 +128,11 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		switch {
 		case seen[*member]:
 			r.Err = fmt.Errorf("%w: query returned member %q twice", warmer.ErrDuplicate, *member)
+		case size != nil && *size > valueBound(spec):
+			r.Value = nil
+			r.Err = tooLarge(*size, spec)
+			s.log.Warn().Str("family", spec.Name).Str("member", *member).Int64("bytes", *size).Int("max_value_bytes", spec.MaxValueBytes).
+				Msg("value over max_value_bytes not fetched; the member's old value is kept")
 		case value == nil:
 			r.Err = fmt.Errorf("%w: query returned NULL for member %q", warmer.ErrNullValue, *member)
 		}
@@ -114,9 +140,85 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query: %w", classify(err))
+		return nil, s.queryError(spec, err)
 	}
 	return dedupe(out), nil
+}
+
+// valueBound is the largest value the server may send for spec.
+func valueBound(spec *warmer.Spec) int64 {
+	if spec.MaxValueBytes <= 0 {
+		return math.MaxInt32 // no bound declared: octet_length is an int4
+	}
+	return int64(spec.MaxValueBytes)
+}
+
+func tooLarge(size int64, spec *warmer.Spec) error {
+	return fmt.Errorf("%w: %d bytes, max_value_bytes is %d (not fetched)", warmer.ErrTooLarge, size, spec.MaxValueBytes)
+}
+
+// shape is a declaration query checked and wrapped so that the value column
+// comes with its size and is sent only within the bound.
+type shape struct{ sql string }
+
+// shape describes the declaration's query once (its columns and parameters,
+// without running it) and builds the bounded query around it. The wrapper is a
+// plain subquery, which the planner pulls up: the query keeps its index.
+func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
+	family := spec.Template.IsFamily()
+	key := fmt.Sprintf("%t\x00%s", family, spec.Query)
+	if sh, ok := s.shapes.Load(key); ok {
+		return sh.(*shape), nil
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", classify(err))
+	}
+	defer conn.Release()
+	sd, err := conn.Conn().PgConn().Prepare(ctx, "", spec.Query, nil)
+	if err != nil {
+		return nil, fmt.Errorf("query: %w", classify(err))
+	}
+	field, wantCols, wantParams, cols := "keys["+spec.Name+"].query", 1, 0, "(value)"
+	if family {
+		wantCols, wantParams, cols = 2, 1, "(member, value)"
+	}
+	if n := len(sd.Fields); n != wantCols {
+		return nil, fmt.Errorf("%s: %w: must return %d column(s) %s, got %d", field, warmer.ErrBadPayload, wantCols, cols, n)
+	}
+	if n := len(sd.ParamOIDs); n > wantParams {
+		return nil, fmt.Errorf("%s: %w: takes %d parameters, but only %d is bound", field, warmer.ErrBadPayload, n, wantParams)
+	}
+	// octet_length of a text or bytea reads the stored length (no detoasting);
+	// any other type is measured as the text it would be sent as.
+	size := "octet_length(q.v::text)"
+	switch sd.Fields[wantCols-1].DataTypeOID {
+	case pgtype.ByteaOID, pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID:
+		size = "octet_length(q.v)"
+	}
+	// The query goes on its own lines, so a trailing -- comment cannot swallow
+	// the wrapper; a trailing semicolon would end the subquery.
+	inner := strings.TrimRight(strings.TrimSpace(spec.Query), ";")
+	var sql string
+	if family {
+		sql = fmt.Sprintf("SELECT q.m, CASE WHEN %[1]s <= $2 THEN q.v END, %[1]s::int8\nFROM (\n%[2]s\n) AS q(m, v)", size, inner)
+	} else {
+		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s::int8\nFROM (\n%[2]s\n) AS q(v)", size, inner)
+	}
+	sh := &shape{sql: sql}
+	s.shapes.Store(key, sh)
+	return sh, nil
+}
+
+// queryError classifies a failed query and, if the cause may be a changed
+// column type (the wrapper's size expression no longer fits), forgets the
+// query's shape so that the next load describes it again.
+func (s *Source) queryError(spec *warmer.Spec, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "42") || pe.Code == "0A000") {
+		s.shapes.Delete(fmt.Sprintf("%t\x00%s", spec.Template.IsFamily(), spec.Query))
+	}
+	return fmt.Errorf("query: %w", classify(err))
 }
 
 // dedupe keeps one result per member: a member returned twice becomes a single
@@ -145,33 +247,35 @@ func dedupe(rs []warmer.Result) []warmer.Result {
 	return out
 }
 
-func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec) ([]warmer.Result, error) {
-	rows, err := s.pool.Query(ctx, spec.Query)
+func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec, sh *shape) ([]warmer.Result, error) {
+	rows, err := s.pool.Query(ctx, sh.sql, valueBound(spec))
 	if err != nil {
-		return nil, fmt.Errorf("query: %w", classify(err))
+		return nil, s.queryError(spec, err)
 	}
 	defer rows.Close()
-	if err := columns(rows, 1, "keys["+spec.Name+"].query", "(value)"); err != nil {
-		return nil, err
-	}
 	var (
 		value []byte
+		size  *int64
 		n     int
 	)
 	for rows.Next() {
 		n++
-		if err := rows.Scan(&value); err != nil {
+		if err := rows.Scan(&value, &size); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query: %w", classify(err))
+		return nil, s.queryError(spec, err)
 	}
 	switch {
 	case n == 0:
 		return []warmer.Result{{Missing: true}}, nil
 	case n > 1:
 		return []warmer.Result{{Err: fmt.Errorf("%w: query returned %d rows for a single key", warmer.ErrDuplicate, n)}}, nil
+	case size != nil && *size > valueBound(spec):
+		s.log.Warn().Str("family", spec.Name).Int64("bytes", *size).Int("max_value_bytes", spec.MaxValueBytes).
+			Msg("value over max_value_bytes not fetched; the key's old value is kept")
+		return []warmer.Result{{Err: tooLarge(*size, spec)}}, nil
 	case value == nil:
 		return []warmer.Result{{Err: fmt.Errorf("%w: query returned NULL", warmer.ErrNullValue)}}, nil
 	}
@@ -236,17 +340,18 @@ func Redact(dsn string) string {
 }
 
 // RedactError makes sure an error about a DSN does not carry its password: pgx
-// parse errors may quote the connection string.
+// parse errors may quote the connection string. The result unwraps to err, so
+// errors.Is and errors.As still see the cause; only the message is changed.
 func RedactError(err error, dsn string) error {
 	if err == nil {
 		return nil
 	}
 	cfg, perr := pgconn.ParseConfig(dsn)
 	if perr != nil {
-		return errors.New("cannot parse the connection string (details withheld: they may contain the password)")
+		return redact.Withheld(err, "cannot parse the connection string (details withheld: they may contain the password)")
 	}
 	if cfg.Password != "" && strings.Contains(err.Error(), cfg.Password) {
-		return errors.New("connection failed (details withheld: they contain the password)")
+		return redact.Secrets(err, dsn, cfg.Password)
 	}
 	return err
 }

@@ -1,0 +1,113 @@
+package http_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/testenv"
+	httpsrc "github.com/hearth-dev/hearth/sources/http"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestRefusedRedirectKeepsValue runs the real warmer against real Redis: when
+// the origin starts redirecting a member to another host, the foreign answer is
+// never cached (the old value stays, its TTL extended), the refusal is counted,
+// and a ".." member fails alone as a bad member while the others load.
+func TestRefusedRedirectKeepsValue(t *testing.T) {
+	rd := testenv.Redis(t)
+	far := newForeign(t)
+	var redirect atomic.Bool
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/p/moving" && redirect.Load() {
+			http.Redirect(w, r, far.URL+"/p/moving", http.StatusFound)
+			return
+		}
+		_, _ = w.Write([]byte(`{"v":"origin` + r.URL.Path + `"}`))
+	}))
+	defer origin.Close()
+	cfg, err := config.Parse("test.yaml", []byte(`
+sources: [{name: api, type: http, base_url: "`+origin.URL+`", timeout: 2s}]
+keys: [{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/p/{id}", json_pointer: /v, members: [stay, moving, ".."]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: origin.URL, Timeout: 2 * time.Second,
+		Headers: map[string]string{"X-Api-Key": "k"}, Metrics: httpsrc.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
+		Specs: cfg.Specs(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	get := func(m string) string { v, _ := rd.Client.Get(ctx, rd.Prefix+"p:"+m).Result(); return v }
+
+	if out, _ := w.Refresh(ctx, "p", warmer.RunOptions{}); out.Written != 2 || out.Failed != 1 {
+		t.Fatalf("first refresh: %+v, want 2 written and '..' failed", out)
+	}
+	if got, want := get("moving"), "origin/p/moving"; got != want {
+		t.Fatalf("moving = %q, want %q", got, want)
+	}
+	redirect.Store(true)
+	if out, _ := w.Refresh(ctx, "p", warmer.RunOptions{}); out.Written != 1 || out.Failed != 2 {
+		t.Errorf("second refresh: %+v, want stay written, moving and '..' failed", out)
+	}
+	if got, want := get("moving"), "origin/p/moving"; got != want {
+		t.Errorf("after the redirect moving = %q, want the old value %q", got, want)
+	}
+	if ttl := rd.Client.PTTL(ctx, rd.Prefix+"p:moving").Val(); ttl <= 0 {
+		t.Errorf("old value's TTL = %s, want it kept alive", ttl)
+	}
+	if got := far.hits.Load(); got != 0 {
+		t.Errorf("the other host got %d requests", got)
+	}
+	if got, want := get("stay"), "origin/p/stay"; got != want {
+		t.Errorf("stay = %q, want %q", got, want)
+	}
+	if n, _ := rd.Client.Exists(ctx, rd.Prefix+"p:..").Result(); n != 0 {
+		t.Errorf("the '..' member was written")
+	}
+	for reason, want := range map[string]float64{"bad_member": 2, "origin": 1} {
+		if got := failureCount(t, reg, reason); got != want {
+			t.Errorf("hearth_load_failures_total{reason=%q} = %g, want %g", reason, got, want)
+		}
+	}
+	if got := counter(t, reg, "hearth_source_redirects_refused_total", "api"); got != 1 {
+		t.Errorf("redirects refused = %g, want 1", got)
+	}
+}
+
+func failureCount(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "hearth_load_failures_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,181 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+const bigValue = 50 << 20
+
+// TestValueBound: a 50 MB value next to good rows fails alone as too large, and
+// is never fetched: the whole load allocates far less than the value's size.
+func TestValueBound(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, fmt.Sprintf(`
+		CREATE TABLE blobs (id text PRIMARY KEY, body bytea, note text, doc jsonb);
+		INSERT INTO blobs SELECT i::text, ('v' || i)::bytea, 'n' || i, jsonb_build_object('i', i) FROM generate_series(1, 5) i;
+		INSERT INTO blobs VALUES ('big', decode(repeat('ab', %[1]d), 'hex'), repeat('x', %[1]d), jsonb_build_object('x', repeat('x', %[1]d)));`, bigValue)); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 2, Log: zerolog.New(zerolog.SyncWriter(&logs))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	members := []string{"1", "2", "big", "3", "4", "5"}
+	defer func() {
+		if !strings.Contains(logs.String(), `"member":"big","bytes":52428800,"max_value_bytes":1048576`) {
+			t.Errorf("oversize value not logged with its member and size:\n%s", logs.String())
+		}
+	}()
+	for _, col := range []string{"body", "note", "doc"} {
+		t.Run(col, func(t *testing.T) {
+			s := spec(t, "blob:{id}", fmt.Sprintf("SELECT id, %s FROM blobs WHERE id = ANY($1) -- a trailing comment;\n;", col))
+			s.MaxValueBytes = 1 << 20
+			if _, err := src.Load(ctx, s, []string{"1"}); err != nil { // describe once, outside the measure
+				t.Fatal(err)
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			rs, err := src.Load(ctx, s, members)
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+				t.Errorf("the load allocated %d MB: the oversize value was fetched", got>>20)
+			}
+			if len(rs) != len(members) {
+				t.Fatalf("results %d, want %d", len(rs), len(members))
+			}
+			for _, r := range rs {
+				if r.Member == "big" {
+					if !errors.Is(r.Err, warmer.ErrTooLarge) || r.Value != nil || !strings.Contains(r.Err.Error(), "max_value_bytes is 1048576") {
+						t.Errorf("big: err %v (value %d bytes), want ErrTooLarge naming the bound", r.Err, len(r.Value))
+					}
+					continue
+				}
+				if r.Err != nil || len(r.Value) == 0 {
+					t.Errorf("member %s: %q %v", r.Member, r.Value, r.Err)
+				}
+			}
+		})
+	}
+	t.Run("single key", func(t *testing.T) {
+		s := spec(t, "blob", "SELECT body FROM blobs WHERE id = 'big'")
+		s.MaxValueBytes = 1 << 20
+		rs, err := src.Load(ctx, s, nil)
+		if err != nil || len(rs) != 1 || !errors.Is(rs[0].Err, warmer.ErrTooLarge) {
+			t.Errorf("single oversize key: %v %v", rs, err)
+		}
+		s = spec(t, "blob", "SELECT body FROM blobs WHERE id = '1'")
+		s.MaxValueBytes = 1 << 20
+		if rs, err := src.Load(ctx, s, nil); err != nil || string(rs[0].Value) != "v1" {
+			t.Errorf("single key: %v %v", rs, err)
+		}
+	})
+	t.Run("a value of exactly the bound loads", func(t *testing.T) {
+		s := spec(t, "blob:{id}", "SELECT id, note FROM blobs WHERE id = ANY($1)")
+		s.MaxValueBytes = 2 // 'n1'
+		rs, err := src.Load(ctx, s, []string{"1"})
+		if err != nil || rs[0].Err != nil || string(rs[0].Value) != "n1" {
+			t.Errorf("value of exactly the bound: %v %v", rs, err)
+		}
+		s.MaxValueBytes = 1
+		if rs, err = src.Load(ctx, s, []string{"1"}); err != nil || !errors.Is(rs[0].Err, warmer.ErrTooLarge) {
+			t.Errorf("value one over the bound: %v %v", rs, err)
+		}
+	})
+}
+
+// TestBoundedQueryUsesIndex: the wrapper around a declaration query is pulled up
+// by the planner, so a batch on 100,000 rows is still an index scan.
+func TestBoundedQueryUsesIndex(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, `
+		CREATE TABLE products (id bigint PRIMARY KEY, body text NOT NULL);
+		INSERT INTO products SELECT i, repeat('p', 200) || i FROM generate_series(1, 100000) i;
+		ANALYZE products;`); err != nil {
+		t.Fatal(err)
+	}
+	src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	s := spec(t, "p:{id}", "SELECT id::text, body FROM products WHERE id = ANY($1::bigint[])")
+	s.MaxValueBytes = 1 << 20
+	sql, err := src.BoundedSQL(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pg.Pool.Query(ctx, "EXPLAIN "+sql, []string{"1", "500", "99999"}, int64(s.MaxValueBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "Index Scan using products_pkey") || strings.Contains(text, "Seq Scan") {
+		t.Errorf("bounded query does not use the primary key:\n%s\n%s", sql, text)
+	}
+	rs, err := src.Load(ctx, s, []string{"1", "500", "99999"})
+	if err != nil || len(rs) != 3 {
+		t.Fatalf("load: %v %v", rs, err)
+	}
+}
+
+// TestValueTypeChanged: when a value column changes type under a running
+// source, the next load describes the query again instead of failing forever.
+func TestValueTypeChanged(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, `CREATE TABLE t (id text PRIMARY KEY, v text); INSERT INTO t VALUES ('1', '{"a": 1}');`); err != nil {
+		t.Fatal(err)
+	}
+	src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	s := spec(t, "t:{id}", "SELECT id, v FROM t WHERE id = ANY($1)")
+	s.MaxValueBytes = 100
+	if rs, err := src.Load(ctx, s, []string{"1"}); err != nil || rs[0].Err != nil {
+		t.Fatalf("load: %v %v", rs, err)
+	}
+	if _, err := pg.Pool.Exec(ctx, `ALTER TABLE t ALTER COLUMN v TYPE jsonb USING v::jsonb`); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for range 3 {
+		rs, err := src.Load(ctx, s, []string{"1"})
+		if err == nil && rs[0].Err == nil && string(rs[0].Value) == `{"a": 1}` {
+			return
+		}
+		last = err
+	}
+	t.Errorf("loads keep failing after the column type changed: %v", last)
+}

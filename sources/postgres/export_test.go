@@ -1,0 +1,17 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// BoundedSQL returns the query Load runs for spec (the declaration's query wrapped
+// with the value bound).
+func (s *Source) BoundedSQL(ctx context.Context, spec *warmer.Spec) (string, error) {
+	sh, err := s.shape(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	return sh.sql, nil
+}
