@@ -1,0 +1,4 @@
+package warmer
+
+// MaxOneOffMembers exposes the per-declaration bound on one-off state to tests.
+const MaxOneOffMembers = maxOneOffMembers
