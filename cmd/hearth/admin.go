@@ -184,6 +184,13 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// adminAnswerSlack is how long past its load bound an admin refresh may take
+// to answer.
+const adminAnswerSlack = 5 * time.Second
+
 // refreshResult is the answer to POST /admin/refresh.
 type refreshResult struct {
 	Declaration string `json:"declaration"`
@@ -229,6 +236,14 @@ func (a *admin) refresh(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "not the leader: refresh on the leading instance")
 		return
 	}
+
+	// The load may outlast the listener's read and write timeouts (a family's
+	// run, bounded by its interval): this request's bounds are the load's. The
+	// read deadline matters too: past it the server cancels the request.
+	deadline := time.Now().Add(max(spec.Interval, spec.LoadTimeout) + adminAnswerSlack)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
 
 	// NUL cannot appear in a declaration name or a valid member.
 	flight := name + "\x00" + member
