@@ -1,18 +1,19 @@
 package warmer
 
 import (
+	"strings"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// maxOneOffMembers bounds, per declaration, how many members loaded outside
+// MaxOneOffMembers bounds, per declaration, how many members loaded outside
 // the declaration (admin refreshes, access-log pre-warms, members that left a
 // family) the warmer remembers. Past it the least recently loaded is
 // forgotten first: if that member's load fails later, its stale budget starts
 // from that failure, as for a member this process never loaded.
-const maxOneOffMembers = 100_000
+const MaxOneOffMembers = 100_000
 
 // oneOffState maps a member outside the declaration to its last success (unix
 // nanoseconds), least recently loaded evicted first.
@@ -73,9 +74,10 @@ func (st *declState) addOneOff(spec *Spec, m string, t int64) bool {
 		return false
 	}
 	if st.oneOff == nil {
-		st.oneOff, _ = simplelru.NewLRU[string, int64](maxOneOffMembers, nil) // size > 0: no error
+		st.oneOff, _ = simplelru.NewLRU[string, int64](MaxOneOffMembers, nil) // size > 0: no error
 	}
-	if st.oneOff.Add(m, t) {
+	// A pre-warm's member is a slice of its access-log key: keep the member only.
+	if st.oneOff.Add(strings.Clone(m), t) {
 		st.evicted++
 		return true
 	}
@@ -147,7 +149,7 @@ func (w *Warmer) pruneOneOffs(spec *Spec, st *declState, now int64) {
 		st.oneOff.Purge()
 	} else {
 		// The order is by last write, not by time (members that left enter at
-		// once): look at every one. At most maxOneOffMembers, once a run.
+		// once): look at every one. At most MaxOneOffMembers, once a run.
 		for _, m := range st.oneOff.Keys() {
 			if v, _ := st.oneOff.Peek(m); v+int64(horizon) <= now {
 				st.oneOff.Remove(m)

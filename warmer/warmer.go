@@ -66,7 +66,7 @@ type declState struct {
 	lastOK map[string]int64
 	// oneOff is lastOK for members loaded outside the declaration (admin
 	// refreshes, access-log pre-warms, members that left): kept only while a
-	// value of theirs can still be alive, and at most maxOneOffMembers of them.
+	// value of theirs can still be alive, and at most MaxOneOffMembers of them.
 	oneOff *oneOffState
 	// evicted counts one-off members evicted since the last noteState.
 	evicted int
