@@ -137,3 +137,52 @@ keys:
 		return !st.Running && st.Report != nil && st.Report.Reason == "admin"
 	})
 }
+
+// TestAdminRefreshStateIsPruned: admin refreshes of members no declaration
+// lists do not grow what /admin/status counts as members, and the state kept
+// for them (hearth_warmer_state_members{kind="one_off"}) drops once no value of
+// theirs can be alive (TTL 4s, max_stale 4s).
+func TestAdminRefreshStateIsPruned(t *testing.T) {
+	rdb := sharedRedis(t)
+	up := newOrigin(t)
+	d := startDaemon(t, fmt.Sprintf(`
+redis: {addrs: [%[3]q], namespace: %[4]q}
+log: {level: info, format: json}
+refresh: {max_stale: 4s}
+sources:
+  - {name: up, type: http, base_url: %[2]q, timeout: 10s}
+keys:
+  - {name: fam, key: "%[1]sfam:{id}", source: up, ttl: 4s, load_timeout: 500ms, path: "/fam/{id}", members: ["1", "2"]}
+`, rdb.Prefix, up.URL, rdb.Addr, rdb.Namespace), "HEARTH_ADMIN_TOKEN="+adminToken)
+	bearer := "Bearer " + adminToken
+	const n = 50
+	for i := range n {
+		if code, body := call(t, "POST", fmt.Sprintf("%s/admin/refresh?declaration=fam&member=x%d", d.URL, i), bearer); code != http.StatusOK {
+			t.Fatalf("refresh x%d: %d %s", i, code, body)
+		}
+	}
+	if got := d.metric(t, "hearth_warmer_state_members", `family="fam"`, `kind="one_off"`); got < 1 {
+		t.Errorf("one_off state after %d admin refreshes = %g, want them counted", n, got)
+	}
+	code, body := call(t, "GET", d.URL+"/admin/status", bearer)
+	var st struct {
+		Declarations []struct {
+			Members int `json:"members"`
+		} `json:"declarations"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != http.StatusOK || len(st.Declarations) != 1 {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	if got := st.Declarations[0].Members; got != 2 {
+		t.Errorf("status members after %d admin refreshes of undeclared members = %d, want the 2 declared", n, got)
+	}
+	testenv.Eventually(t, 30*time.Second, "the one-off state is pruned", func() bool {
+		return d.metric(t, "hearth_warmer_state_members", `family="fam"`, `kind="one_off"`) == 0
+	})
+	if got := d.metric(t, "hearth_warmer_state_pruned_total", `family="fam"`, `reason="expired"`); got != n {
+		t.Errorf("pruned expired = %g, want %d", got, n)
+	}
+	if got := d.metric(t, "hearth_warmer_state_members", `family="fam"`, `kind="declared"`); got != 2 {
+		t.Errorf("declared state = %g, want 2", got)
+	}
+}
