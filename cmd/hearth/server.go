@@ -122,8 +122,6 @@ func listenWith(addr string, lim httpLimits, reg *prometheus.Registry, log zerol
 		IdleTimeout:       lim.idle,
 		MaxHeaderBytes:    lim.maxHeaderBytes,
 		ConnState:         cl.track,
-		// Handshake noise and shed connections are not worth a log line each.
-		ErrorLog: nil,
 	}
 	log.Info().Str("addr", ln.Addr().String()).Int("max_connections", lim.maxConns).Msg("http listening")
 	return s, nil
