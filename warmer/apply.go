@@ -51,7 +51,7 @@ func (w *Warmer) Apply(specs []*Spec) (Changes, error) {
 		switch {
 		case !ok:
 			ch.Added = append(ch.Added, name)
-			state[name] = &declState{lastOK: map[string]int64{}}
+			state[name] = newDeclState(next[name])
 		case !sameSpec(old, next[name]):
 			ch.Changed = append(ch.Changed, name)
 			state[name] = w.state[name]
@@ -94,6 +94,8 @@ func (w *Warmer) forget(name string) {
 	m.members.DeletePartialMatch(family)
 	w.decl.interval.DeletePartialMatch(family)
 	w.decl.ttl.DeletePartialMatch(family)
+	w.stm.members.DeletePartialMatch(family)
+	w.stm.pruned.DeletePartialMatch(family)
 }
 
 // sameSpec reports whether two declarations would refresh identically.

@@ -65,6 +65,8 @@ const MaxLogKeyBytes = 4096
 type PrewarmReport struct {
 	// Reason the run was started (see PrewarmOptions.Reason).
 	Reason string `json:"reason,omitempty"`
+	// Started is when the run began; it ended Duration later.
+	Started time.Time `json:"started"`
 	// Candidates is how many keys the access log returned.
 	Candidates int `json:"candidates"`
 	// Wanted is how many keys the run set out to load: every declared single
@@ -176,6 +178,8 @@ func (w *Warmer) Prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 		return PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}}, fmt.Errorf("pre-warm: %w", ctx.Err())
 	}
 	defer func() { <-w.pw.run }()
+	// Running from the moment it holds the slot, as StartPrewarm's are.
+	w.setProgress(PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now()})
 	return w.prewarm(ctx, po)
 }
 
@@ -277,7 +281,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	rep.Failed = rep.Wanted - rep.Written - rep.Negative
 	rep.AccessLogFailed = logErr != nil
 	rep.Coverage = coverage(rep, po.TopN)
-	rep.Duration = time.Since(start)
+	rep.Started, rep.Duration = start, time.Since(start)
 	if s := rep.Duration.Seconds(); s > 0 {
 		rep.KeysPerSecond = float64(rep.Written+rep.Negative) / s
 	}

@@ -52,15 +52,24 @@ type Warmer struct {
 	mu    sync.Mutex
 	state map[string]*declState
 
-	pw *prewarmer
+	pw  *prewarmer
+	stm *stateMetrics
 }
 
 // declState is what the warmer remembers about a declaration between runs.
 type declState struct {
 	mu sync.Mutex
-	// lastOK holds each member's last successful load (unix nanoseconds); a
-	// failing member's value is kept alive for at most MaxStale past it.
+	// lastOK holds each declared member's last successful load (unix
+	// nanoseconds, 0 for none yet); a failing member's value is kept alive for
+	// at most MaxStale past it. Its keys are the declared members, as of the
+	// last run that listed them (see declare in state.go).
 	lastOK map[string]int64
+	// oneOff is lastOK for members loaded outside the declaration (admin
+	// refreshes, access-log pre-warms, members that left): kept only while a
+	// value of theirs can still be alive, and at most MaxOneOffMembers of them.
+	oneOff *oneOffState
+	// evicted counts one-off members evicted since the last noteState.
+	evicted int
 	// members is the last member list that loaded, reused if listing fails.
 	members []string
 	// lastRunOK is the end of the last run in which every member loaded.
@@ -102,6 +111,7 @@ func New(opts Options) (*Warmer, error) {
 		rand:    opts.Rand,
 		state:   make(map[string]*declState, len(opts.Specs)),
 		pw:      newPrewarmer(opts.Registerer),
+		stm:     newStateMetrics(opts.Registerer),
 	}
 	for _, s := range opts.Specs {
 		if _, dup := w.specs[s.Name]; dup {
@@ -112,7 +122,7 @@ func New(opts Options) (*Warmer, error) {
 		}
 		w.specs[s.Name] = s
 		w.order = append(w.order, s.Name)
-		w.state[s.Name] = &declState{lastOK: map[string]int64{}}
+		w.state[s.Name] = newDeclState(s)
 		w.decl.set(s)
 	}
 	return w, nil
@@ -177,6 +187,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		out.LastError = err
 	} else {
 		st.pruneNegatives(members)
+		w.declare(spec, st, members)
 	}
 	if spec.Template.IsFamily() {
 		w.metrics.members.WithLabelValues(name).Set(float64(len(members)))
@@ -440,9 +451,10 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	}
 	st.mu.Lock()
 	for _, m := range okm {
-		st.lastOK[m] = now.UnixNano()
+		st.setLastOK(spec, m, now.UnixNano())
 	}
 	st.noteNegatives(okm, negm)
+	w.noteState(spec.Name, st)
 	st.mu.Unlock()
 	if len(failed) > 0 {
 		out.Extended = w.extendStale(ctx, spec, st, failed, now)
@@ -476,10 +488,10 @@ func (w *Warmer) extendStale(ctx context.Context, spec *Spec, st *declState, fai
 	ttls := make([]time.Duration, 0, len(failed))
 	st.mu.Lock()
 	for _, m := range failed {
-		last, ok := st.lastOK[m]
-		if !ok {
+		last := st.lastSuccess(m)
+		if last == 0 {
 			last = now.UnixNano()
-			st.lastOK[m] = last
+			st.setLastOK(spec, m, last)
 		}
 		budget := time.Unix(0, last).Add(spec.MaxStale).Sub(now)
 		if budget <= 0 {
@@ -488,6 +500,7 @@ func (w *Warmer) extendStale(ctx context.Context, spec *Spec, st *declState, fai
 		keys = append(keys, spec.Template.Key(m))
 		ttls = append(ttls, min(spec.JitteredTTL(w.rand()), budget))
 	}
+	w.noteState(spec.Name, st)
 	st.mu.Unlock()
 	if len(keys) == 0 {
 		return 0

@@ -34,12 +34,13 @@ type nextRunner interface {
 	NextRun(name string) (time.Time, bool)
 }
 
-// prewarmHooks is the pre-warm engine as the admin API sees it. Run performs one
-// pre-warm of the daemon's own Redis and returns a JSON-encodable report;
-// Progress, if set, returns a JSON-encodable snapshot while Run runs.
+// prewarmHooks is the pre-warm engine as the admin API sees it. Start begins
+// one pre-warm of the daemon's own Redis in the background, or returns
+// warmer.ErrPrewarmBusy while any pre-warm runs (start-up, re-warm, admin); its
+// report arrives on the channel. The run state (running, progress, last
+// report) is the warmer's own (Warmer.PrewarmStatus), shared by every path.
 type prewarmHooks struct {
-	Run      func(ctx context.Context) (report any, err error)
-	Progress func() any
+	Start func(ctx context.Context) (<-chan warmer.PrewarmReport, error)
 }
 
 // admin serves the authenticated /admin/ routes: refresh a declaration or one
@@ -69,17 +70,36 @@ type admin struct {
 	sched  nextRunner
 	closed bool
 	wg     sync.WaitGroup
-	pw     prewarmState
 }
 
-// prewarmState is the last or current pre-warm started through the API.
+// prewarmState is the running pre-warm, whoever started it, or else the last
+// one finished: GET /admin/prewarm and the answers of POST.
 type prewarmState struct {
-	Running  bool       `json:"running"`
-	Started  *time.Time `json:"started,omitempty"`
-	Finished *time.Time `json:"finished,omitempty"`
-	Report   any        `json:"report,omitempty"`
-	Progress any        `json:"progress,omitempty"`
-	Error    string     `json:"error,omitempty"`
+	Running  bool                    `json:"running"`
+	Reason   string                  `json:"reason,omitempty"`
+	Started  *time.Time              `json:"started,omitempty"`
+	Finished *time.Time              `json:"finished,omitempty"`
+	Report   *warmer.PrewarmReport   `json:"report,omitempty"`
+	Progress *warmer.PrewarmProgress `json:"progress,omitempty"`
+	Error    string                  `json:"error,omitempty"`
+}
+
+// prewarmStateOf reads the warmer's pre-warm state.
+func prewarmStateOf(st warmer.PrewarmStatus) prewarmState {
+	if cur := st.Current; cur.Running {
+		started := cur.Started
+		return prewarmState{Running: true, Reason: cur.Reason, Started: &started, Progress: &cur}
+	}
+	if st.Last == nil {
+		return prewarmState{}
+	}
+	last := st.Last
+	out := prewarmState{Reason: last.Reason, Report: last, Error: last.Error}
+	if !last.Started.IsZero() {
+		started, finished := last.Started, last.Started.Add(last.Duration)
+		out.Started, out.Finished = &started, &finished
+	}
+	return out
 }
 
 // newAdmin builds the admin API; token must not be empty.
@@ -164,6 +184,13 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// adminAnswerSlack is how long past its load bound an admin refresh may take
+// to answer.
+const adminAnswerSlack = 5 * time.Second
+
 // refreshResult is the answer to POST /admin/refresh.
 type refreshResult struct {
 	Declaration string `json:"declaration"`
@@ -209,6 +236,14 @@ func (a *admin) refresh(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "not the leader: refresh on the leading instance")
 		return
 	}
+
+	// The load may outlast the listener's read and write timeouts (a family's
+	// run, bounded by its interval): this request's bounds are the load's. The
+	// read deadline matters too: past it the server cancels the request.
+	deadline := time.Now().Add(max(spec.Interval, spec.LoadTimeout) + adminAnswerSlack)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
 
 	// NUL cannot appear in a declaration name or a valid member.
 	flight := name + "\x00" + member
@@ -313,9 +348,10 @@ func (a *admin) status(w http.ResponseWriter, _ *http.Request) {
 }
 
 // startPrewarm starts a pre-warm in the background (it can take minutes) and
-// answers 202 with its state; GET /admin/prewarm follows it.
+// answers 202 with its state, or 409 with the running one's while any pre-warm
+// runs, whoever started it; GET /admin/prewarm follows it.
 func (a *admin) startPrewarm(w http.ResponseWriter, _ *http.Request) {
-	if a.prewarm == nil || a.prewarm.Run == nil {
+	if a.prewarm == nil || a.prewarm.Start == nil {
 		writeError(w, http.StatusNotImplemented, "pre-warm not configured")
 		return
 	}
@@ -323,60 +359,38 @@ func (a *admin) startPrewarm(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "not the leader: pre-warm on the leading instance")
 		return
 	}
-	a.mu.Lock()
-	if a.pw.Running {
-		st := a.pw
-		a.mu.Unlock()
-		writeJSON(w, http.StatusConflict, st)
-		return
-	}
-	if a.closed {
-		a.mu.Unlock()
+	if !a.enter() {
 		writeError(w, http.StatusServiceUnavailable, errClosed.Error())
 		return
 	}
-	now := time.Now()
-	a.pw = prewarmState{Running: true, Started: &now}
-	st := a.pw
-	a.wg.Add(1)
-	a.mu.Unlock()
-
+	done, err := a.prewarm.Start(a.base)
+	if err != nil {
+		a.leave()
+		code := http.StatusInternalServerError
+		if errors.Is(err, warmer.ErrPrewarmBusy) {
+			code = http.StatusConflict
+		}
+		st := prewarmStateOf(a.w.PrewarmStatus())
+		st.Error = err.Error()
+		writeJSON(w, code, st)
+		return
+	}
+	t0 := time.Now()
 	go func() {
-		defer a.wg.Done()
-		report, err := a.runPrewarm()
-		end := time.Now()
-		a.mu.Lock()
-		a.pw.Running, a.pw.Finished, a.pw.Report = false, &end, report
-		if err != nil {
-			a.pw.Error = err.Error()
-		}
-		a.mu.Unlock()
-		a.log.Info().Dur("took", end.Sub(now)).AnErr("error", err).Msg("admin pre-warm finished")
+		defer a.leave()
+		rep := <-done
+		a.log.Info().Dur("took", time.Since(t0)).Float64("coverage", rep.Coverage).Str("error", rep.Error).
+			Msg("admin pre-warm finished")
 	}()
-	writeJSON(w, http.StatusAccepted, st)
-}
-
-func (a *admin) runPrewarm() (report any, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			report, err = nil, fmt.Errorf("pre-warm: panic: %v", p)
-		}
-	}()
-	return a.prewarm.Run(a.base)
+	writeJSON(w, http.StatusAccepted, prewarmStateOf(a.w.PrewarmStatus()))
 }
 
 func (a *admin) prewarmStatus(w http.ResponseWriter, _ *http.Request) {
-	if a.prewarm == nil || a.prewarm.Run == nil {
+	if a.prewarm == nil || a.prewarm.Start == nil {
 		writeError(w, http.StatusNotImplemented, "pre-warm not configured")
 		return
 	}
-	a.mu.Lock()
-	st := a.pw
-	a.mu.Unlock()
-	if st.Running && a.prewarm.Progress != nil {
-		st.Progress = a.prewarm.Progress()
-	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, prewarmStateOf(a.w.PrewarmStatus()))
 }
 
 // enter registers a load, unless the admin API is closing.

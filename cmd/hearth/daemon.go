@@ -57,6 +57,9 @@ With HEARTH_ADMIN_TOKEN set, the admin API answers under /admin/ (see README).`,
 // jobs, campaigns (the leader loads, pre-warms and reports ready), waits for a
 // signal, and closes in reverse order: the lease is released after the last write.
 func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
+	// A failed HTTP listener ends the run as a signal does, then exits 1.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	log := newLogger(g.stderr, cfg.Log)
 	log.Info().Str("version", version).Str("config", cfg.File).Int("declarations", len(cfg.Keys)).Msg("starting")
 	hup := notifyHUP()
@@ -102,6 +105,16 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 		adm.prewarm = pw.adminHooks()
 	}
 	srv.serve()
+	go func() {
+		select {
+		case <-srv.failed():
+			if err := srv.failure(); err != nil {
+				log.Error().Err(err).Msg("http server failed: probes and metrics are gone; shutting down")
+				stop(err)
+			}
+		case <-ctx.Done():
+		}
+	}()
 
 	// The drain context outlives the first signal: a second one aborts.
 	runCtx, abort := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -157,6 +170,9 @@ func daemon(ctx context.Context, g *globals, cfg *config.Config) error {
 	}
 	if cause := context.Cause(runCtx); cause != nil {
 		return fail(exitFail, cause)
+	}
+	if err := srv.failure(); err != nil {
+		return fail(exitFail, err)
 	}
 	if len(errs) > 0 {
 		log.Warn().Err(errors.Join(errs...)).Msg("shutdown incomplete")

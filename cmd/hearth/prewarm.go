@@ -305,14 +305,13 @@ func (p *daemonPrewarm) close(ctx context.Context) {
 
 // adminHooks is the pre-warm engine as the admin API sees it: POST
 // /admin/prewarm runs the daemon's pre-warm into its own Redis (through the
-// leader's fence), GET /admin/prewarm shows its progress.
+// leader's fence), unless one runs; GET /admin/prewarm reads the warmer's
+// pre-warm state, the same one the start-up pre-warm and re-warms update.
 func (p *daemonPrewarm) adminHooks() *prewarmHooks {
 	return &prewarmHooks{
-		Run: func(ctx context.Context) (any, error) {
-			rep, err := p.w.Prewarm(ctx, p.options("admin"))
-			return rep, err
+		Start: func(ctx context.Context) (<-chan warmer.PrewarmReport, error) {
+			return p.w.StartPrewarm(ctx, p.options("admin"))
 		},
-		Progress: func() any { return p.w.PrewarmStatus().Current },
 	}
 }
 
