@@ -1,0 +1,105 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/hearth-dev/hearth/config"
+)
+
+// base is a valid config the tables below break one value of.
+const base = `
+sources:
+  - name: db
+    type: postgres
+    dsn: postgres://u@127.0.0.1/test
+keys:
+  - name: p
+    key: "p:{id}"
+    source: db
+    ttl: 60s
+    members: ["1"]
+    query: "SELECT id, v FROM t WHERE id = ANY($1)"
+`
+
+// TestEnvOverrideChecks: a HEARTH_… override goes through every check a file
+// value does, and the message names the variable it came from.
+func TestEnvOverrideChecks(t *testing.T) {
+	const year = "8760h0m0s"
+	for _, tc := range []struct{ env, value, want string }{
+		{"HEARTH_REFRESH_JITTER", "NaN", "refresh.jitter: must be a finite number (got NaN) (from environment variable HEARTH_REFRESH_JITTER)"},
+		{"HEARTH_REFRESH_JITTER", "+Inf", "refresh.jitter: must be a finite number (got +Inf) (from environment variable HEARTH_REFRESH_JITTER)"},
+		{"HEARTH_REFRESH_JITTER", "1", "refresh.jitter: must be >= 0 and < 1 (got 1) (from environment variable HEARTH_REFRESH_JITTER)"},
+		{"HEARTH_REFRESH_JITTER", "abc", "refresh.jitter: cannot parse value as 'float64': strconv.ParseFloat: invalid syntax (from environment variable HEARTH_REFRESH_JITTER)"},
+		{"HEARTH_REFRESH_SPREAD", "nan", "refresh.spread: must be a finite number (got NaN) (from environment variable HEARTH_REFRESH_SPREAD)"},
+		{"HEARTH_PREWARM_RATE", "inf", "prewarm.rate: must be a finite number (got +Inf) (from environment variable HEARTH_PREWARM_RATE)"},
+		{"HEARTH_REFRESH_LOAD_TIMEOUT", "2562047h", "refresh.load_timeout: must be at most " + year + ", a year (got 2562047h0m0s) (from environment variable HEARTH_REFRESH_LOAD_TIMEOUT)"},
+		{"HEARTH_REFRESH_LOAD_TIMEOUT", "0s", "refresh.load_timeout: must be > 0 (got 0s) (from environment variable HEARTH_REFRESH_LOAD_TIMEOUT)"},
+		{"HEARTH_REDIS_READ_TIMEOUT", "9000h", "redis.read_timeout: must be at most " + year + ", a year (got 9000h0m0s) (from environment variable HEARTH_REDIS_READ_TIMEOUT)"},
+		{"HEARTH_REDIS_POOL_SIZE", "-3", "redis.pool_size: must be >= 0, 0 for the client's default (got -3) (from environment variable HEARTH_REDIS_POOL_SIZE)"},
+		{"HEARTH_LEADER_LEASE", "9000h", "leader.lease: must be at most " + year + ", a year (got 9000h0m0s) (from environment variable HEARTH_LEADER_LEASE)"},
+		{"HEARTH_ACCESS_LOG_RANK_INTERVAL", "2562047h", "access_log.rank_interval: must be at most " + year + ", a year (got 2562047h0m0s) (from environment variable HEARTH_ACCESS_LOG_RANK_INTERVAL)"},
+		{"HEARTH_PREWARM_REWARM_CHECK", "9000h", "prewarm.rewarm_check: must be at most " + year + ", a year (got 9000h0m0s) (from environment variable HEARTH_PREWARM_REWARM_CHECK)"},
+		{"HEARTH_REDIS_NAMESPACE", "p", `keys[p].key: template "p:{id}" can name Hearth's own keys (p or p:…, redis.namespace): use another prefix or namespace`},
+	} {
+		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
+			t.Setenv(tc.env, tc.value)
+			_, err := config.Parse("env.yaml", []byte(base))
+			var ce *config.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("Parse with %s=%s: err = %v, want *config.Error", tc.env, tc.value, err)
+			}
+			if !strings.Contains(err.Error(), "env.yaml: "+tc.want) {
+				t.Errorf("error:\n%s\nwant a line containing:\nenv.yaml: %s", err, tc.want)
+			}
+		})
+	}
+	t.Run("a file value is not said to come from the environment", func(t *testing.T) {
+		_, err := config.Parse("file.yaml", []byte("refresh: {jitter: .nan}\n"+base))
+		if err == nil || strings.Contains(err.Error(), "environment") {
+			t.Errorf("err = %v, want refresh.jitter rejected without mention of the environment", err)
+		}
+	})
+}
+
+// TestNamespaceNeighbours: templates next to Hearth's namespace but unable to
+// name a key in it are accepted; the check is not a blanket ban on a prefix.
+func TestNamespaceNeighbours(t *testing.T) {
+	for _, tc := range []struct{ key, pattern string }{
+		{"hearthstone:{id}", ""}, // diverges from "hearth:" before the member
+		{"hearth-{id}", ""},      // '-' is not ':'
+		{"h{id}", "[0-9]+"},      // no digit member completes "earth:"
+		{"{id}:warm", "[0-9]+"},  // nor "hearth:"
+		{"app:hearth:{id}", ""},  // the namespace is a prefix, not a substring
+		{"hea{id}", "rt[a-g]+"},  // "rth" is not a member, "rth:" never begins one
+		{"Hearth:{id}", ""},      // keys are case-sensitive
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			yaml := strings.Replace(base, `key: "p:{id}"`, `key: "`+tc.key+`"`, 1)
+			member := "1"
+			if tc.pattern == "rt[a-g]+" {
+				member = "rtab"
+			}
+			yaml = strings.Replace(yaml, `members: ["1"]`, `members: ["`+member+`"]`, 1)
+			if tc.pattern != "" {
+				yaml = strings.Replace(yaml, "    ttl: 60s\n", "    ttl: 60s\n    param_pattern: \""+tc.pattern+"\"\n", 1)
+			}
+			if _, err := config.Parse("near.yaml", []byte(yaml)); err != nil {
+				t.Errorf("template %q (pattern %q) rejected:\n%v", tc.key, tc.pattern, err)
+			}
+		})
+	}
+}
+
+// TestDuplicateKeysInline: duplicates are found at every depth, with the line.
+func TestDuplicateKeysInline(t *testing.T) {
+	data := "prewarm:\n  top_n: 5\n  window: 1h\n  top_n: 6\n" + base
+	_, err := config.Parse("dup.yaml", []byte(data))
+	if err == nil {
+		t.Fatal("a duplicate prewarm.top_n was accepted")
+	}
+	if want := `dup.yaml:4: prewarm: duplicate key "top_n" (first at line 2)`; !strings.Contains(err.Error(), want) {
+		t.Errorf("error:\n%s\nwant %s", err, want)
+	}
+}
