@@ -189,6 +189,17 @@ func (r *reloader) reload() {
 		return
 	}
 	drift := restartNeeded(r.running, cfg)
+	// A new redis.namespace applies only on restart; until then Hearth's own
+	// keys stay under the one in use, and declarations must keep out of it.
+	if ns := r.running.Redis.Namespace; cfg.Redis.Namespace != ns {
+		inUse := *cfg
+		inUse.Redis.Namespace = ns
+		if err := inUse.Validate(); err != nil {
+			r.failed("invalid", fmt.Errorf("redis.namespace %q stays in use until a restart: %w", ns, err))
+			return
+		}
+		cfg = &inUse
+	}
 	specs := cfg.Specs()
 	ch, err := r.w.Apply(specs)
 	if err != nil {
