@@ -41,7 +41,8 @@ func TestEnvOverrideChecks(t *testing.T) {
 		{"HEARTH_LEADER_LEASE", "9000h", "leader.lease: must be at most " + year + ", a year (got 9000h0m0s) (from environment variable HEARTH_LEADER_LEASE)"},
 		{"HEARTH_ACCESS_LOG_RANK_INTERVAL", "2562047h", "access_log.rank_interval: must be at most " + year + ", a year (got 2562047h0m0s) (from environment variable HEARTH_ACCESS_LOG_RANK_INTERVAL)"},
 		{"HEARTH_PREWARM_REWARM_CHECK", "9000h", "prewarm.rewarm_check: must be at most " + year + ", a year (got 9000h0m0s) (from environment variable HEARTH_PREWARM_REWARM_CHECK)"},
-		{"HEARTH_REDIS_NAMESPACE", "p", `keys[p].key: template "p:{id}" can name Hearth's own keys (p or p:…, redis.namespace): use another prefix or namespace`},
+		{"HEARTH_REDIS_ADDRS", "127.0.0.1:6379,nowhere", `redis.addrs[1]: must be host:port (got "nowhere") (from environment variable HEARTH_REDIS_ADDRS)`},
+		{"HEARTH_REDIS_NAMESPACE", "p", `keys[p].key: template "p:{id}" can name a key inside Hearth's own namespace (p or p:…, redis.namespace): use another prefix or namespace`},
 	} {
 		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)

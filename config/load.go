@@ -47,10 +47,13 @@ func Parse(name string, data []byte) (*Config, error) {
 // wins over the file (viper's order).
 func fromEnv(e *Error) {
 	for i, p := range e.Problems {
-		if p.Path == "" || p.Line > 0 || strings.ContainsAny(p.Path, "[]") {
-			continue // list items cannot be overridden from the environment
+		// redis.addrs[1] comes from HEARTH_REDIS_ADDRS; an item of sources
+		// or keys cannot be overridden from the environment.
+		path := listItem.ReplaceAllString(p.Path, "")
+		if path == "" || p.Line > 0 || strings.ContainsAny(path, "[]") {
+			continue
 		}
-		name := EnvVar(p.Path)
+		name := EnvVar(path)
 		if v, ok := os.LookupEnv(name); ok && v != "" {
 			e.Problems[i].Msg += " (from environment variable " + name + ")"
 		}
@@ -125,6 +128,7 @@ func expandHook(problems *[]Problem) mapstructure.DecodeHookFuncType {
 }
 
 var (
+	listItem    = regexp.MustCompile(`\[[0-9]+\]$`)
 	invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: (.*)`)
 	fieldErr    = regexp.MustCompile(`^'([^']*)' (.*)$`)
 )

@@ -368,12 +368,12 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 	}
 	if ns := cfg.Redis.Namespace; nameRe.MatchString(ns) {
 		t = t.WithNamespace(ns)
-		if t.CanName(ns) {
-			what := "key"
-			if t.IsFamily() {
-				what = "template"
-			}
-			add("key", "%s %q can name Hearth's own keys (%s or %s:…, redis.namespace): use another prefix or namespace", what, t, ns, ns)
+		switch {
+		case !t.CanName(ns):
+		case t.IsFamily():
+			add("key", "template %q can name a key inside Hearth's own namespace (%s or %s:…, redis.namespace): use another prefix or namespace", t, ns, ns)
+		default:
+			add("key", "key %q is inside Hearth's own namespace (%s or %s:…, redis.namespace): use another key or namespace", t, ns, ns)
 		}
 	}
 	s := &warmer.Spec{

@@ -219,11 +219,11 @@ func TestReloadRejectsBadValues(t *testing.T) {
 		{"source timeout zero", strings.Replace(good, "timeout: 1s}", "timeout: 0s}", 1),
 			"sources[up].timeout: must be > 0 (got 0s)"},
 		{"template inside the namespace", good + fmt.Sprintf(`  - {name: c, key: "%s:{id}", source: up, ttl: 3s, path: "/c/{id}", members: [warm]}`+"\n", ns),
-			fmt.Sprintf(`keys[c].key: template "%s:{id}" can name Hearth's own keys (%s or %s:…, redis.namespace)`, ns, ns, ns)},
+			fmt.Sprintf(`keys[c].key: template "%s:{id}" can name a key inside Hearth's own namespace (%s or %s:…, redis.namespace)`, ns, ns, ns)},
 		{"template inside the running namespace, with a new namespace",
 			strings.Replace(good, fmt.Sprintf("namespace: %q", ns), `namespace: "elsewhere"`, 1) +
 				fmt.Sprintf(`  - {name: c, key: "%s:{id}", source: up, ttl: 3s, path: "/c/{id}", members: [fence]}`+"\n", ns),
-			fmt.Sprintf(`redis.namespace %q stays in use until a restart: %s: keys[c].key: template "%s:{id}" can name Hearth's own keys`, ns, link, ns)},
+			fmt.Sprintf(`redis.namespace %q stays in use until a restart: %s: keys[c].key: template "%s:{id}" can name a key inside Hearth's own namespace`, ns, link, ns)},
 		{"invalid header name", strings.Replace(good, "timeout: 1s}", `timeout: 1s, headers: {"x api": k}}`, 1),
 			`sources[up].headers: "x api" is not a valid header name`},
 		{"header value with CRLF", strings.Replace(good, "timeout: 1s}", `timeout: 1s, headers: {x-api: "k\r\nx-evil: 1"}}`, 1),
