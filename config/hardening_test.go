@@ -2,8 +2,12 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hearth-dev/hearth/config"
 )
@@ -102,5 +106,79 @@ func TestDuplicateKeysInline(t *testing.T) {
 	}
 	if want := `dup.yaml:4: prewarm: duplicate key "top_n" (first at line 2)`; !strings.Contains(err.Error(), want) {
 		t.Errorf("error:\n%s\nwant %s", err, want)
+	}
+}
+
+// TestEveryNumberChecked sets, one at a time, every float of the Config struct
+// (pointers included) to NaN and +Inf and every duration past MaxDuration, on
+// a valid config, and wants the field named with the specific message: a
+// field added later without a check fails here.
+func TestEveryNumberChecked(t *testing.T) {
+	cfg, err := config.Parse("base.yaml", []byte(strings.Replace(base, "sources:\n",
+		"sources:\n  - {name: api, type: http, base_url: \"http://127.0.0.1:1\", timeout: 1s}\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var visit func(path string, v reflect.Value)
+	visit = func(path string, v reflect.Value) {
+		switch {
+		case v.Type() == reflect.TypeFor[time.Duration]():
+			n++
+			try(t, cfg, path, v, reflect.ValueOf(config.MaxDuration+time.Hour), "must be at most 8760h0m0s, a year (got 8761h0m0s)")
+			return
+		case v.Kind() == reflect.Float64:
+			n++
+			for _, x := range []float64{math.NaN(), math.Inf(1)} {
+				try(t, cfg, path, v, reflect.ValueOf(x), fmt.Sprintf("must be a finite number (got %g)", x))
+			}
+			return
+		}
+		switch v.Kind() {
+		case reflect.Pointer:
+			if v.IsNil() {
+				v.Set(reflect.New(v.Type().Elem()))
+				defer v.SetZero()
+			}
+			visit(path, v.Elem())
+		case reflect.Struct:
+			for i := range v.NumField() {
+				f := v.Type().Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+				switch {
+				case !f.IsExported() || name == "-":
+				case opts == "squash":
+					visit(path, v.Field(i))
+				default:
+					visit(strings.TrimPrefix(path+"."+name, "."), v.Field(i))
+				}
+			}
+		case reflect.Slice:
+			if v.Type().Elem().Kind() != reflect.Struct {
+				return
+			}
+			for i := range v.Len() {
+				visit(fmt.Sprintf("%s[%s]", path, v.Index(i).FieldByName("Name").String()), v.Index(i))
+			}
+		}
+	}
+	visit("", reflect.ValueOf(cfg).Elem())
+	t.Logf("%d float and duration fields checked", n)
+	if n < 30 {
+		t.Errorf("visited %d number fields; the walk missed part of the struct", n)
+	}
+}
+
+// try sets the field v of cfg to x, validates, puts the old value back, and
+// wants "path: msg" in the error.
+func try(t *testing.T, cfg *config.Config, path string, v, x reflect.Value, msg string) {
+	t.Helper()
+	old := reflect.New(v.Type()).Elem()
+	old.Set(v)
+	v.Set(x.Convert(v.Type()))
+	err := cfg.Validate()
+	v.Set(old)
+	if want := path + ": " + msg; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s set to %v: error %v, want %q", path, x, err, want)
 	}
 }
