@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 )
 
 // EnvPrefix prefixes environment overrides: HEARTH_REDIS_PASSWORD sets redis.password.
@@ -28,13 +29,41 @@ func Load(path string) (*Config, error) {
 // Parse decodes and validates a config held in memory; name labels errors.
 func Parse(name string, data []byte) (*Config, error) {
 	cfg, err := decode(name, data)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = cfg.Validate()
 	}
-	if err := cfg.Validate(); err != nil {
+	if err != nil {
+		var ce *Error
+		if errors.As(err, &ce) {
+			fromEnv(ce)
+		}
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// fromEnv says which problems come from a HEARTH_… override rather than the
+// file, since the file then shows a different value, or none: the variable
+// wins over the file (viper's order).
+func fromEnv(e *Error) {
+	for i, p := range e.Problems {
+		// redis.addrs[1] comes from HEARTH_REDIS_ADDRS; an item of sources
+		// or keys cannot be overridden from the environment.
+		path := listItem.ReplaceAllString(p.Path, "")
+		if path == "" || p.Line > 0 || strings.ContainsAny(path, "[]") {
+			continue
+		}
+		name := EnvVar(path)
+		if v, ok := os.LookupEnv(name); ok && v != "" {
+			e.Problems[i].Msg += " (from environment variable " + name + ")"
+		}
+	}
+}
+
+// EnvVar returns the environment variable that overrides a field:
+// refresh.jitter is HEARTH_REFRESH_JITTER.
+func EnvVar(path string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
 }
 
 func decode(name string, data []byte) (*Config, error) {
@@ -45,6 +74,13 @@ func decode(name string, data []byte) (*Config, error) {
 	v.SetEnvPrefix(EnvPrefix)
 	v.AutomaticEnv()
 	v.SetConfigType("yaml")
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &Error{File: name, Problems: []Problem{{Msg: "not valid YAML: " + firstLine(err.Error())}}}
+	}
+	if dups := duplicateKeys(&doc, "", nil); len(dups) > 0 {
+		return nil, &Error{File: name, Problems: dups}
+	}
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 		return nil, &Error{File: name, Problems: []Problem{{Msg: "not valid YAML: " + firstLine(err.Error())}}}
 	}
@@ -92,6 +128,7 @@ func expandHook(problems *[]Problem) mapstructure.DecodeHookFuncType {
 }
 
 var (
+	listItem    = regexp.MustCompile(`\[[0-9]+\]$`)
 	invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: (.*)`)
 	fieldErr    = regexp.MustCompile(`^'([^']*)' (.*)$`)
 )
@@ -126,4 +163,54 @@ func decodeProblems(err error) []Problem {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
+}
+
+// duplicateKeys finds the mapping keys written twice, which the decoder would
+// report without a line ("yaml: unmarshal errors:"), or, for two spellings of
+// one key (ttl, TTL), silently resolve. Keys compare as viper does, ignoring
+// case; merge keys (<<) and aliases are left to the decoder.
+func duplicateKeys(n *yaml.Node, path string, out []Problem) []Problem {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			out = duplicateKeys(c, path, out)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			out = duplicateKeys(c, nodeItemPath(path, i, c), out)
+		}
+	case yaml.MappingNode:
+		first := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+				continue
+			}
+			name := strings.ToLower(k.Value)
+			if line, dup := first[name]; dup {
+				out = append(out, Problem{Line: k.Line, Path: path, Msg: fmt.Sprintf("duplicate key %q (first at line %d)", k.Value, line)})
+				continue
+			}
+			first[name] = k.Line
+			sub := name
+			if path != "" {
+				sub = path + "." + name
+			}
+			out = duplicateKeys(v, sub, out)
+		}
+	}
+	return out
+}
+
+// nodeItemPath names a list item by its name field when it has a valid one,
+// as validation does (keys[product]), else by its index.
+func nodeItemPath(path string, i int, n *yaml.Node) string {
+	if n.Kind == yaml.MappingNode {
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			if k, v := n.Content[j], n.Content[j+1]; k.Value == "name" && v.Kind == yaml.ScalarNode && nameRe.MatchString(v.Value) {
+				return fmt.Sprintf("%s[%s]", path, v.Value)
+			}
+		}
+	}
+	return fmt.Sprintf("%s[%d]", path, i)
 }

@@ -2,20 +2,25 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// Problem is one thing wrong with a config: the field path and what is wrong.
+// Problem is one thing wrong with a config: the field path and what is wrong,
+// and the line of the file when it is known.
 type Problem struct {
+	Line int
 	Path string
 	Msg  string
 }
@@ -40,7 +45,11 @@ func (e *Error) Error() string {
 			b.WriteByte('\n')
 		}
 		if e.File != "" {
-			b.WriteString(e.File + ": ")
+			b.WriteString(e.File)
+			if p.Line > 0 {
+				fmt.Fprintf(&b, ":%d", p.Line)
+			}
+			b.WriteString(": ")
 		}
 		b.WriteString(p.String())
 	}
@@ -49,15 +58,33 @@ func (e *Error) Error() string {
 
 var nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
-type checker struct{ problems []Problem }
+type checker struct {
+	problems []Problem
+	// flagged are the fields checkNumbers found non-finite or too long: their
+	// own range checks, which would repeat the problem, are not reported.
+	flagged map[string]bool
+}
 
 func (c *checker) add(path, format string, args ...any) {
+	if c.flagged[path] {
+		return
+	}
 	c.problems = append(c.problems, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// flag reports a problem on path and silences the other checks of that field.
+func (c *checker) flag(path, format string, args ...any) {
+	c.add(path, format, args...)
+	if c.flagged == nil {
+		c.flagged = map[string]bool{}
+	}
+	c.flagged[path] = true
 }
 
 // Validate checks the whole config and returns an *Error listing every problem.
 func (cfg *Config) Validate() error {
 	c := &checker{}
+	cfg.checkNumbers(c)
 	cfg.validateRedis(c)
 	if _, _, err := net.SplitHostPort(cfg.HTTP.Listen); err != nil {
 		c.add("http.listen", "must be host:port (got %q)", cfg.HTTP.Listen)
@@ -93,6 +120,9 @@ func (cfg *Config) validateRedis(c *checker) {
 			c.add(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port (got %q)", a)
 		}
 	}
+	if r.PoolSize < 0 {
+		c.add("redis.pool_size", "must be >= 0, 0 for the client's default (got %d)", r.PoolSize)
+	}
 	if r.DB < 0 {
 		c.add("redis.db", "must be >= 0 (got %d)", r.DB)
 	}
@@ -123,13 +153,13 @@ func (cfg *Config) validateRefresh(c *checker) {
 	if r.LoadTimeout <= 0 {
 		c.add("refresh.load_timeout", "must be > 0 (got %s)", r.LoadTimeout)
 	}
-	if r.Spread < 0 || r.Spread > 0.9 {
+	if !(r.Spread >= 0 && r.Spread <= 0.9) {
 		c.add("refresh.spread", "must be between 0 and 0.9 of the interval (got %g)", r.Spread)
 	}
 	if r.ShutdownTimeout <= 0 {
 		c.add("refresh.shutdown_timeout", "must be > 0 (got %s)", r.ShutdownTimeout)
 	}
-	if r.Jitter < 0 || r.Jitter >= 1 {
+	if !(r.Jitter >= 0 && r.Jitter < 1) {
 		c.add("refresh.jitter", "must be >= 0 and < 1 (got %g)", r.Jitter)
 	}
 	if r.NegativeTTL <= 0 {
@@ -194,6 +224,10 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 			default:
 				c.add(path+".redirects", "must be same-host, none or any (got %q)", s.Redirects)
 			}
+			if s.MaxBodyBytes < 0 {
+				c.add(path+".max_body_bytes", "must be >= 0, 0 for the default (got %d)", s.MaxBodyBytes)
+			}
+			checkHeaders(c, path+".headers", s.Headers)
 			if s.HealthPath != "" && !strings.HasPrefix(s.HealthPath, "/") {
 				c.add(path+".health_path", "must start with '/' (got %q)", s.HealthPath)
 			}
@@ -333,6 +367,16 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 	if err != nil {
 		add("param_pattern", "%v", err)
 	}
+	if ns := cfg.Redis.Namespace; nameRe.MatchString(ns) {
+		t = t.WithNamespace(ns)
+		switch {
+		case !t.CanName(ns):
+		case t.IsFamily():
+			add("key", "template %q can name a key inside Hearth's own namespace (%s or %s:…, redis.namespace): use another prefix or namespace", t, ns, ns)
+		default:
+			add("key", "key %q is inside Hearth's own namespace (%s or %s:…, redis.namespace): use another key or namespace", t, ns, ns)
+		}
+	}
 	s := &warmer.Spec{
 		Name: k.Name, Template: t, Source: k.Source,
 		TTL: k.TTL, Jitter: r.Jitter, Interval: k.Interval, LoadTimeout: r.LoadTimeout,
@@ -375,12 +419,23 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 		add("ttl", "must be > 0 (got %s)", k.TTL)
 	case k.TTL < 100*time.Millisecond:
 		add("ttl", "must be at least 100ms (got %s)", k.TTL)
+	case k.TTL > MaxDuration:
+		add("ttl", "must be at most %s, a year (got %s)", MaxDuration, k.TTL)
 	}
-	if s.Jitter < 0 || s.Jitter >= 1 {
-		add("jitter", "must be >= 0 and < 1 (got %g)", s.Jitter)
+	inherited := func(set bool, from string) string {
+		if set {
+			return ""
+		}
+		return ", inherited from " + from
 	}
-	if s.LoadTimeout <= 0 {
-		add("load_timeout", "must be > 0 (got %s)", s.LoadTimeout)
+	if !(s.Jitter >= 0 && s.Jitter < 1) {
+		add("jitter", "must be >= 0 and < 1 (got %g%s)", s.Jitter, inherited(k.Jitter != nil, "refresh.jitter"))
+	}
+	switch {
+	case s.LoadTimeout <= 0:
+		add("load_timeout", "must be > 0 (got %s%s)", s.LoadTimeout, inherited(k.LoadTimeout != 0, "refresh.load_timeout"))
+	case s.LoadTimeout > MaxDuration:
+		add("load_timeout", "must be at most %s, a year (got %s%s)", MaxDuration, s.LoadTimeout, inherited(k.LoadTimeout != 0, "refresh.load_timeout"))
 	}
 	if k.TTL > 0 {
 		half := k.TTL / 2
@@ -392,7 +447,7 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 		case k.Interval > half:
 			add("interval", "must be at most ttl/2 = %s (got %s)", half, k.Interval)
 		}
-		if s.Interval > 0 && s.Jitter >= 0 && s.Jitter < 1 && s.LoadTimeout > 0 {
+		if s.Interval > 0 && s.Jitter >= 0 && s.Jitter < 1 && s.LoadTimeout > 0 && s.LoadTimeout <= MaxDuration && k.TTL <= MaxDuration {
 			if need := s.Interval + s.LoadTimeout; s.MinTTL() <= need {
 				add("ttl", "smallest jittered ttl %s must exceed refresh interval %s + load timeout %s (got ttl %s, jitter %g)",
 					s.MinTTL().Round(time.Millisecond), s.Interval, s.LoadTimeout, k.TTL, s.Jitter)
@@ -473,4 +528,21 @@ func setFields(fs ...field) []string {
 		}
 	}
 	return out
+}
+
+// checkHeaders rejects, before any request is made, a header the HTTP client
+// would refuse on every call (reported then as an unreachable source): a name
+// that is not an RFC 9110 token, or a value with CR, LF, NUL or another control
+// character (which could also smuggle a second header). Values are withheld
+// from the message: headers carry API keys.
+func checkHeaders(c *checker, path string, headers map[string]string) {
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		if !httpguts.ValidHeaderFieldName(name) {
+			c.add(path, "%q is not a valid header name (letters, digits and !#$%%&'*+-.^_`|~ only)", truncate(name))
+			continue
+		}
+		if !httpguts.ValidHeaderFieldValue(headers[name]) {
+			c.add(path+"."+name, "value must not contain CR, LF, NUL or other control characters (value withheld: it may hold a secret)")
+		}
+	}
 }

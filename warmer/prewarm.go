@@ -56,6 +56,9 @@ const (
 	// SkipInvalidMember: a family template matches, but its parameter fails the
 	// declaration's member rules (length, characters, param_pattern).
 	SkipInvalidMember = "invalid_member"
+	// SkipNamespace: the key is one of Hearth's own (inside redis.namespace,
+	// see InNamespace), which an access log must never make it overwrite.
+	SkipNamespace = "namespace"
 )
 
 // MaxLogKeyBytes bounds an access-log key before it is matched at all.
@@ -324,7 +327,11 @@ func (r *prewarmRun) add(key string) {
 	if reason != "" {
 		r.rep.Skipped[reason]++
 		r.prog.Skipped++
-		r.w.log.Debug().Str("reason", reason).Str("key", quoteKey(key)).Msg("pre-warm: access-log key skipped")
+		ev := r.w.log.Debug()
+		if reason == SkipNamespace {
+			ev = r.w.log.Warn() // someone recorded Hearth's own key as an application read
+		}
+		ev.Str("reason", reason).Str("key", quoteKey(key)).Msg("pre-warm: access-log key skipped")
 		return
 	}
 	if !spec.Template.IsFamily() {
@@ -503,6 +510,11 @@ func classify(specs []*Spec, key string) (*Spec, string, string) {
 	if len(key) > MaxLogKeyBytes {
 		return nil, "", SkipTooLong
 	}
+	for _, s := range specs {
+		if ns := s.Template.namespace; ns != "" && InNamespace(key, ns) {
+			return nil, "", SkipNamespace
+		}
+	}
 	var family *Spec
 	for _, s := range specs {
 		if !s.Template.IsFamily() {
@@ -578,7 +590,7 @@ func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
 		}),
 	}
 	for _, o := range []string{"written", "negative", "failed", "skipped_" + SkipTooLong, "skipped_" + SkipMalformed,
-		"skipped_" + SkipUnknown, "skipped_" + SkipInvalidMember} {
+		"skipped_" + SkipUnknown, "skipped_" + SkipInvalidMember, "skipped_" + SkipNamespace} {
 		m.keys.WithLabelValues(o)
 	}
 	for _, r := range []string{"ok", "partial", "error"} {

@@ -3,6 +3,7 @@ package warmer
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -55,9 +56,20 @@ type Spec struct {
 	MaxValueBytes int
 }
 
-// JitteredTTL returns TTL * (1 + Jitter*(r-0.5)) for r in [0,1).
+// JitteredTTL returns TTL * (1 + Jitter*(r-0.5)) for r in [0,1). A jitter
+// outside [0,1) (NaN, Inf: config rejects them) is taken as none, and a
+// product that would overflow a Duration gives TTL: neither may turn into the
+// PX 1 an undefined float conversion would produce.
 func (s *Spec) JitteredTTL(r float64) time.Duration {
-	return time.Duration(float64(s.TTL) * (1 + s.Jitter*(r-0.5)))
+	j := s.Jitter
+	if !(j >= 0 && j < 1) || !(r >= 0 && r <= 1) {
+		j = 0
+	}
+	f := float64(s.TTL) * (1 + j*(r-0.5))
+	if !(f > 0 && f < math.MaxInt64) {
+		return s.TTL
+	}
+	return time.Duration(f)
 }
 
 // MinTTL is the shortest TTL jitter can produce.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -28,6 +29,8 @@ type Template struct {
 	suffix  string
 	pattern *regexp.Regexp
 	maxLen  int
+	// namespace, when set, is Hearth's own: Match refuses every key in it.
+	namespace string
 }
 
 // ParseTemplate parses a key template. Literal parts may not contain braces,
@@ -129,7 +132,7 @@ func (t Template) Match(key string) (string, bool) {
 		return "", false
 	}
 	member := key[len(t.prefix) : len(key)-len(t.suffix)]
-	if t.ValidateMember(member) != nil {
+	if t.ValidateMember(member) != nil || t.namespace != "" && InNamespace(key, t.namespace) {
 		return "", false
 	}
 	return member, true
@@ -187,4 +190,109 @@ func (t Template) Overlaps(o Template) bool {
 func (t Template) couldMatch(key string) bool {
 	return len(key) > len(t.prefix)+len(t.suffix) &&
 		strings.HasPrefix(key, t.prefix) && strings.HasSuffix(key, t.suffix)
+}
+
+// InNamespace reports whether key is one of Hearth's own under namespace ns:
+// ns itself or ns followed by ':' (<ns>:fence, <ns>:{lease}, <ns>:warm,
+// <ns>:access:<bucket>, ...). No declaration may write such a key.
+func InNamespace(key, ns string) bool {
+	return key == ns || strings.HasPrefix(key, ns+":")
+}
+
+// WithNamespace returns the template with Hearth's namespace set: from then on
+// Match refuses a key inside it, whatever the template (defence in depth
+// behind CanName, for keys read from the access log).
+func (t Template) WithNamespace(ns string) Template {
+	t.namespace = ns
+	return t
+}
+
+// CanName reports whether some key of the template, with a member its rules
+// accept, is inside namespace ns (see InNamespace). Member rules count: h{id}
+// can name hearth:warm, but not with param_pattern [0-9]+.
+func (t Template) CanName(ns string) bool {
+	if !t.IsFamily() {
+		return InNamespace(t.raw, ns)
+	}
+	p, s := t.prefix, t.suffix
+	// The key ns itself: the member is what lies between prefix and suffix.
+	if len(p)+len(s) < len(ns) && strings.HasPrefix(ns, p) && strings.HasSuffix(ns, s) &&
+		t.ValidateMember(ns[len(p):len(ns)-len(s)]) == nil {
+		return true
+	}
+	// A key starting with ns + ":".
+	n := ns + ":"
+	switch {
+	case strings.HasPrefix(p, n):
+		return true
+	case !strings.HasPrefix(n, p):
+		return false
+	}
+	rest := n[len(p):]
+	// The member is a proper beginning of rest and the suffix completes it ...
+	for j := 1; j < len(rest); j++ {
+		if strings.HasPrefix(s, rest[j:]) && t.ValidateMember(rest[:j]) == nil {
+			return true
+		}
+	}
+	// ... or the member itself starts with rest.
+	if len(rest) > t.maxLen {
+		return false
+	}
+	return t.pattern == nil || canStartWith(t.pattern.String(), rest)
+}
+
+// canStartWith reports whether the regular expression could match a string
+// starting with prefix: it runs the compiled program on prefix and sees if any
+// thread is still alive. It errs towards true (an empty-width assertion is
+// taken as satisfied), which only makes CanName stricter.
+func canStartWith(expr, prefix string) bool {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return true
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return true
+	}
+	cur := closure(prog, []uint32{uint32(prog.Start)})
+	for _, r := range prefix {
+		var next []uint32
+		for _, pc := range cur {
+			switch in := &prog.Inst[pc]; in.Op {
+			case syntax.InstRune, syntax.InstRune1, syntax.InstRuneAny, syntax.InstRuneAnyNotNL:
+				if in.MatchRune(r) {
+					next = append(next, in.Out)
+				}
+			}
+		}
+		if cur = closure(prog, next); len(cur) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// closure follows the instructions that consume no input from pcs and
+// returns the ones that do (or match).
+func closure(prog *syntax.Prog, pcs []uint32) []uint32 {
+	seen := map[uint32]bool{}
+	var out []uint32
+	for len(pcs) > 0 {
+		pc := pcs[len(pcs)-1]
+		pcs = pcs[:len(pcs)-1]
+		if seen[pc] {
+			continue
+		}
+		seen[pc] = true
+		switch in := &prog.Inst[pc]; in.Op {
+		case syntax.InstAlt, syntax.InstAltMatch:
+			pcs = append(pcs, in.Out, in.Arg)
+		case syntax.InstCapture, syntax.InstNop, syntax.InstEmptyWidth:
+			pcs = append(pcs, in.Out)
+		case syntax.InstRune, syntax.InstRune1, syntax.InstRuneAny, syntax.InstRuneAnyNotNL, syntax.InstMatch:
+			out = append(out, pc)
+		}
+	}
+	return out
 }

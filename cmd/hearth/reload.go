@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -57,7 +60,10 @@ type reloader struct {
 
 	mu      sync.Mutex
 	content []byte
-	state   reloadState
+	// unread is set when the last reload could not read the file: content is
+	// then older than the file, and the same bytes must be applied again.
+	unread bool
+	state  reloadState
 }
 
 // reloadState is the reload part of GET /admin/status.
@@ -79,9 +85,15 @@ func openReloader(cfg *config.Config, hup chan os.Signal, w *warmer.Warmer, sche
 		hup:     hup, cancel: cancel, done: make(chan struct{}),
 		state: reloadState{File: cfg.File, LastReloadOK: true},
 	}
-	r.content, _ = os.ReadFile(r.path)
-	if c, err := config.Parse(r.path, r.content); err == nil {
-		r.running = c
+	// The file was loaded a moment ago; a re-read that fails now means it is
+	// changing under us, which the next event or SIGHUP reports in full.
+	data, err := os.ReadFile(r.path)
+	if err != nil {
+		r.log.Warn().Err(err).Msg("cannot re-read the config file at start-up; the running config stays")
+	} else if c, err := config.Parse(r.path, data); err != nil {
+		r.log.Warn().Err(err).Msg("the config file changed during start-up and is now invalid; the running config stays")
+	} else {
+		r.running, r.content = c, data
 	}
 	r.metrics.lastSuccess.Set(1)
 	r.metrics.lastSuccessTime.SetToCurrentTime()
@@ -113,6 +125,10 @@ func (r *reloader) loop(ctx context.Context) {
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	defer settle.Stop()
+	// missing is set when the file was found absent once: a rename over it is
+	// in progress, or it was deleted. Absent again one settle later, the reload
+	// is reported as failed rather than waited for forever.
+	missing := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -135,14 +151,20 @@ func (r *reloader) loop(ctx context.Context) {
 		case <-settle.C:
 			data, err := os.ReadFile(r.path)
 			r.mu.Lock()
-			same := err == nil && bytes.Equal(data, r.content)
+			// After a failed read the same bytes are applied again: the file
+			// is back as it was, and the state must say so.
+			same := err == nil && bytes.Equal(data, r.content) && !r.unread
 			r.mu.Unlock()
 			if same {
+				missing = false
 				continue // another file in the directory, or a touch
 			}
-			if err != nil && os.IsNotExist(err) {
-				continue // mid-rename; the new file's own event follows
+			if errors.Is(err, fs.ErrNotExist) && !missing {
+				missing = true // mid-rename: look again once it has settled
+				settle.Reset(reloadSettle)
+				continue
 			}
+			missing = false
 			r.log.Info().Msg("config file changed: reloading")
 			r.reload()
 		}
@@ -152,16 +174,32 @@ func (r *reloader) loop(ctx context.Context) {
 // reload loads and validates the file, then applies what changed. It never
 // leaves the daemon half-configured: an invalid file changes nothing.
 func (r *reloader) reload() {
-	data, _ := os.ReadFile(r.path)
-	cfg, err := config.Load(r.path)
+	// Read once: what is validated is what is remembered as applied.
+	data, err := os.ReadFile(r.path)
+	if err != nil {
+		r.failed("unreadable", fmt.Errorf("read config: %w", err))
+		return
+	}
 	r.mu.Lock()
-	r.content = data
+	r.content, r.unread = data, false
 	r.mu.Unlock()
+	cfg, err := config.Parse(r.path, data)
 	if err != nil {
 		r.failed("invalid", err)
 		return
 	}
 	drift := restartNeeded(r.running, cfg)
+	// A new redis.namespace applies only on restart; until then Hearth's own
+	// keys stay under the one in use, and declarations must keep out of it.
+	if ns := r.running.Redis.Namespace; cfg.Redis.Namespace != ns {
+		inUse := *cfg
+		inUse.Redis.Namespace = ns
+		if err := inUse.Validate(); err != nil {
+			r.failed("invalid", fmt.Errorf("redis.namespace %q stays in use until a restart: %w", ns, err))
+			return
+		}
+		cfg = &inUse
+	}
 	specs := cfg.Specs()
 	ch, err := r.w.Apply(specs)
 	if err != nil {
@@ -194,8 +232,11 @@ func (r *reloader) failed(result string, err error) {
 	r.metrics.lastSuccess.Set(0)
 	r.mu.Lock()
 	r.state.LastReload, r.state.LastReloadOK, r.state.LastError = &now, false, err.Error()
+	if result == "unreadable" {
+		r.unread = true
+	}
 	r.mu.Unlock()
-	r.log.Error().Err(err).Msg("config reload rejected; the running config stays")
+	r.log.Error().Str("result", result).Err(err).Msg("config reload rejected; the running config stays")
 }
 
 // status is the reload state for GET /admin/status.
@@ -272,7 +313,7 @@ func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
 	m := &reloadMetrics{
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_config_reloads_total",
-			Help: "Config reloads by result: ok, invalid (rejected by validation) or error (could not be applied).",
+			Help: "Config reloads by result: ok, invalid (rejected by validation), unreadable (the file could not be read: missing, deleted mid-write, no permission) or error (could not be applied).",
 		}, []string{"result"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_config_last_reload_success",
@@ -286,6 +327,9 @@ func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
 			Name: "hearth_config_restart_required",
 			Help: "1 if the applied config changed settings that only a restart applies.",
 		}),
+	}
+	for _, r := range []string{"ok", "invalid", "unreadable", "error"} {
+		m.reloads.WithLabelValues(r)
 	}
 	reg.MustRegister(m.reloads, m.lastSuccess, m.lastSuccessTime, m.restartRequired)
 	return m

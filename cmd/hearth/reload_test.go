@@ -1,8 +1,8 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
-	"github.com/hearth-dev/hearth/internal/testenv"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
 // reloadConfig is a config with the given declarations (short TTLs, so that a
@@ -164,5 +166,138 @@ func TestReload(t *testing.T) {
 
 	if n := misses.Load(); n > 0 {
 		t.Errorf("key a was missing %d times while the config was reloaded", n)
+	}
+}
+
+// jsonText is s as it appears inside a JSON log string.
+func jsonText(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(strings.TrimSpace(b.String()), `"`)[1:]
+}
+
+// TestReloadRejectsBadValues: every value `validate` refuses is refused by a
+// hot reload too, each refusal counted, logged with its field and value, and
+// the running config keeps refreshing. A config file that cannot be read
+// (deleted, or replaced by a dangling link) is reported, never waited on in
+// silence, and the same file coming back is applied again.
+func TestReloadRejectsBadValues(t *testing.T) {
+	rdb := sharedRedis(t)
+	id := rdb.Prefix
+	up := newOrigin(t)
+	keyA := fmt.Sprintf(`  - {name: a, key: "%sa", source: up, ttl: 3s, path: /a}`+"\n", id)
+	good := reloadConfig(rdb, up.URL, "info", keyA)
+
+	// As in TestReload, the file is a symlink into a directory that is not
+	// watched: editing the target needs SIGHUP, and each SIGHUP is one reload.
+	data := t.TempDir()
+	target := filepath.Join(data, "v1.yaml")
+	if err := os.WriteFile(target, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonPath(t, link)
+	hup := func() {
+		t.Helper()
+		if err := syscall.Kill(d.Cmd.Process.Pid, syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := rdb.Namespace
+	for i, tc := range []struct{ name, config, want string }{
+		{"jitter NaN", strings.Replace(good, "refresh: {", "refresh: {jitter: .nan, ", 1),
+			"refresh.jitter: must be a finite number (got NaN)"},
+		{"jitter Inf per key", strings.Replace(good, "ttl: 3s,", "ttl: 3s, jitter: .inf,", 1),
+			"keys[a].jitter: must be a finite number (got +Inf)"},
+		{"ttl overflowing the jittered ttl", strings.Replace(good, "ttl: 3s", "ttl: 2562047h", 1),
+			"keys[a].ttl: must be at most 8760h0m0s, a year (got 2562047h0m0s)"},
+		{"source timeout zero", strings.Replace(good, "timeout: 1s}", "timeout: 0s}", 1),
+			"sources[up].timeout: must be > 0 (got 0s)"},
+		{"template inside the namespace", good + fmt.Sprintf(`  - {name: c, key: "%s:{id}", source: up, ttl: 3s, path: "/c/{id}", members: [warm]}`+"\n", ns),
+			fmt.Sprintf(`keys[c].key: template "%s:{id}" can name a key inside Hearth's own namespace (%s or %s:…, redis.namespace)`, ns, ns, ns)},
+		{"template inside the running namespace, with a new namespace",
+			strings.Replace(good, fmt.Sprintf("namespace: %q", ns), `namespace: "elsewhere"`, 1) +
+				fmt.Sprintf(`  - {name: c, key: "%s:{id}", source: up, ttl: 3s, path: "/c/{id}", members: [fence]}`+"\n", ns),
+			fmt.Sprintf(`redis.namespace %q stays in use until a restart: %s: keys[c].key: template "%s:{id}" can name a key inside Hearth's own namespace`, ns, link, ns)},
+		{"invalid header name", strings.Replace(good, "timeout: 1s}", `timeout: 1s, headers: {"x api": k}}`, 1),
+			`sources[up].headers: "x api" is not a valid header name`},
+		{"header value with CRLF", strings.Replace(good, "timeout: 1s}", `timeout: 1s, headers: {x-api: "k\r\nx-evil: 1"}}`, 1),
+			"sources[up].headers.x-api: value must not contain CR, LF, NUL"},
+		{"duplicate key", strings.Replace(good, "ttl: 3s,", "ttl: 3s, ttl: 4s,", 1),
+			`config.yaml:8: keys[a]: duplicate key "ttl" (first at line 8)`},
+		{"bad YAML", good + "keys: [\n", "not valid YAML"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(target, []byte(tc.config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			hup()
+			testenv.Eventually(t, 20*time.Second, "reload refused", func() bool {
+				return d.metric(t, "hearth_config_reloads_total", `result="invalid"`) == float64(i+1)
+			})
+			if got := d.metric(t, "hearth_config_last_reload_success"); got != 0 {
+				t.Errorf("last reload success = %g, want 0", got)
+			}
+			if out := d.Output(); !strings.Contains(out, jsonText(tc.want)) {
+				t.Errorf("the refusal is not logged with %q:\n%s", tc.want, out)
+			}
+		})
+	}
+	if t.Failed() {
+		return
+	}
+	calls := up.count("/a")
+	testenv.Eventually(t, 20*time.Second, "a refreshed on the old config after the refusals", func() bool { return up.count("/a") > calls })
+	if n := rdb.Exists(t.Context(), id+"a").Val(); n != 1 {
+		t.Errorf("key a is gone after refused reloads")
+	}
+
+	t.Run("the good file applies again", func(t *testing.T) {
+		if err := os.WriteFile(target, []byte(good), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		hup()
+		testenv.Eventually(t, 20*time.Second, "reload applied", func() bool {
+			return d.metric(t, "hearth_config_reloads_total", `result="ok"`) == 1
+		})
+	})
+	t.Run("deleted file on SIGHUP", func(t *testing.T) {
+		if err := os.Remove(target); err != nil {
+			t.Fatal(err)
+		}
+		hup()
+		testenv.Eventually(t, 20*time.Second, "unreadable reload counted", func() bool {
+			return d.metric(t, "hearth_config_reloads_total", `result="unreadable"`) == 1
+		})
+		if got := d.metric(t, "hearth_config_last_reload_success"); got != 0 {
+			t.Errorf("last reload success = %g, want 0", got)
+		}
+		if out := d.Output(); !strings.Contains(out, "read config: open "+link+": no such file or directory") {
+			t.Errorf("the read error is not logged with the file:\n%s", out)
+		}
+	})
+	t.Run("link swapped to a file that never appears", func(t *testing.T) {
+		swapLink(t, link, filepath.Join(data, "never.yaml"))
+		testenv.Eventually(t, 20*time.Second, "watcher reports the missing file", func() bool {
+			return d.metric(t, "hearth_config_reloads_total", `result="unreadable"`) == 2
+		})
+	})
+	t.Run("the same file back is applied, not taken for unchanged", func(t *testing.T) {
+		if err := os.WriteFile(target, []byte(good), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		swapLink(t, link, target)
+		testenv.Eventually(t, 20*time.Second, "reload applied", func() bool {
+			return d.metric(t, "hearth_config_reloads_total", `result="ok"`) == 2 &&
+				d.metric(t, "hearth_config_last_reload_success") == 1
+		})
+	})
+	if d.Exited() {
+		t.Fatalf("hearth exited during the reloads:\n%s", d.Output())
 	}
 }
