@@ -97,8 +97,13 @@ const catchUpSlack = 250 * time.Millisecond
 // next, batches are spread evenly over spread × interval), its load timeout,
 // and catchUpSlack. When the next run is not known (known false: the
 // declaration is not scheduled yet), it assumes the worst: a full interval,
-// then the whole spread, then the load timeout.
+// then the whole spread, then the load timeout. A spread outside [0, 1] (NaN
+// included, which config validation should have refused) counts as the whole
+// interval: never a shorter horizon.
 func Horizon(spec *Spec, now, next time.Time, known bool, spread float64, batch, batches int) time.Duration {
+	if !(spread >= 0 && spread <= 1) {
+		spread = 1
+	}
 	pace := time.Duration(float64(spec.Interval) * spread)
 	if !known {
 		return spec.Interval + pace + spec.LoadTimeout + catchUpSlack

@@ -3,6 +3,7 @@ package warmer_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -137,6 +138,9 @@ func TestHorizon(t *testing.T) {
 		// A single batch is not paced: it goes out when the run starts.
 		{"one batch", now.Add(time.Second), true, 0.5, 0, 1, time.Second + time.Second + slack},
 		{"no pacing", now.Add(time.Second), true, 0, 3, 4, time.Second + time.Second + slack},
+		// A spread no config should hold counts as the whole interval.
+		{"NaN spread", time.Time{}, false, math.NaN(), 0, 4, 4*time.Second + 4*time.Second + time.Second + slack},
+		{"negative spread", now.Add(time.Second), true, -3, 3, 4, time.Second + 4*time.Second + time.Second + slack},
 		// A next run in the past (a late timer) is now.
 		{"next run passed", now.Add(-time.Second), true, 0.5, 0, 4, 500*time.Millisecond + time.Second + slack},
 	} {
