@@ -89,6 +89,7 @@ func (s *Scheduler) remove(name string) error {
 	s.mu.Lock()
 	job, ok := s.jobs[name]
 	delete(s.jobs, name)
+	delete(s.runs, name)
 	s.mu.Unlock()
 	if !ok {
 		return nil

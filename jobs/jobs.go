@@ -45,6 +45,9 @@ type Scheduler struct {
 
 	mu   sync.Mutex
 	jobs map[string]gocron.Job
+	// runs is when each scheduled declaration runs: its first run, then
+	// every interval (see NextRun).
+	runs map[string]cadence
 	// negJobs are the negative re-checks (negative.go), by declaration.
 	negJobs map[string]gocron.Job
 	// applyMu serialises Open and Apply (reloads); opened is set by Open.
@@ -68,8 +71,23 @@ func New(opts Options) (*Scheduler, error) {
 		opts: opts, sched: sched,
 		log:   opts.Logger.With().Str("component", "jobs").Logger(),
 		drain: make(chan struct{}), runCtx: ctx, cancel: cancel,
-		jobs: map[string]gocron.Job{},
+		jobs: map[string]gocron.Job{}, runs: map[string]cadence{},
 	}, nil
+}
+
+// cadence is a declaration's schedule: first run, then every interval.
+type cadence struct {
+	first    time.Time
+	interval time.Duration
+}
+
+// next is the first run at or after t.
+func (c cadence) next(t time.Time) time.Time {
+	if !t.After(c.first) || c.interval <= 0 {
+		return c.first
+	}
+	k := (t.Sub(c.first) + c.interval - 1) / c.interval
+	return c.first.Add(k * c.interval)
 }
 
 // Offset is where in its interval a declaration's runs fall: a hash of its name,
@@ -105,8 +123,9 @@ func (s *Scheduler) Open(ctx context.Context) error {
 // in the future runs at once.
 func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 	start := gocron.WithStartDateTime(first)
-	if !first.After(time.Now()) {
+	if now := time.Now(); !first.After(now) {
 		start = gocron.WithStartImmediately()
+		first = now
 	}
 	name := spec.Name
 	interval := spec.Interval
@@ -134,6 +153,7 @@ func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 	}
 	s.mu.Lock()
 	s.jobs[name] = job
+	s.runs[name] = cadence{first: first, interval: interval}
 	s.mu.Unlock()
 	return s.addNegative(spec, time.Now())
 }
@@ -157,16 +177,20 @@ func plannedStart(now, first time.Time, interval time.Duration) time.Time {
 	return first.Add(k * interval)
 }
 
-// NextRun returns when a declaration runs next.
+// NextRun returns when a declaration's next scheduled run starts, at or after
+// now: its first run, then every interval. It is computed from the schedule,
+// not asked of gocron, whose Job.NextRun keeps the time of the first run the
+// elector refused: on a standby it stays in the past for good, and a takeover
+// catch-up that trusted it thought the next write was due at once. A run is
+// started at that time on the leader; on a standby it is skipped.
 func (s *Scheduler) NextRun(name string) (time.Time, bool) {
 	s.mu.Lock()
-	job, ok := s.jobs[name]
+	c, ok := s.runs[name]
 	s.mu.Unlock()
 	if !ok {
 		return time.Time{}, false
 	}
-	t, err := job.NextRun()
-	return t, err == nil
+	return c.next(time.Now()), true
 }
 
 // Close stops scheduling, lets in-flight runs finish their current batches until

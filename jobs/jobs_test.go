@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -172,5 +174,80 @@ func TestElectorGatesRuns(t *testing.T) {
 	}
 	if got := rec.count("gated"); got != 0 {
 		t.Errorf("a standby ran %d refreshes", got)
+	}
+}
+
+// switchElector refuses runs until lead is set.
+type switchElector struct{ lead atomic.Bool }
+
+func (e *switchElector) IsLeader(context.Context) error {
+	if !e.lead.Load() {
+		return errors.New("standby")
+	}
+	return nil
+}
+
+// plannedLog records each run's planned and actual start.
+type plannedLog struct {
+	mu      sync.Mutex
+	planned []time.Time
+	started []time.Time
+}
+
+func (p *plannedLog) Refresh(_ context.Context, _ string, ro warmer.RunOptions) (warmer.Outcome, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.planned = append(p.planned, ro.Planned)
+	p.started = append(p.started, time.Now())
+	return warmer.Outcome{}, nil
+}
+
+// TestNextRunOnAStandby: a standby's runs are refused by the elector, and
+// NextRun must still say when the next one starts (the takeover catch-up
+// trusts it). gocron's own Job.NextRun stays at the first refused run, in the
+// past, so that a catch-up read it as "due now" and refreshed nothing.
+func TestNextRunOnAStandby(t *testing.T) {
+	const interval = 500 * time.Millisecond
+	el := &switchElector{}
+	rec := &plannedLog{}
+	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(interval, "p"), Elector: el, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	first, ok := s.NextRun("p")
+	if !ok {
+		t.Fatal("no next run")
+	}
+	// Let the elector refuse a few runs.
+	for time.Now().Before(first.Add(2*interval + interval/2)) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	now := time.Now()
+	next, ok := s.NextRun("p")
+	if !ok || !next.After(now) || next.After(now.Add(interval)) {
+		t.Fatalf("NextRun after refused runs = %v (ok %v), want within (%v, %v]", next, ok, now, now.Add(interval))
+	}
+	if got := next.Sub(first) % interval; got != 0 {
+		t.Errorf("NextRun %v is off the schedule's phase by %s", next, got)
+	}
+	el.lead.Store(true)
+	testenv.Eventually(t, 10*time.Second, "a run once leading", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.planned) > 0
+	})
+	rec.mu.Lock()
+	planned, started := rec.planned[0], rec.started[0]
+	rec.mu.Unlock()
+	if !planned.Equal(next) {
+		t.Errorf("first run planned at %v, NextRun said %v", planned, next)
+	}
+	// The catch-up relies on the run starting then, not an interval later.
+	if started.Before(next.Add(-50*time.Millisecond)) || !started.Before(next.Add(interval*4/5)) {
+		t.Errorf("first run started at %v, NextRun said %v", started, next)
 	}
 }

@@ -3,6 +3,7 @@ package warmer_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -73,7 +74,7 @@ func TestCatchUp(t *testing.T) {
 	env.client.Set(ctx, key("persistent"), "old", 0)
 
 	t.Run("a standby catches nothing up", func(t *testing.T) {
-		res, err := w.CatchUp(ctx, nil)
+		res, err := w.CatchUp(ctx, warmer.CatchUpOptions{})
 		if !errors.Is(err, warmer.ErrNotLeader) {
 			t.Errorf("err = %v, want ErrNotLeader", err)
 		}
@@ -86,8 +87,8 @@ func TestCatchUp(t *testing.T) {
 	defer term.Release(ctx)
 
 	// The next run is 2s away: keys with less than 2s + the 1s load timeout
-	// left would expire before it, and only those.
-	res, err := w.CatchUp(ctx, func(*warmer.Spec) time.Duration { return 2 * time.Second })
+	// (+ slack) left would expire before it, and only those.
+	res, err := w.CatchUp(ctx, warmer.CatchUpOptions{Schedule: schedule{"product": time.Now().Add(2 * time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,5 +105,190 @@ func TestCatchUp(t *testing.T) {
 	}
 	if ttl := env.client.PTTL(ctx, key("expiring")).Val(); ttl < 5*time.Second {
 		t.Errorf("caught-up key has ttl %s", ttl)
+	}
+}
+
+// schedule is a fixed warmer.Schedule: a declaration absent from it is not
+// scheduled.
+type schedule map[string]time.Time
+
+func (s schedule) NextRun(name string) (time.Time, bool) {
+	t, ok := s[name]
+	return t, ok
+}
+
+func TestHorizon(t *testing.T) {
+	spec := &warmer.Spec{Name: "p", Interval: 4 * time.Second, LoadTimeout: time.Second}
+	now := time.Unix(1000, 0)
+	const slack = 250 * time.Millisecond
+	for _, tc := range []struct {
+		name           string
+		next           time.Time
+		known          bool
+		spread         float64
+		batch, batches int
+		want           time.Duration
+	}{
+		// Not scheduled yet: a whole interval, the whole spread, the load.
+		{"unknown", time.Time{}, false, 0.5, 0, 4, 4*time.Second + 2*time.Second + time.Second + slack},
+		{"unknown, no spread", time.Time{}, false, 0, 0, 1, 4*time.Second + time.Second + slack},
+		// Next run in 1s; 4 batches paced over 2s, 500ms apart.
+		{"first batch", now.Add(time.Second), true, 0.5, 0, 4, time.Second + 500*time.Millisecond + time.Second + slack},
+		{"last batch", now.Add(time.Second), true, 0.5, 3, 4, time.Second + 2*time.Second + time.Second + slack},
+		// A single batch is not paced: it goes out when the run starts.
+		{"one batch", now.Add(time.Second), true, 0.5, 0, 1, time.Second + time.Second + slack},
+		{"no pacing", now.Add(time.Second), true, 0, 3, 4, time.Second + time.Second + slack},
+		// A spread no config should hold counts as the whole interval.
+		{"NaN spread", time.Time{}, false, math.NaN(), 0, 4, 4*time.Second + 4*time.Second + time.Second + slack},
+		{"negative spread", now.Add(time.Second), true, -3, 3, 4, time.Second + 4*time.Second + time.Second + slack},
+		// A next run in the past (a late timer) is now.
+		{"next run passed", now.Add(-time.Second), true, 0.5, 0, 4, 500*time.Millisecond + time.Second + slack},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := warmer.Horizon(spec, now, tc.next, tc.known, tc.spread, tc.batch, tc.batches); got != tc.want {
+				t.Errorf("Horizon = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// catchUpEnv is a leader's warmer over one family, its keys in the shared Redis.
+type catchUpEnv struct {
+	env  *leaseEnv
+	src  *catchOrigin
+	w    *warmer.Warmer
+	spec *warmer.Spec
+}
+
+func newCatchUpEnv(t *testing.T, batch int, members ...string) *catchUpEnv {
+	t.Helper()
+	env := newLeaseEnv(t)
+	inst := env.instance(5*time.Second, 20*time.Millisecond, false)
+	src := &catchOrigin{}
+	spec := familySpec(t, env.prefix, members...)
+	spec.TTL, spec.Interval, spec.BatchSize = 8*time.Second, 4*time.Second, batch
+	w, err := warmer.New(warmer.Options{
+		Store: inst.store, Gate: inst.lease, Sources: map[string]warmer.Source{"origin": src},
+		Specs: []*warmer.Spec{spec}, Registerer: prometheus.NewRegistry(), MaxConcurrentLoads: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := campaign(t, inst.lease, 5*time.Second)
+	t.Cleanup(func() { _ = term.Release(context.Background()) })
+	return &catchUpEnv{env: env, src: src, w: w, spec: spec}
+}
+
+func (e *catchUpEnv) set(t *testing.T, ttls map[string]time.Duration) {
+	t.Helper()
+	for m, ttl := range ttls {
+		if err := e.env.client.Set(context.Background(), e.env.prefix+"product:"+m, "old", ttl).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCatchUpHorizon: a key is due when it would expire before this
+// instance's schedule rewrites it, batch by batch; a declaration whose next
+// run is unknown assumes the whole interval and spread.
+func TestCatchUpHorizon(t *testing.T) {
+	ctx := context.Background()
+	t.Run("next run known: each batch its own horizon", func(t *testing.T) {
+		// Three batches paced over 2s (667ms apart), the next run in 1s:
+		// batch 0 is rewritten within 1s+667ms+1s (+250ms slack) = 2.92s,
+		// batch 2 within 1s+2s+1s (+slack) = 4.25s.
+		e := newCatchUpEnv(t, 2, "a0", "a1", "b0", "b1", "c0", "c1")
+		e.set(t, map[string]time.Duration{
+			"a0": 3500 * time.Millisecond, // batch 0, outlives its horizon
+			"a1": 2 * time.Second,         // batch 0, would expire first
+			"b0": 7 * time.Second, "b1": 7 * time.Second,
+			"c0": 3500 * time.Millisecond, // batch 2: the same TTL is due here
+			"c1": 7 * time.Second,
+		})
+		res, err := e.w.CatchUp(ctx, warmer.CatchUpOptions{Schedule: schedule{"product": time.Now().Add(time.Second)}, Spread: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := e.src.loaded(), []string{"a1", "c0"}; !slices.Equal(got, want) {
+			t.Errorf("loaded %v, want %v", got, want)
+		}
+		if res.Checked != 6 || res.Due != 2 || res.Refreshed != 2 || res.Unscheduled != 0 {
+			t.Errorf("result %+v, want 6 checked, 2 due, 2 refreshed", res)
+		}
+	})
+	t.Run("next run unknown: interval + spread + load timeout", func(t *testing.T) {
+		// 4s interval + 2s spread + 1s load timeout (+ slack) = 7.25s: a key
+		// with 6s left may expire before a schedule opened after the catch-up
+		// reaches it, one with 7.8s left may not.
+		e := newCatchUpEnv(t, 2, "a0", "a1", "b0")
+		e.set(t, map[string]time.Duration{"a0": 6 * time.Second, "a1": 7800 * time.Millisecond})
+		res, err := e.w.CatchUp(ctx, warmer.CatchUpOptions{Spread: 0.5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := e.src.loaded(), []string{"a0", "b0"}; !slices.Equal(got, want) {
+			t.Errorf("loaded %v, want %v", got, want)
+		}
+		if res.Unscheduled != 1 || res.Due != 2 {
+			t.Errorf("result %+v, want 1 unscheduled, 2 due", res)
+		}
+	})
+}
+
+// orderOrigin records the order of its loads.
+type orderOrigin struct {
+	mu    sync.Mutex
+	order []string
+}
+
+func (o *orderOrigin) Load(_ context.Context, _ *warmer.Spec, members []string) ([]warmer.Result, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]warmer.Result, len(members))
+	for i, m := range members {
+		o.order = append(o.order, m)
+		out[i] = warmer.Result{Member: m, Value: []byte("fresh-" + m)}
+	}
+	return out, nil
+}
+
+func (o *orderOrigin) Ping(context.Context) error { return nil }
+
+// TestCatchUpHottestFirst: due keys are loaded soonest-to-expire first,
+// missing ones before all, across declarations.
+func TestCatchUpHottestFirst(t *testing.T) {
+	ctx := context.Background()
+	env := newLeaseEnv(t)
+	inst := env.instance(5*time.Second, 20*time.Millisecond, false)
+	src := &orderOrigin{}
+	product := familySpec(t, env.prefix, "p1", "p2", "p3")
+	price := familySpec(t, env.prefix+"x", "q1", "q2")
+	price.Name = "price"
+	for _, s := range []*warmer.Spec{product, price} {
+		s.BatchSize = 1
+	}
+	w, err := warmer.New(warmer.Options{
+		Store: inst.store, Gate: inst.lease, Sources: map[string]warmer.Source{"origin": src},
+		Specs: []*warmer.Spec{product, price}, Registerer: prometheus.NewRegistry(), MaxConcurrentLoads: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := campaign(t, inst.lease, 5*time.Second)
+	defer term.Release(ctx)
+	for k, ttl := range map[string]time.Duration{
+		"product:p1": 3 * time.Second, "product:p3": 1 * time.Second,
+		"xproduct:q1": 2 * time.Second, "xproduct:q2": 4 * time.Second,
+	} {
+		env.client.Set(ctx, env.prefix+k, "old", ttl)
+	}
+	// p2 is missing. Every key is due: the schedule is unknown.
+	if _, err := w.CatchUp(ctx, warmer.CatchUpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if want := []string{"p2", "p3", "q1", "p1", "q2"}; !slices.Equal(src.order, want) {
+		t.Errorf("loaded in order %v, want %v", src.order, want)
 	}
 }

@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_refresh_runs_total",
-			Help: "Refresh runs of a declaration by result (ok, partial, error).",
+			Help: "Refresh runs of a declaration by result (ok, partial, error, aborted: cut short by shutdown).",
 		}, []string{"family", "result"}),
 		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hearth_refresh_duration_seconds",

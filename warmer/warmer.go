@@ -168,6 +168,10 @@ type Outcome struct {
 	Skipped   int
 	Duration  time.Duration
 	LastError error
+	// NotRun is how many members' batches never started: the run was
+	// drained (shutdown) or its context ended first. Their keys were not
+	// written and their staleness is not reset.
+	NotRun int
 }
 
 // Refresh runs one refresh of a declaration: list members, load them in batches,
@@ -201,8 +205,9 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		gap = ro.Spread / time.Duration(len(batches))
 	}
 	var (
-		mu sync.Mutex
-		g  errgroup.Group
+		mu      sync.Mutex
+		g       errgroup.Group
+		started int
 	)
 	for i, batch := range batches {
 		planned := start.Add(time.Duration(i) * gap)
@@ -221,6 +226,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 			// Lag includes waiting for a load slot: a saturated origin shows here.
 			w.metrics.lag.WithLabelValues(name).Observe(max(0, w.now().Sub(planned)).Seconds())
 		}
+		started += len(batch)
 		g.Go(func() error {
 			defer w.loads.Release(1)
 			o := w.refreshBatch(ctx, spec, st, batch)
@@ -232,8 +238,12 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	}
 	_ = g.Wait()
 	out.Duration = w.now().Sub(start)
+	out.NotRun = len(members) - started
 	if ctx.Err() != nil && out.LastError == nil {
 		out.LastError = ctx.Err()
+	}
+	if out.NotRun > 0 && out.LastError == nil {
+		out.LastError = fmt.Errorf("refresh %s: %w: %d of %d members not refreshed", name, ErrDrained, out.NotRun, out.Members)
 	}
 	w.finishRun(spec, st, &out)
 	return out, out.LastError
@@ -250,15 +260,37 @@ func (o *Outcome) add(b Outcome) {
 	}
 }
 
+// runResult names how a run ended, for hearth_refresh_runs_total{result}:
+// ok (every member refreshed), error (failures, nothing written), partial
+// (some written, some failed or never started), aborted (cut short by a
+// shutdown or the end of the term before anything failed or was written).
+// Only ok resets the declaration's staleness.
+func runResult(out *Outcome) string {
+	done := out.Written + out.Negative
+	failed := out.Failed > 0 || (out.LastError != nil && !cutShort(out.LastError))
+	switch {
+	case failed && done == 0:
+		return "error"
+	case failed:
+		return "partial"
+	case out.NotRun > 0 || out.LastError != nil:
+		if done == 0 {
+			return "aborted"
+		}
+		return "partial"
+	}
+	return "ok"
+}
+
+// cutShort reports whether err only says that the run was stopped from
+// outside (drained, or its context ended), not that anything failed.
+func cutShort(err error) bool {
+	return errors.Is(err, ErrDrained) || errors.Is(err, context.Canceled)
+}
+
 func (w *Warmer) finishRun(spec *Spec, st *declState, out *Outcome) {
 	end := w.now()
-	result := "ok"
-	switch {
-	case out.LastError != nil && out.Written+out.Negative == 0:
-		result = "error"
-	case out.LastError != nil || out.Failed > 0:
-		result = "partial"
-	}
+	result := runResult(out)
 	w.metrics.runs.WithLabelValues(spec.Name, result).Inc()
 	w.metrics.runDuration.WithLabelValues(spec.Name).Observe(out.Duration.Seconds())
 	st.mu.Lock()
@@ -277,7 +309,7 @@ func (w *Warmer) finishRun(spec *Spec, st *declState, out *Outcome) {
 		w.metrics.staleness.WithLabelValues(spec.Name).Set(end.Sub(st.lastRunOK).Seconds())
 	}
 	w.log.Warn().Str("family", spec.Name).Str("result", result).Int("failed", out.Failed).
-		Int("extended", out.Extended).AnErr("error", out.LastError).Msg("refresh incomplete")
+		Int("not_run", out.NotRun).Int("extended", out.Extended).AnErr("error", out.LastError).Msg("refresh incomplete")
 }
 
 // members returns the validated, de-duplicated members of a declaration (nil
@@ -591,7 +623,9 @@ func (w *Warmer) Status() []Status {
 	return out
 }
 
-var errDrained = errors.New("drained")
+// ErrDrained: a run stopped starting batches because the scheduler is
+// shutting down; the members it did not reach keep their old values.
+var ErrDrained = errors.New("cut short by shutdown")
 
 func draining(drain <-chan struct{}) bool {
 	select {
@@ -613,7 +647,7 @@ func sleepUntil(ctx context.Context, drain <-chan struct{}, now func() time.Time
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-drain:
-		return errDrained
+		return ErrDrained
 	case <-timer.C:
 		return nil
 	}

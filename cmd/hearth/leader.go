@@ -69,16 +69,12 @@ func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus
 // turns 503 at once (the gate already refuses writes) and it campaigns again.
 func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv *server) {
 	defer close(l.done)
-	due := func(s *warmer.Spec) time.Duration {
-		spread := time.Duration(float64(s.Interval) * l.spread)
-		if next, ok := sched.NextRun(s.Name); ok {
-			return max(0, time.Until(next)) + spread
-		}
-		return s.Interval + spread
-	}
+	// The catch-up asks this instance's schedule when it will really write
+	// each key next (jobs.Scheduler.NextRun computes it from the schedule).
+	catchUp := warmer.CatchUpOptions{Schedule: sched, Spread: l.spread}
 	if l.lease == nil {
 		srv.setRole("leader", 0)
-		becomeLeader(ctx, w, true, due, l.prewarm, l.log)
+		becomeLeader(ctx, w, true, catchUp, l.prewarm, l.log)
 		l.openJobs(ctx, sched)
 		srv.ready.Store(ctx.Err() == nil)
 		l.log.Info().Msg("ready")
@@ -95,8 +91,13 @@ func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 		l.term = term
 		l.mu.Unlock()
 		srv.setRole("leader", term.Epoch)
+		if loaded && !opened {
+			// A takeover: open the schedule first, so that the catch-up knows
+			// when it writes next (the jobs are gated by this term).
+			opened = l.openJobs(ctx, sched)
+		}
 		tctx, cancel := termContext(ctx, term)
-		becomeLeader(tctx, w, !loaded, due, l.prewarm, l.log)
+		becomeLeader(tctx, w, !loaded, catchUp, l.prewarm, l.log)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -131,7 +132,7 @@ func (l *leadership) openJobs(ctx context.Context, sched *jobs.Scheduler) bool {
 // load in its first term, the takeover catch-up in later ones (then the
 // schedule resumes), then in the first term the pre-warm from the access log
 // (prewarm, if not nil). ctx ends with the term.
-func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, due func(*warmer.Spec) time.Duration,
+func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp warmer.CatchUpOptions,
 	prewarm func(context.Context), log zerolog.Logger) {
 	t0 := time.Now()
 	if first {
@@ -144,12 +145,13 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, due func(*w
 		}
 		return
 	}
-	res, err := w.CatchUp(ctx, due)
+	res, err := w.CatchUp(ctx, catchUp)
 	ev := log.Info()
 	if err != nil {
 		ev = log.Warn().Err(err)
 	}
 	ev.Int("checked", res.Checked).Int("due", res.Due).Int("refreshed", res.Refreshed).Int("failed", res.Failed).
+		Int("unscheduled", res.Unscheduled).Dur("horizon", res.Horizon).
 		Dur("took", time.Since(t0)).Msg("takeover catch-up finished")
 }
 
