@@ -96,7 +96,7 @@ func (r *stateRepairs) repaired(kind, key, found string) {
 	if len(found) > foundMax {
 		found = found[:foundMax]
 	}
-	r.log.Warn().Str("state", kind).Str("key", key).Str("found", strconv.Quote(found)).
+	r.log.Warn().Str("state", kind).Str("key", key).Str("found", found).
 		Msg("foreign value in hearth's own key: treated as absent and repaired")
 }
 
