@@ -172,6 +172,12 @@ func (l *Lease) Timing() (lease, renew, retry time.Duration) {
 
 func (l *Lease) since() time.Duration { return time.Since(l.base) }
 
+// maxLeaseTTLFactor bounds the TTL a standby accepts on another instance's
+// lease, as a multiple of its own lease duration: instances of one fleet run
+// with lease durations within this factor of each other, and a longer TTL
+// (PEXPIRE by hand) would keep every instance standing by for as long.
+const maxLeaseTTLFactor = 10
+
 // acquireScript takes the lease if it is free, or held by an earlier attempt of
 // this same instance, under a new epoch = max(last epoch + 1, Redis time in ms):
 // strictly increasing, and still increasing if Redis lost its data. A
@@ -181,7 +187,8 @@ func (l *Lease) since() time.Duration { return time.Since(l.base) }
 // What the keys hold is checked first (Hearth's own keys are untrusted): a
 // lease that is not <epoch>:<id>/<attempt> with a valid epoch, or not a
 // string, is foreign and taken over at once; a well-formed lease without a TTL
-// (no Hearth leaves one: every write and renewal sets PX) gets one of this
+// (no Hearth leaves one: every write and renewal sets PX), or with a TTL over
+// maxLeaseTTLFactor × this instance's lease duration, gets a TTL of this
 // instance's lease duration, so that it expires in bounded time and is then
 // taken; an epoch counter that is not a valid epoch counts as absent, so the
 // new epoch is Redis time, never a value derived from the foreign one.
@@ -210,9 +217,13 @@ if cur then
     out[1] = e
     return out
   elseif id ~= ARGV[2] then
-    if redis.call('PTTL', KEYS[1]) == -1 then
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl == -1 then
       redis.call('PEXPIRE', KEYS[1], ARGV[3])
       repaired('lease', 'no ttl: ' .. cur)
+    elseif pttl > tonumber(ARGV[3]) * ` + strconv.Itoa(maxLeaseTTLFactor) + ` then
+      redis.call('PEXPIRE', KEYS[1], ARGV[3])
+      repaired('lease', 'ttl ' .. pttl .. 'ms: ' .. cur)
     end
     return out
   end

@@ -44,9 +44,10 @@ func (b *syncBuffer) String() string {
 }
 
 type tamperEnv struct {
-	t      *testing.T
-	client *redis.Client
-	ns     string
+	t       *testing.T
+	client  *redis.Client
+	ns      string
+	perSlot bool
 }
 
 // newTamperEnv gives each subtest its own namespace on one private Redis
@@ -67,8 +68,8 @@ func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	reg := prometheus.NewRegistry()
 	logs := &syncBuffer{}
 	log := zerolog.New(logs)
-	off := false
-	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &off, Registerer: reg, Logger: log})
+	perSlot := e.perSlot
+	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg, Logger: log})
 	l, err := warmer.NewLease(warmer.LeaseOptions{
 		Client: e.client, Namespace: e.ns, Duration: lease, RetryPeriod: retry, Fence: store, Registerer: reg, Logger: log,
 	})
@@ -175,6 +176,9 @@ func TestTamperState(t *testing.T) {
 		{"fence as a hash", "fence", ":fence", hash, "wrong type: hash"},
 		{"lease garbage without ttl", "lease", ":{lease}", set("garbage"), "garbage"},
 		{"lease well-formed without ttl", "lease", ":{lease}", set("1700000000000:intruder-1-abcdef/1"), "no ttl: 1700000000000:intruder-1-abcdef/1"},
+		{"lease well-formed with an hour's ttl", "lease", ":{lease}", func(c *redis.Client, key string) error {
+			return c.Set(context.Background(), key, "1700000000000:intruder-1-abcdef/1", time.Hour).Err()
+		}, "1700000000000:intruder-1-abcdef/1"},
 		{"lease far-future epoch", "lease", ":{lease}", set("99999999999999:intruder-1-abcdef/1"), "99999999999999:intruder-1-abcdef/1"},
 		{"lease as a list", "lease", ":{lease}", list, "wrong type: list"},
 		{"epoch huge", "epoch", ":{lease}:epoch", set("99999999999999999999"), "99999999999999999999"},
@@ -241,6 +245,12 @@ func TestTamperState(t *testing.T) {
 func TestTamperFencingHolds(t *testing.T) {
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
+	for _, perSlot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per slot %v", perSlot), func(t *testing.T) { testTamperFencingHolds(t, client, perSlot) })
+	}
+}
+
+func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 	for i, tc := range []struct {
 		name string
 		do   func(c *redis.Client, key string) error
@@ -249,10 +259,12 @@ func TestTamperFencingHolds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			env := newTamperEnv(t, client, fmt.Sprintf("f%d", i))
+			env := newTamperEnv(t, client, fmt.Sprintf("f%d-%v", i, perSlot))
+			env.perSlot = perSlot
 			a := env.instance(30*time.Second, 20*time.Millisecond)
 			b := env.instance(30*time.Second, 20*time.Millisecond)
 			key := env.ns + ":value"
+			fence := b.store.FenceKey(key)
 			ta := campaign(t, a.lease, 5*time.Second)
 			actx := warmer.WithTerm(ctx, ta) // admitted, then paused
 			client.Del(ctx, env.ns+":{lease}")
@@ -260,7 +272,7 @@ func TestTamperFencingHolds(t *testing.T) {
 			if tb.Epoch <= ta.Epoch {
 				t.Fatalf("epoch %d after %d", tb.Epoch, ta.Epoch)
 			}
-			if err := tc.do(client, env.ns+":fence"); err != nil {
+			if err := tc.do(client, fence); err != nil {
 				t.Fatal(err)
 			}
 			bctx := warmer.WithTerm(ctx, tb)
@@ -282,7 +294,7 @@ func TestTamperFencingHolds(t *testing.T) {
 			if got := client.Get(ctx, key).Val(); got != "b" {
 				t.Errorf("%s = %q, want the new leader's %q", key, got, "b")
 			}
-			if got, want := client.Get(ctx, env.ns+":fence").Val(), strconv.FormatInt(tb.Epoch, 10); got != want {
+			if got, want := client.Get(ctx, fence).Val(), strconv.FormatInt(tb.Epoch, 10); got != want {
 				t.Errorf("fence = %q, want the new leader's epoch %s", got, want)
 			}
 		})
