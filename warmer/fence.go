@@ -92,8 +92,9 @@ func (s *FencedStore) slotFence(slot int) string {
 // run twice (a retransmitted pipeline), it does the same thing or refuses. A
 // fence that holds anything but a valid epoch (see luaState: NaN compares
 // false both ways, and a far-future number would refuse every write for good)
-// is treated as absent and overwritten with the writer's epoch; the script then
-// replies {code, found} so that the repair is logged and counted. Fencing holds
+// is treated as absent and overwritten with the writer's epoch, and a TTL on a
+// valid fence is removed; the script then replies {code, found} so that the
+// repair is logged and counted. Fencing holds
 // after a repair: the current leader's next write raises the fence to its
 // epoch, and older epochs are refused from then on.
 
@@ -101,7 +102,10 @@ func (s *FencedStore) slotFence(slot int) string {
 var setScript = newScript(`
 local f, bad = hearth_epoch(KEYS[2], hearth_now_ms())
 local e = tonumber(ARGV[1])
-if f > e then return 0 end
+if f > e then
+  if bad then return {0, bad} end
+  return 0
+end
 if f < e or bad then redis.call('SET', KEYS[2], ARGV[1]) end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if bad then return {1, bad} end
@@ -113,7 +117,10 @@ return 1
 var extendScript = newScript(`
 local f, bad = hearth_epoch(KEYS[2], hearth_now_ms())
 local e = tonumber(ARGV[1])
-if f > e then return -1 end
+if f > e then
+  if bad then return {-1, bad} end
+  return -1
+end
 if f < e or bad then redis.call('SET', KEYS[2], ARGV[1]) end
 local n = redis.call('EXISTS', KEYS[1])
 if redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT') == 1 then n = 1 end
@@ -125,7 +132,10 @@ return n
 var raiseScript = newScript(`
 local f, bad = hearth_epoch(KEYS[1], hearth_now_ms())
 local e = tonumber(ARGV[1])
-if f > e then return 0 end
+if f > e then
+  if bad then return {0, bad} end
+  return 0
+end
 if f < e or bad then redis.call('SET', KEYS[1], ARGV[1]) end
 if bad then return {1, bad} end
 return 1

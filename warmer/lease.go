@@ -262,7 +262,7 @@ return 0
 // announces a release (its own announcements, and a flood of them, do not
 // make it spin: at most one attempt per RetryPeriod/10). After a failed attempt
 // (Redis unreachable, the fence refused the new epoch, raising it failed) it
-// backs off exponentially with jitter, up to 4 × RetryPeriod, and logs what
+// backs off exponentially with jitter, up to 4 × RetryPeriod (±20%), and logs what
 // failed when that changes. It returns only ctx's error otherwise.
 func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 	released, closeSub := l.subscribe(ctx)

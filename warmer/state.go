@@ -36,7 +36,9 @@ const (
 // inf) of at most 16 digits, no later than Redis TIME + MaxEpochAhead.
 // hearth_epoch returns the epoch a key holds (0 when absent) and, when the key
 // holds anything else (a foreign value or another Redis type), a description
-// of it, with 0: the caller treats it as absent and overwrites it.
+// of it, with 0: the caller treats it as absent and overwrites it. A valid
+// epoch with a TTL (no Hearth sets one; its expiry would silently lift the
+// fence) is kept, the TTL removed, and described too.
 var luaState = `
 local HEARTH_AHEAD_MS = ` + strconv.FormatInt(MaxEpochAhead.Milliseconds(), 10) + `
 local function hearth_now_ms()
@@ -55,8 +57,12 @@ local function hearth_epoch(key, now)
   local v = redis.pcall('GET', key)
   if type(v) == 'table' and v.err then return 0, hearth_type(key) end
   if not v then return 0, nil end
-  if hearth_epoch_ok(v, now) then return tonumber(v), nil end
-  return 0, string.sub(v, 1, ` + strconv.Itoa(foundMax) + `)
+  if not hearth_epoch_ok(v, now) then return 0, string.sub(v, 1, ` + strconv.Itoa(foundMax) + `) end
+  if redis.call('PTTL', key) >= 0 then
+    redis.call('PERSIST', key)
+    return tonumber(v), 'ttl set: ' .. v
+  end
+  return tonumber(v), nil
 end
 `
 

@@ -152,6 +152,12 @@ func hash(c *redis.Client, key string) error {
 	return c.HSet(ctx, key, "f", "1").Err()
 }
 
+// withTTL keeps the key's valid value and gives it a TTL: once it expired,
+// the fence would let any older epoch through.
+func withTTL(c *redis.Client, key string) error {
+	return c.PExpire(context.Background(), key, time.Hour).Err()
+}
+
 func redisMillis(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
 	now, err := c.Time(context.Background()).Result()
@@ -174,6 +180,7 @@ func TestTamperState(t *testing.T) {
 		{"fence beyond the bound", "fence", ":fence", set(farFuture), farFuture},
 		{"fence as a list", "fence", ":fence", list, "wrong type: list"},
 		{"fence as a hash", "fence", ":fence", hash, "wrong type: hash"},
+		{"fence with a ttl", "fence", ":fence", withTTL, "ttl set: "},
 		{"lease garbage without ttl", "lease", ":{lease}", set("garbage"), "garbage"},
 		{"lease well-formed without ttl", "lease", ":{lease}", set("1700000000000:intruder-1-abcdef/1"), "no ttl: 1700000000000:intruder-1-abcdef/1"},
 		{"lease well-formed with an hour's ttl", "lease", ":{lease}", func(c *redis.Client, key string) error {
@@ -183,6 +190,7 @@ func TestTamperState(t *testing.T) {
 		{"lease as a list", "lease", ":{lease}", list, "wrong type: list"},
 		{"epoch huge", "epoch", ":{lease}:epoch", set("99999999999999999999"), "99999999999999999999"},
 		{"epoch nan", "epoch", ":{lease}:epoch", set("nan"), "nan"},
+		{"epoch with a ttl", "epoch", ":{lease}:epoch", withTTL, "ttl set: "},
 		{"epoch as a hash", "epoch", ":{lease}:epoch", hash, "wrong type: hash"},
 	}
 	for i, tc := range cases {
@@ -235,6 +243,9 @@ func TestTamperState(t *testing.T) {
 				if f, err := client.Get(ctx, env.ns+":fence").Int64(); err != nil || f > epoch {
 					t.Errorf("fence after the repair = %d (%v), want ≤ epoch %d", f, err, epoch)
 				}
+				if ttl := client.PTTL(ctx, key).Val(); ttl != -1 {
+					t.Errorf("%s ttl after the repair = %s, want none", key, ttl)
+				}
 			}
 		})
 	}
@@ -255,7 +266,7 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 		name string
 		do   func(c *redis.Client, key string) error
 	}{
-		{"nan", set("nan")}, {"huge", set("99999999999999999")}, {"inf", set("inf")}, {"list", list},
+		{"nan", set("nan")}, {"huge", set("99999999999999999")}, {"inf", set("inf")}, {"list", list}, {"ttl", withTTL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
