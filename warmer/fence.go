@@ -100,8 +100,8 @@ func (s *FencedStore) slotFence(slot int) string {
 
 // setScript: KEYS value, fence; ARGV epoch, value, ttl ms. 1 written, 0 fenced.
 var setScript = newScript(`
-local f, bad = hearth_epoch(KEYS[2], hearth_now_ms())
 local e = tonumber(ARGV[1])
+local f, bad = hearth_epoch(KEYS[2], e)
 if f > e then
   if bad then return {0, bad} end
   return 0
@@ -115,8 +115,8 @@ return 1
 // extendScript: KEYS value, fence; ARGV epoch, ttl ms. 1 extended (or already
 // longer), 0 key gone, -1 fenced.
 var extendScript = newScript(`
-local f, bad = hearth_epoch(KEYS[2], hearth_now_ms())
 local e = tonumber(ARGV[1])
+local f, bad = hearth_epoch(KEYS[2], e)
 if f > e then
   if bad then return {-1, bad} end
   return -1
@@ -130,8 +130,8 @@ return n
 
 // raiseScript: KEYS fence; ARGV epoch. 1 raised or equal, 0 a newer epoch holds it.
 var raiseScript = newScript(`
-local f, bad = hearth_epoch(KEYS[1], hearth_now_ms())
 local e = tonumber(ARGV[1])
+local f, bad = hearth_epoch(KEYS[1], e)
 if f > e then
   if bad then return {0, bad} end
   return 0

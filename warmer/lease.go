@@ -228,7 +228,7 @@ if cur then
     return out
   end
 end
-local last, bad = hearth_epoch(KEYS[2], now)
+local last, bad = hearth_epoch(KEYS[2], nil, now)
 if bad then repaired('epoch', bad) end
 local e = now
 if last >= e then e = last + 1 end

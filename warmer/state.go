@@ -34,11 +34,16 @@ const (
 // luaState is prepended to every script that reads Hearth's own keys. An epoch
 // is valid when it is a decimal integer (digits only: no sign, exponent, nan,
 // inf) of at most 16 digits, no later than Redis TIME + MaxEpochAhead.
-// hearth_epoch returns the epoch a key holds (0 when absent) and, when the key
-// holds anything else (a foreign value or another Redis type), a description
-// of it, with 0: the caller treats it as absent and overwrites it. A valid
-// epoch with a TTL (no Hearth sets one; its expiry would silently lift the
-// fence) is kept, the TTL removed, and described too.
+//
+// hearth_epoch(key, e, now) returns the epoch a key holds (0 when absent) and,
+// when the key holds anything else (a foreign value or another Redis type), a
+// description of it, with 0: the caller treats it as absent and overwrites it.
+// A valid epoch with a TTL (no Hearth sets one; its expiry would silently lift
+// the fence) is kept, the TTL removed, and described too. e is the writer's
+// epoch: a value at or below it is overwritten anyway, so TIME (the bound) and
+// the TTL are only looked at when it is not below e, which keeps the common
+// write (fence == writer's epoch) at one GET and one PTTL. now is Redis TIME
+// in ms if the caller has it, else nil.
 var luaState = `
 local HEARTH_AHEAD_MS = ` + strconv.FormatInt(MaxEpochAhead.Milliseconds(), 10) + `
 local function hearth_now_ms()
@@ -53,16 +58,19 @@ local function hearth_epoch_ok(s, now)
   if type(s) ~= 'string' or string.len(s) > 16 or not string.match(s, '^%d+$') then return false end
   return tonumber(s) <= now + HEARTH_AHEAD_MS
 end
-local function hearth_epoch(key, now)
+local function hearth_epoch(key, e, now)
   local v = redis.pcall('GET', key)
   if type(v) == 'table' and v.err then return 0, hearth_type(key) end
   if not v then return 0, nil end
-  if not hearth_epoch_ok(v, now) then return 0, string.sub(v, 1, ` + strconv.Itoa(foundMax) + `) end
+  if string.len(v) > 16 or not string.match(v, '^%d+$') then return 0, string.sub(v, 1, ` + strconv.Itoa(foundMax) + `) end
+  local n = tonumber(v)
+  if e and n < e then return n, nil end
+  if n ~= e and n > (now or hearth_now_ms()) + HEARTH_AHEAD_MS then return 0, v end
   if redis.call('PTTL', key) >= 0 then
     redis.call('PERSIST', key)
-    return tonumber(v), 'ttl set: ' .. v
+    return n, 'ttl set: ' .. v
   end
-  return tonumber(v), nil
+  return n, nil
 end
 `
 
