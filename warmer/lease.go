@@ -315,8 +315,8 @@ func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 	}
 }
 
-// wait sleeps until the next attempt: wait after last, or minGap after last
-// once another instance announces a release. After a failed attempt releases
+// wait sleeps until the next attempt: for wait, or until minGap after the
+// last attempt's start once another instance announces a release. After a failed attempt releases
 // do not cut the backoff short (two fenced instances would otherwise wake
 // each other at once, forever).
 func (l *Lease) wait(ctx context.Context, released <-chan *redis.Message, last time.Time, wait, minGap time.Duration, failing bool) error {
