@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 )
 
 // FencedStoreOptions configures a FencedStore.
@@ -19,8 +20,10 @@ type FencedStoreOptions struct {
 	// script may only touch keys of one slot). The default is on for a
 	// *redis.ClusterClient and off otherwise (one fence key).
 	PerSlot *bool
-	// Registerer receives hearth_fenced_writes_total.
+	// Registerer receives hearth_fenced_writes_total and hearth_state_repairs_total.
 	Registerer prometheus.Registerer
+	// Logger receives one warning per foreign fence value repaired.
+	Logger zerolog.Logger
 }
 
 // FencedStore is the Store of a leader-elected Hearth: every write is a script
@@ -34,6 +37,7 @@ type FencedStore struct {
 	ns      string
 	perSlot bool
 	fenced  *prometheus.CounterVec
+	repairs *stateRepairs
 }
 
 var (
@@ -63,6 +67,7 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 			Help: "Writes Redis refused because a newer leader's epoch fences them, by operation (set, extend).",
 		}, []string{"op"}),
 	}
+	s.repairs = newStateRepairs(opts.Registerer, opts.Logger.With().Str("component", "fence").Logger())
 	s.fenced.WithLabelValues("set")
 	s.fenced.WithLabelValues("extend")
 	opts.Registerer.MustRegister(s.fenced)
@@ -84,37 +89,74 @@ func (s *FencedStore) slotFence(slot int) string {
 
 // The scripts compare epochs as numbers (epochs stay below 2^53, exact in Lua)
 // and store the fence as the writer's own decimal string. Each is idempotent:
-// run twice (a retransmitted pipeline), it does the same thing or refuses.
+// run twice (a retransmitted pipeline), it does the same thing or refuses. A
+// fence that holds anything but a valid epoch (see luaState: NaN compares
+// false both ways, and a far-future number would refuse every write for good)
+// is treated as absent and overwritten with the writer's epoch, and a TTL on a
+// valid fence is removed; the script then replies {code, found} so that the
+// repair is logged and counted. Fencing holds
+// after a repair: the current leader's next write raises the fence to its
+// epoch, and older epochs are refused from then on.
 
 // setScript: KEYS value, fence; ARGV epoch, value, ttl ms. 1 written, 0 fenced.
-var setScript = redis.NewScript(`
-local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+var setScript = newScript(`
 local e = tonumber(ARGV[1])
-if f > e then return 0 end
-if f < e then redis.call('SET', KEYS[2], ARGV[1]) end
+local f, bad = hearth_epoch(KEYS[2], e)
+if f > e then
+  if bad then return {0, bad} end
+  return 0
+end
+if f < e or bad then redis.call('SET', KEYS[2], ARGV[1]) end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if bad then return {1, bad} end
 return 1
 `)
 
 // extendScript: KEYS value, fence; ARGV epoch, ttl ms. 1 extended (or already
 // longer), 0 key gone, -1 fenced.
-var extendScript = redis.NewScript(`
-local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+var extendScript = newScript(`
 local e = tonumber(ARGV[1])
-if f > e then return -1 end
-if f < e then redis.call('SET', KEYS[2], ARGV[1]) end
-if redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT') == 1 then return 1 end
-return redis.call('EXISTS', KEYS[1])
+local f, bad = hearth_epoch(KEYS[2], e)
+if f > e then
+  if bad then return {-1, bad} end
+  return -1
+end
+if f < e or bad then redis.call('SET', KEYS[2], ARGV[1]) end
+local n = redis.call('EXISTS', KEYS[1])
+if redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT') == 1 then n = 1 end
+if bad then return {n, bad} end
+return n
 `)
 
 // raiseScript: KEYS fence; ARGV epoch. 1 raised or equal, 0 a newer epoch holds it.
-var raiseScript = redis.NewScript(`
-local f = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+var raiseScript = newScript(`
 local e = tonumber(ARGV[1])
-if f > e then return 0 end
-if f < e then redis.call('SET', KEYS[1], ARGV[1]) end
+local f, bad = hearth_epoch(KEYS[1], e)
+if f > e then
+  if bad then return {0, bad} end
+  return 0
+end
+if f < e or bad then redis.call('SET', KEYS[1], ARGV[1]) end
+if bad then return {1, bad} end
 return 1
 `)
+
+// replies reads the codes of a pipeline of fence scripts, logging and counting
+// each repair of a fence key.
+func (s *FencedStore) replies(cmds []*redis.Cmd, fence func(i int) string) ([]int64, error) {
+	codes := make([]int64, len(cmds))
+	for i, c := range cmds {
+		n, found, repaired, err := scriptReply(c)
+		if err != nil {
+			return nil, err
+		}
+		if repaired {
+			s.repairs.repaired(stateFence, fence(i), found)
+		}
+		codes[i] = n
+	}
+	return codes, nil
+}
 
 func termOf(ctx context.Context, op string, n int) (*Term, error) {
 	t, ok := TermFrom(ctx)
@@ -141,9 +183,13 @@ func (s *FencedStore) Set(ctx context.Context, entries []Entry) error {
 	if err != nil {
 		return fmt.Errorf("write %d keys: %w", len(entries), err)
 	}
+	codes, err := s.replies(cmds, func(i int) string { return s.FenceKey(entries[i].Key) })
+	if err != nil {
+		return fmt.Errorf("write %d keys: %w", len(entries), err)
+	}
 	refused := 0
-	for _, c := range cmds {
-		if n, _ := c.Int64(); n == 0 {
+	for _, n := range codes {
+		if n == 0 {
 			refused++
 		}
 	}
@@ -172,10 +218,13 @@ func (s *FencedStore) Extend(ctx context.Context, keys []string, ttls []time.Dur
 	if err != nil {
 		return nil, fmt.Errorf("extend %d keys: %w", len(keys), err)
 	}
+	codes, err := s.replies(cmds, func(i int) string { return s.FenceKey(keys[i]) })
+	if err != nil {
+		return nil, fmt.Errorf("extend %d keys: %w", len(keys), err)
+	}
 	kept := make([]bool, len(keys))
 	refused := 0
-	for i, c := range cmds {
-		n, _ := c.Int64()
+	for i, n := range codes {
 		kept[i] = n == 1
 		if n < 0 {
 			refused++
@@ -198,18 +247,24 @@ func (s *FencedStore) Raise(ctx context.Context, epoch int64) error {
 		n = SlotCount
 	}
 	e := strconv.FormatInt(epoch, 10)
-	cmds, err := s.run(ctx, raiseScript, n, func(i int) ([]string, []any) {
-		key := s.ns + ":fence"
+	key := func(i int) string {
 		if s.perSlot {
-			key = s.slotFence(i)
+			return s.slotFence(i)
 		}
-		return []string{key}, []any{e}
+		return s.ns + ":fence"
+	}
+	cmds, err := s.run(ctx, raiseScript, n, func(i int) ([]string, []any) {
+		return []string{key(i)}, []any{e}
 	})
 	if err != nil {
 		return fmt.Errorf("raise %d fences: %w", n, err)
 	}
-	for _, c := range cmds {
-		if v, _ := c.Int64(); v != 1 {
+	codes, err := s.replies(cmds, key)
+	if err != nil {
+		return fmt.Errorf("raise %d fences: %w", n, err)
+	}
+	for _, v := range codes {
+		if v != 1 {
 			return fmt.Errorf("raise fences to epoch %d: %w", epoch, ErrFenced)
 		}
 	}

@@ -6,14 +6,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -84,6 +88,7 @@ type Lease struct {
 	safety   time.Duration
 	base     time.Time // monotonic origin of deadlines
 	metrics  *leaseMetrics
+	repairs  *stateRepairs
 	log      zerolog.Logger
 
 	attempt atomic.Uint64
@@ -131,6 +136,7 @@ func NewLease(opts LeaseOptions) (*Lease, error) {
 		opts.Registerer = prometheus.NewRegistry()
 	}
 	ns := opts.Namespace
+	log := opts.Logger.With().Str("component", "lease").Str("instance", opts.ID).Logger()
 	return &Lease{
 		opts:     opts,
 		leaseKey: ns + ":{lease}",
@@ -139,7 +145,8 @@ func NewLease(opts LeaseOptions) (*Lease, error) {
 		safety:   opts.Duration / 10,
 		base:     time.Now(),
 		metrics:  newLeaseMetrics(opts.Registerer),
-		log:      opts.Logger.With().Str("component", "lease").Str("instance", opts.ID).Logger(),
+		repairs:  newStateRepairs(opts.Registerer, log),
+		log:      log,
 	}, nil
 }
 
@@ -165,36 +172,77 @@ func (l *Lease) Timing() (lease, renew, retry time.Duration) {
 
 func (l *Lease) since() time.Duration { return time.Since(l.base) }
 
+// maxLeaseTTLFactor bounds the TTL a standby accepts on another instance's
+// lease, as a multiple of its own lease duration: instances of one fleet run
+// with lease durations within this factor of each other, and a longer TTL
+// (PEXPIRE by hand) would keep every instance standing by for as long.
+const maxLeaseTTLFactor = 10
+
 // acquireScript takes the lease if it is free, or held by an earlier attempt of
 // this same instance, under a new epoch = max(last epoch + 1, Redis time in ms):
 // strictly increasing, and still increasing if Redis lost its data. A
 // retransmission of the same attempt (same token) returns the same epoch, so
-// the script is idempotent. Returns the epoch, or nil if another instance leads.
-var acquireScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
+// the script is idempotent.
+//
+// What the keys hold is checked first (Hearth's own keys are untrusted): a
+// lease that is not <epoch>:<id>/<attempt> with a valid epoch, or not a
+// string, is foreign and taken over at once; a well-formed lease without a TTL
+// (no Hearth leaves one: every write and renewal sets PX), or with a TTL over
+// maxLeaseTTLFactor × this instance's lease duration, gets a TTL of this
+// instance's lease duration, so that it expires in bounded time and is then
+// taken; an epoch counter that is not a valid epoch counts as absent, so the
+// new epoch is Redis time, never a value derived from the foreign one.
+//
+// KEYS lease, epoch; ARGV token, instance id, lease ms. Returns {epoch, kind,
+// found, kind, found, …}: epoch is "" when another instance leads, and each
+// kind/found pair is one repaired key (lease or epoch).
+var acquireScript = newScript(`
+local now = hearth_now_ms()
+local out = {''}
+local function repaired(kind, found)
+  table.insert(out, kind)
+  table.insert(out, string.sub(found, 1, ` + strconv.Itoa(foundMax) + `))
+end
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' and cur.err then
+  repaired('lease', hearth_type(KEYS[1]))
+  cur = false
+end
 if cur then
-  local e, tok = string.match(cur, '^(%d+):(.*)$')
-  if tok == ARGV[1] then
+  local e, id, n = string.match(cur, '^(%d+):([^:/]+)/(%d+)$')
+  if e == nil or not hearth_epoch_ok(e, now) then
+    repaired('lease', cur)
+  elseif id .. '/' .. n == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return e
-  end
-  if tok == nil or string.sub(tok, 1, string.len(ARGV[2]) + 1) ~= ARGV[2] .. '/' then
-    return false
+    out[1] = e
+    return out
+  elseif id ~= ARGV[2] then
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl == -1 then
+      redis.call('PEXPIRE', KEYS[1], ARGV[3])
+      repaired('lease', 'no ttl: ' .. cur)
+    elseif pttl > tonumber(ARGV[3]) * ` + strconv.Itoa(maxLeaseTTLFactor) + ` then
+      redis.call('PEXPIRE', KEYS[1], ARGV[3])
+      repaired('lease', 'ttl ' .. pttl .. 'ms: ' .. cur)
+    end
+    return out
   end
 end
-local t = redis.call('TIME')
-local e = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local last, bad = hearth_epoch(KEYS[2], nil, now)
+if bad then repaired('epoch', bad) end
+local e = now
 if last >= e then e = last + 1 end
 local es = string.format('%.0f', e)
 redis.call('SET', KEYS[2], es)
 redis.call('SET', KEYS[1], es .. ':' .. ARGV[1], 'PX', ARGV[3])
-return es
+out[1] = es
+return out
 `)
 
-// renewScript extends the lease only if it still holds this term's value.
+// renewScript extends the lease only if it still holds this term's value (a
+// key of another type is not this term's lease: pcall, not an error).
 var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
@@ -202,54 +250,144 @@ return 0
 
 // releaseScript deletes the lease only if it still holds this term's value.
 var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
 `)
 
 // Campaign blocks until this instance holds the lease, then returns its term,
-// with the fence already raised to the term's epoch. It retries every
-// RetryPeriod, and at once when the leader announces a release. It returns
-// only ctx's error otherwise.
+// with the fence already raised to the term's epoch. While another instance
+// leads it retries every RetryPeriod (±10%), and soon after another instance
+// announces a release (its own announcements, and a flood of them, do not
+// make it spin: at most one attempt per RetryPeriod/10). After a failed attempt
+// (Redis unreachable, the fence refused the new epoch, raising it failed) it
+// backs off exponentially with jitter, up to 4 × RetryPeriod (±20%), and logs what
+// failed when that changes. It returns only ctx's error otherwise.
 func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 	released, closeSub := l.subscribe(ctx)
 	defer closeSub()
-	failing := false
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = l.opts.RetryPeriod
+	bo.MaxInterval = 4 * l.opts.RetryPeriod
+	bo.RandomizationFactor = 0.2
+	bo.Multiplier = 2
+	bo.Reset()
+	minGap := l.opts.RetryPeriod / 10
+	failing := ""
 	for {
+		last := time.Now()
 		term, err := l.tryAcquire(ctx)
 		if term != nil {
+			l.metrics.attempts.WithLabelValues("acquired").Inc()
 			return term, nil
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		var wait time.Duration
 		if err != nil {
-			l.metrics.campaignErrors.Inc()
+			what, result := campaignFailure(err)
+			l.metrics.attempts.WithLabelValues(result).Inc()
+			if result == "error" {
+				l.metrics.campaignErrors.Inc()
+			}
+			wait = bo.NextBackOff()
+			if what != failing {
+				l.log.Warn().Err(err).Dur("retry_in", wait).Msg("campaign: " + what + "; backing off")
+				failing = what
+			} else {
+				l.log.Debug().Err(err).Dur("retry_in", wait).Msg("campaign: " + what)
+			}
+		} else {
+			l.metrics.attempts.WithLabelValues("held").Inc()
+			if failing != "" {
+				l.log.Info().Str("was", failing).Msg("campaign: attempts succeed again; standing by")
+				failing = ""
+			}
+			bo.Reset()
+			// ±10% so that standbys started together do not campaign in lockstep.
+			wait = time.Duration(float64(l.opts.RetryPeriod) * (0.9 + 0.2*rand.Float64()))
 		}
-		switch {
-		case err != nil && !failing:
-			l.log.Warn().Err(err).Msg("campaign: cannot reach redis; retrying")
-			failing = true
-		case err != nil:
-			l.log.Debug().Err(err).Msg("campaign failed")
-		case failing:
-			l.log.Info().Msg("campaign: redis reachable again; standing by")
-			failing = false
+		if err := l.wait(ctx, released, last, wait, minGap, failing != ""); err != nil {
+			return nil, err
 		}
-		// ±10% so that standbys started together do not campaign in lockstep.
-		wait := time.Duration(float64(l.opts.RetryPeriod) * (0.9 + 0.2*rand.Float64()))
-		timer := time.NewTimer(wait)
+	}
+}
+
+// wait sleeps until the next attempt: for wait, or until minGap after the
+// last attempt's start once another instance announces a release. After a failed attempt releases
+// do not cut the backoff short (two fenced instances would otherwise wake
+// each other at once, forever).
+func (l *Lease) wait(ctx context.Context, released <-chan *redis.Message, last time.Time, wait, minGap time.Duration, failing bool) error {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	early := false
+	for {
 		select {
 		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctx.Err()
-		case <-released:
-			l.log.Debug().Msg("campaign: lease released by the leader")
+			return ctx.Err()
 		case <-timer.C:
+			return nil
+		case m, ok := <-released:
+			if !ok {
+				released = nil
+				continue
+			}
+			if failing || early || l.ownRelease(m.Payload) {
+				continue
+			}
+			l.log.Debug().Str("lease", m.Payload).Msg("campaign: lease released by the leader")
+			early = true
+			timer.Reset(max(0, minGap-time.Since(last)))
 		}
-		timer.Stop()
 	}
+}
+
+// ownRelease reports whether a release announcement (the released lease value,
+// <epoch>:<id>/<attempt>) came from this instance.
+func (l *Lease) ownRelease(payload string) bool {
+	_, tok, ok := strings.Cut(payload, ":")
+	if !ok {
+		return false
+	}
+	id, _, ok := strings.Cut(tok, "/")
+	return ok && id == l.opts.ID
+}
+
+// errRaise marks a fence raise that failed for another reason than a newer epoch.
+var errRaise = errors.New("raise fence failed")
+
+// campaignFailure says what a failed attempt ran into, for the log, and its
+// result label in hearth_lease_campaign_attempts_total.
+func campaignFailure(err error) (what, result string) {
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, ErrFenced):
+		return "fenced: the fence holds a newer epoch than the one just acquired", "fenced"
+	case errors.Is(err, ErrLeaseExpired):
+		return "raising the fence outlasted the lease", "error"
+	case errors.Is(err, errRaise) && unreachable(err):
+		return "raising the fence failed: cannot reach redis", "error"
+	case errors.Is(err, errRaise) && errors.As(err, &rerr):
+		return "raising the fence failed: redis refused it", "error"
+	case errors.Is(err, errRaise):
+		return "raising the fence failed", "error"
+	case unreachable(err):
+		return "cannot reach redis", "error"
+	case errors.As(err, &rerr):
+		return "acquiring the lease failed: redis refused it", "error"
+	default:
+		return "acquiring the lease failed", "error"
+	}
+}
+
+// unreachable reports whether err says Redis could not be reached or did not
+// answer in time, as opposed to an answer Hearth did not expect.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // subscribe listens for release announcements; without Redis it returns a
@@ -272,12 +410,23 @@ func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
 	ms := l.opts.Duration.Milliseconds()
 	actx, cancel := context.WithTimeout(ctx, l.opts.Duration-l.safety)
 	defer cancel()
-	res, err := acquireScript.Run(actx, l.opts.Client, []string{l.leaseKey, l.epochKey}, token, l.opts.ID, ms).Text()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
+	reply, err := acquireScript.Run(actx, l.opts.Client, []string{l.leaseKey, l.epochKey}, token, l.opts.ID, ms).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("acquire lease %s: %w", l.leaseKey, err)
+	}
+	if len(reply) == 0 || len(reply)%2 != 1 {
+		return nil, fmt.Errorf("acquire lease %s: unexpected reply %q", l.leaseKey, reply)
+	}
+	for i := 1; i+1 < len(reply); i += 2 {
+		key := l.leaseKey
+		if reply[i] == stateEpoch {
+			key = l.epochKey
+		}
+		l.repairs.repaired(reply[i], key, reply[i+1])
+	}
+	res := reply[0]
+	if res == "" {
+		return nil, nil
 	}
 	epoch, err := strconv.ParseInt(res, 10, 64)
 	if err != nil {
@@ -288,7 +437,10 @@ func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
 	if l.opts.Fence != nil {
 		if err := l.opts.Fence.Raise(actx, epoch); err != nil {
 			l.release(context.WithoutCancel(ctx), t)
-			return nil, fmt.Errorf("raise fence to epoch %d: %w", epoch, err)
+			if errors.Is(err, ErrFenced) {
+				return nil, fmt.Errorf("raise fence to epoch %d: %w", epoch, err)
+			}
+			return nil, fmt.Errorf("raise fence to epoch %d: %w: %w", epoch, errRaise, err)
 		}
 	}
 	if !t.valid() {
@@ -452,7 +604,8 @@ func (l *Lease) release(ctx context.Context, t *Term) error {
 		return fmt.Errorf("release lease %s: %w", l.leaseKey, err)
 	}
 	if n == 1 {
-		if err := l.opts.Client.Publish(ctx, l.channel, strconv.FormatInt(t.Epoch, 10)).Err(); err != nil {
+		// The released value names this instance: its own campaign skips it.
+		if err := l.opts.Client.Publish(ctx, l.channel, t.value).Err(); err != nil {
 			return fmt.Errorf("announce release: %w", err)
 		}
 	}
@@ -525,6 +678,8 @@ type leaseMetrics struct {
 	renew       *prometheus.HistogramVec
 	// campaignErrors makes a standby that cannot reach Redis visible.
 	campaignErrors prometheus.Counter
+	// attempts shows a campaign loop's pace: it must never spin.
+	attempts *prometheus.CounterVec
 }
 
 func newLeaseMetrics(reg prometheus.Registerer) *leaseMetrics {
@@ -549,11 +704,18 @@ func newLeaseMetrics(reg prometheus.Registerer) *leaseMetrics {
 	}
 	m.campaignErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "hearth_lease_campaign_errors_total",
-		Help: "Attempts to take the lease that failed because Redis did not answer.",
+		Help: "Attempts to take the lease that failed: Redis unreachable or refusing the script, or raising the fence failed (a fence holding a newer epoch is counted in hearth_lease_campaign_attempts_total{result=\"fenced\"}).",
 	})
+	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hearth_lease_campaign_attempts_total",
+		Help: "Attempts to take the lease, by result (acquired, held: another instance leads, fenced: the fence refused the new epoch, error).",
+	}, []string{"result"})
 	for _, r := range []string{"acquired", "released", "lost", "expired", "fenced"} {
 		m.transitions.WithLabelValues(r)
 	}
-	reg.MustRegister(m.leader, m.epoch, m.transitions, m.renew, m.campaignErrors)
+	for _, r := range []string{"acquired", "held", "fenced", "error"} {
+		m.attempts.WithLabelValues(r)
+	}
+	reg.MustRegister(m.leader, m.epoch, m.transitions, m.renew, m.campaignErrors, m.attempts)
 	return m
 }

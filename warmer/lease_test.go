@@ -3,11 +3,13 @@ package warmer_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
@@ -184,9 +186,11 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
 	reg := prometheus.NewRegistry()
+	logs := &syncBuffer{}
 	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: client, Namespace: "hearth", Registerer: reg})
 	l, err := warmer.NewLease(warmer.LeaseOptions{
 		Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 50 * time.Millisecond, Fence: store, Registerer: reg,
+		Logger: zerolog.New(logs),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +209,10 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 			t.Fatal("campaign errors against a stopped Redis were not counted")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// Said as it is: Redis is down, not "fenced" nor a script error.
+	if l := logs.String(); !strings.Contains(l, "campaign: cannot reach redis") {
+		t.Errorf("campaign log against a stopped redis does not say it cannot reach it:\n%s", l)
 	}
 	srv.Start(t)
 	select {

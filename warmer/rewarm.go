@@ -17,8 +17,37 @@ import (
 )
 
 // MarkerKey is the key, under Hearth's namespace, whose absence tells the
-// Rewarmer that Redis lost its data. It has no TTL.
+// Rewarmer that Redis lost its data. It holds the Redis TIME (unix seconds) it
+// was written at and has no TTL.
 func MarkerKey(namespace string) string { return namespace + ":warm" }
+
+// DefaultRewarmMinGap is the least time between the starts of two full
+// re-warms. Losses seen sooner (a DEL loop on the marker, flushes in a row)
+// are counted as suppressed, and one re-warm runs once the gap has passed.
+const DefaultRewarmMinGap = 10 * time.Second
+
+// markerScript checks the marker and writes it back when it is absent or
+// foreign (not the decimal unix seconds Hearth writes, at most MaxEpochAhead
+// ahead of Redis TIME; another Redis type; a TTL, which no Hearth sets),
+// or always with ARGV[1] = '1'. KEYS marker. Returns {state, found}: state
+// ok, absent or foreign; found is what a foreign marker held, truncated.
+var markerScript = newScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1])
+local state, found = 'ok', ''
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then
+  state, found = 'foreign', hearth_type(KEYS[1])
+elseif not v then
+  state = 'absent'
+elseif string.len(v) > 12 or not string.match(v, '^%d+$') or tonumber(v) > now + HEARTH_AHEAD_MS / 1000 then
+  state, found = 'foreign', v
+elseif redis.call('PTTL', KEYS[1]) >= 0 then
+  state, found = 'foreign', 'ttl set: ' .. v
+end
+if state ~= 'ok' or ARGV[1] == '1' then redis.call('SET', KEYS[1], t[1]) end
+return {state, string.sub(found, 1, ` + strconv.Itoa(foundMax) + `)}
+`)
 
 // Reasons for a re-warm.
 const (
@@ -35,6 +64,11 @@ type RewarmOptions struct {
 	Namespace string
 	// Interval is how often Redis is checked (default 2s).
 	Interval time.Duration
+	// MinGap is the least time between the starts of two full re-warms
+	// (default DefaultRewarmMinGap). A loss seen sooner is counted in
+	// hearth_prewarm_rewarms_suppressed_total and re-warmed once the gap
+	// has passed: coalesced, never lost.
+	MinGap time.Duration
 	// Gate, when set, must return true for checks to run: only the leader
 	// re-warms. The baseline outlives a closed gate, so that a loss that cost
 	// this instance its lease (a FLUSHALL takes the lease key too) is still
@@ -52,16 +86,21 @@ type RewarmOptions struct {
 // pre-warm and every declaration's refresh at once, so that a cold Redis is
 // warm again within seconds rather than after each key's next scheduled refresh.
 type Rewarmer struct {
-	opts    RewarmOptions
-	log     zerolog.Logger
-	rewarms *prometheus.CounterVec
-	errors  prometheus.Counter
+	opts       RewarmOptions
+	log        zerolog.Logger
+	rewarms    *prometheus.CounterVec
+	suppressed *prometheus.CounterVec
+	errors     prometheus.Counter
+	repairs    *stateRepairs
 
-	mu      sync.Mutex
-	runID   string // "" until a baseline is taken
-	pending string // a loss whose re-warm did not finish as leader
-	cause   context.CancelCauseFunc
-	g       *errgroup.Group
+	mu       sync.Mutex
+	runID    string    // "" until a baseline is taken
+	pending  string    // a loss whose re-warm did not finish as leader
+	deferred string    // a loss seen within MinGap of the last re-warm
+	last     time.Time // start of the last full re-warm
+	quiet    bool      // a suppression was logged since the last re-warm
+	cause    context.CancelCauseFunc
+	g        *errgroup.Group
 }
 
 // NewRewarmer builds a Rewarmer; nothing runs until Open or CheckOnce.
@@ -77,15 +116,24 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 	if opts.Interval <= 0 {
 		opts.Interval = 2 * time.Second
 	}
+	if opts.MinGap <= 0 {
+		opts.MinGap = DefaultRewarmMinGap
+	}
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
+	log := opts.Logger.With().Str("component", "rewarm").Logger()
 	r := &Rewarmer{
-		opts: opts,
-		log:  opts.Logger.With().Str("component", "rewarm").Logger(),
+		opts:    opts,
+		log:     log,
+		repairs: newStateRepairs(opts.Registerer, log),
 		rewarms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_rewarms_total",
 			Help: "Re-warms started because Redis lost its data, by reason (restart, flush).",
+		}, []string{"reason"}),
+		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_prewarm_rewarms_suppressed_total",
+			Help: "Losses of Redis data seen within the minimum gap after a re-warm, by reason: coalesced into one re-warm once the gap has passed.",
 		}, []string{"reason"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_prewarm_rewarm_check_errors_total",
@@ -94,15 +142,20 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 	}
 	r.rewarms.WithLabelValues(RewarmRestart)
 	r.rewarms.WithLabelValues(RewarmFlush)
-	opts.Registerer.MustRegister(r.rewarms, r.errors)
+	r.suppressed.WithLabelValues(RewarmRestart)
+	r.suppressed.WithLabelValues(RewarmFlush)
+	opts.Registerer.MustRegister(r.rewarms, r.suppressed, r.errors)
 	return r, nil
 }
 
 // CheckOnce checks Redis once and, if it lost its data, re-warms before
-// returning. It returns the reason ("" when nothing was lost). The first check
-// only takes the baseline: it writes the marker and remembers the run_id. A
-// re-warm during which the gate closed (leadership lost) is run again by the
-// first check after it reopens.
+// returning. It returns the reason of the re-warm it ran ("" when none). The
+// first check only takes the baseline: it writes the marker and remembers the
+// run_id. A re-warm during which the gate closed (leadership lost) is run
+// again by the first check after it reopens. Re-warms start at least MinGap
+// apart: a loss seen sooner is counted as suppressed and re-warmed by the
+// first check after the gap. A marker holding a foreign value counts as
+// absent (a flush): it is repaired, logged and counted.
 func (r *Rewarmer) CheckOnce(ctx context.Context) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -116,29 +169,50 @@ func (r *Rewarmer) CheckOnce(ctx context.Context) (string, error) {
 	}
 	marker := MarkerKey(r.opts.Namespace)
 	if r.runID == "" {
-		if err := r.setMarker(ctx); err != nil {
+		if _, err := r.setMarker(ctx, true); err != nil {
 			return "", err
 		}
 		r.runID = id
 		r.log.Debug().Str("marker", marker).Msg("re-warm watch armed")
 		return "", nil
 	}
-	reason := r.pending
+	// The marker goes back first: a flush during the re-warm is then seen
+	// by the next check, and re-warmed again.
+	present, err := r.setMarker(ctx, false)
+	if err != nil {
+		return "", err
+	}
+	detected := ""
 	switch {
-	case reason != "":
 	case id != r.runID:
-		reason = RewarmRestart
-	default:
-		n, err := r.opts.Client.Exists(ctx, marker).Result()
-		if err != nil {
-			r.errors.Inc()
-			return "", fmt.Errorf("rewarm check: exists %s: %w", marker, err)
-		}
-		if n == 0 {
-			reason = RewarmFlush
-		}
+		detected = RewarmRestart
+	case !present:
+		detected = RewarmFlush
+	}
+	r.runID = id
+	reason := r.pending
+	if reason == "" {
+		reason = r.deferred
 	}
 	if reason == "" {
+		reason = detected
+	}
+	if reason == "" {
+		return "", nil
+	}
+	if wait := r.opts.MinGap - time.Since(r.last); !r.last.IsZero() && wait > 0 {
+		if detected != "" {
+			r.suppressed.WithLabelValues(detected).Inc()
+			ev := r.log.Debug()
+			if !r.quiet {
+				ev, r.quiet = r.log.Warn(), true
+			}
+			ev.Str("reason", detected).Dur("gap", r.opts.MinGap).Dur("runs_in", wait).
+				Msg("redis lost its data again soon after a re-warm: one re-warm runs once the minimum gap has passed")
+		}
+		if r.pending == "" {
+			r.deferred = reason
+		}
 		return "", nil
 	}
 	if r.pending == "" {
@@ -147,12 +221,7 @@ func (r *Rewarmer) CheckOnce(ctx context.Context) (string, error) {
 	} else {
 		r.log.Warn().Str("reason", reason).Msg("leading again: finishing the re-warm")
 	}
-	// The marker goes back first: a flush during the re-warm is then seen by
-	// the next check, and re-warmed again.
-	if err := r.setMarker(ctx); err != nil {
-		return reason, err
-	}
-	r.runID, r.pending = id, reason
+	r.pending, r.deferred, r.last, r.quiet = reason, "", time.Now(), false
 	err = r.rewarm(ctx, reason)
 	if r.open() {
 		r.pending = ""
@@ -175,7 +244,7 @@ func (r *Rewarmer) Mark(ctx context.Context) error {
 		r.errors.Inc()
 		return fmt.Errorf("rewarm mark: %w", err)
 	}
-	if err := r.setMarker(ctx); err != nil {
+	if _, err := r.setMarker(ctx, true); err != nil {
 		return err
 	}
 	r.runID = id
@@ -183,13 +252,31 @@ func (r *Rewarmer) Mark(ctx context.Context) error {
 	return nil
 }
 
-func (r *Rewarmer) setMarker(ctx context.Context) error {
+// setMarker writes the marker back if it is absent or foreign (always, with
+// force) and reports whether a valid one was there. A foreign marker is
+// logged and counted, and reported absent: Hearth cannot tell what happened
+// to Redis's data, so it re-warms.
+func (r *Rewarmer) setMarker(ctx context.Context, force bool) (present bool, err error) {
 	marker := MarkerKey(r.opts.Namespace)
-	if err := r.opts.Client.Set(ctx, marker, strconv.FormatInt(time.Now().Unix(), 10), 0).Err(); err != nil {
-		r.errors.Inc()
-		return fmt.Errorf("rewarm: set %s: %w", marker, err)
+	arg := "0"
+	if force {
+		arg = "1"
 	}
-	return nil
+	reply, err := markerScript.Run(ctx, r.opts.Client, []string{marker}, arg).StringSlice()
+	if err == nil && len(reply) != 2 {
+		err = fmt.Errorf("unexpected reply %q", reply)
+	}
+	if err != nil {
+		r.errors.Inc()
+		return false, fmt.Errorf("rewarm: check and set %s: %w", marker, err)
+	}
+	switch reply[0] {
+	case "ok":
+		return true, nil
+	case "foreign":
+		r.repairs.repaired(stateMarker, marker, reply[1])
+	}
+	return false, nil
 }
 
 // rewarm runs the pre-warm (the hottest keys first), then every declaration's refresh.

@@ -20,6 +20,12 @@ var warmKeys = []string{"product:1", "product:7", "top"}
 // opens a Rewarmer checking it every 100ms.
 func newRewarmEnv(t *testing.T, gate func() bool) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
 	t.Helper()
+	return newRewarmEnvWith(t, gate, nil)
+}
+
+// newRewarmEnvWith is newRewarmEnv with the Rewarmer's options adjusted by opt.
+func newRewarmEnvWith(t *testing.T, gate func() bool, opt func(*warmer.RewarmOptions)) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+	t.Helper()
 	srv := testenv.PrivateRedis(t)
 	rdb := srv.Client(t)
 	e := newPWEnv(t, rdb, "rw:", 20, 100, "")
@@ -34,10 +40,14 @@ func newRewarmEnv(t *testing.T, gate func() bool) (*testenv.RedisServer, *pwEnv,
 	if got := e.keys(t); !slices.Equal(got, warmKeys) {
 		t.Fatalf("warm keys = %q, want %q", got, warmKeys)
 	}
-	rw, err := warmer.NewRewarmer(warmer.RewarmOptions{
+	opts := warmer.RewarmOptions{
 		Client: rdb, Namespace: rewarmNS, Interval: 100 * time.Millisecond, Gate: gate,
 		Warmer: e.w, Prewarm: e.options(10), Registerer: e.reg,
-	})
+	}
+	if opt != nil {
+		opt(&opts)
+	}
+	rw, err := warmer.NewRewarmer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus
 		log.Warn().Dur("lease", t.Lease).Dur("retry_period", t.RetryPeriod).Dur("margin", t.Margin).Str("declaration", t.MarginPath).
 			Msg("leader lease + retry period exceed the refresh margin: after a leader crash that key may expire before a standby takes over")
 	}
-	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg})
+	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg, Logger: log})
 	lease, err := warmer.NewLease(warmer.LeaseOptions{
 		Client: rdb, Namespace: cfg.Redis.Namespace,
 		Duration: t.Lease, RenewInterval: t.RenewInterval, RetryPeriod: t.RetryPeriod,

@@ -1,0 +1,45 @@
+package warmer_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// BenchmarkFencedSet measures fenced writes, 1,000 keys per pipelined batch,
+// as a refresh run sends them: the price of the fence script (which reads
+// Redis TIME and validates the fence on every write).
+func BenchmarkFencedSet(b *testing.B) {
+	env := testenv.Redis(b)
+	ctx := context.Background()
+	off := false
+	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: env.Client, Namespace: env.Prefix + "hearth", PerSlot: &off, Registerer: prometheus.NewRegistry()})
+	l, err := warmer.NewLease(warmer.LeaseOptions{Client: env.Client, Namespace: env.Prefix + "hearth", Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	term, err := l.Campaign(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = term.Release(ctx) }()
+	wctx := warmer.WithTerm(ctx, term)
+	entries := make([]warmer.Entry, 1000)
+	for i := range entries {
+		entries[i] = warmer.Entry{Key: env.Prefix + "k:" + strconv.Itoa(i), Value: []byte("value"), TTL: time.Minute}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if err := store.Set(wctx, entries); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(entries))/b.Elapsed().Seconds(), "keys/s")
+}

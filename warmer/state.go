@@ -1,0 +1,137 @@
+package warmer
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// MaxEpochAhead bounds how far past Redis TIME an epoch read from Hearth's own
+// keys (fence, lease, epoch counter) may lie and still count as one Hearth
+// issued. Epochs are Redis TIME in ms at acquisition, or the last epoch + 1 when
+// the clock went back, so a legitimate epoch is never far ahead of TIME; one
+// minute tolerates clock steps and skew between Cluster masters. A value
+// further ahead is foreign and repaired. The bound is also the longest a
+// well-formed but future epoch planted in the fence can hold writes off.
+const MaxEpochAhead = time.Minute
+
+// foundMax truncates what a foreign value is logged as.
+const foundMax = 64
+
+// Kinds of Hearth state, the values of hearth_state_repairs_total's key label.
+const (
+	stateFence  = "fence"
+	stateLease  = "lease"
+	stateEpoch  = "epoch"
+	stateMarker = "marker"
+)
+
+// luaState is prepended to every script that reads Hearth's own keys. An epoch
+// is valid when it is a decimal integer (digits only: no sign, exponent, nan,
+// inf) of at most 16 digits, no later than Redis TIME + MaxEpochAhead.
+//
+// hearth_epoch(key, e, now) returns the epoch a key holds (0 when absent) and,
+// when the key holds anything else (a foreign value or another Redis type), a
+// description of it, with 0: the caller treats it as absent and overwrites it.
+// A valid epoch with a TTL (no Hearth sets one; its expiry would silently lift
+// the fence) is kept, the TTL removed, and described too. e is the writer's
+// epoch: a value at or below it is overwritten anyway, so TIME (the bound) and
+// the TTL are only looked at when it is not below e, which keeps the common
+// write (fence == writer's epoch) at one GET and one PTTL. now is Redis TIME
+// in ms if the caller has it, else nil.
+var luaState = `
+local HEARTH_AHEAD_MS = ` + strconv.FormatInt(MaxEpochAhead.Milliseconds(), 10) + `
+local function hearth_now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function hearth_type(key)
+  local t = redis.call('TYPE', key)
+  return 'wrong type: ' .. tostring(t.ok or t)
+end
+local function hearth_epoch_ok(s, now)
+  if type(s) ~= 'string' or string.len(s) > 16 or not string.match(s, '^%d+$') then return false end
+  return tonumber(s) <= now + HEARTH_AHEAD_MS
+end
+local function hearth_epoch(key, e, now)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then return 0, hearth_type(key) end
+  if not v then return 0, nil end
+  if string.len(v) > 16 or not string.match(v, '^%d+$') then return 0, string.sub(v, 1, ` + strconv.Itoa(foundMax) + `) end
+  local n = tonumber(v)
+  if e and n < e then return n, nil end
+  if n ~= e and n > (now or hearth_now_ms()) + HEARTH_AHEAD_MS then return 0, v end
+  if redis.call('PTTL', key) >= 0 then
+    redis.call('PERSIST', key)
+    return n, 'ttl set: ' .. v
+  end
+  return n, nil
+end
+`
+
+// newScript builds a script that may use the luaState helpers.
+func newScript(body string) *redis.Script { return redis.NewScript(luaState + body) }
+
+// stateRepairs counts and logs the foreign values Hearth found in its own keys
+// and repaired. The fence store, the lease and the re-warm watch share one
+// counter per registry.
+type stateRepairs struct {
+	count *prometheus.CounterVec
+	log   zerolog.Logger
+}
+
+func newStateRepairs(reg prometheus.Registerer, log zerolog.Logger) *stateRepairs {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hearth_state_repairs_total",
+		Help: "Foreign values (not an integer epoch in range, wrong format or Redis type, no TTL) found in Hearth's own keys and repaired, by kind of key (fence, lease, epoch, marker).",
+	}, []string{"key"})
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			panic(err)
+		}
+		c = are.ExistingCollector.(*prometheus.CounterVec)
+	}
+	for _, k := range []string{stateFence, stateLease, stateEpoch, stateMarker} {
+		c.WithLabelValues(k)
+	}
+	return &stateRepairs{count: c, log: log}
+}
+
+// repaired records one repair: kind is the label, key the Redis key, found
+// what it held (already truncated by the script).
+func (r *stateRepairs) repaired(kind, key, found string) {
+	r.count.WithLabelValues(kind).Inc()
+	if len(found) > foundMax {
+		found = found[:foundMax]
+	}
+	r.log.Warn().Str("state", kind).Str("key", key).Str("found", found).
+		Msg("foreign value in hearth's own key: treated as absent and repaired")
+}
+
+// scriptReply splits the reply of a fence script: an integer code, or
+// {code, found} when the script repaired a foreign fence value.
+func scriptReply(c *redis.Cmd) (code int64, found string, repaired bool, err error) {
+	v, err := c.Result()
+	if err != nil {
+		return 0, "", false, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v, "", false, nil
+	case []any:
+		if len(v) == 2 {
+			n, ok1 := v[0].(int64)
+			s, ok2 := v[1].(string)
+			if ok1 && ok2 {
+				return n, s, true, nil
+			}
+		}
+	}
+	return 0, "", false, fmt.Errorf("unexpected script reply %v", v)
+}
