@@ -17,6 +17,12 @@ import (
 // DefaultNamespace is Hearth's default redis.namespace.
 const DefaultNamespace = "hearth"
 
+// DefaultAccessBucket is Hearth's default access_log.bucket.
+const DefaultAccessBucket = time.Minute
+
+// DefaultNegativeValue is Hearth's default negative_value: the empty string.
+const DefaultNegativeValue = ""
+
 // AccessExpiry is the safety-net TTL of an access bucket (EXPIRE … NX): the
 // daemon rolls buckets up and deletes them long before.
 const AccessExpiry = 24 * time.Hour

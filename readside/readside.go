@@ -194,7 +194,7 @@ func New(opts Options) (*Cache, error) {
 	}{
 		{&o.TTL, time.Minute, "TTL"}, {&o.NegativeTTL, 10 * time.Second, "NegativeTTL"},
 		{&o.LockTTL, 5 * time.Second, "LockTTL"}, {&o.LoadTimeout, 30 * time.Second, "LoadTimeout"},
-		{&o.AccessBucket, time.Minute, "AccessBucket"}, {&o.AccessFlush, time.Second, "AccessFlush"},
+		{&o.AccessBucket, DefaultAccessBucket, "AccessBucket"}, {&o.AccessFlush, time.Second, "AccessFlush"},
 		{&o.StaleFor, 0, "StaleFor"}, {&o.LockWait, 0, "LockWait"},
 	} {
 		if err := def(f.d, f.v, f.name); err != nil {
