@@ -423,11 +423,13 @@ func (c *Cache) coalesce(ctx context.Context, key string, load Loader, co callOp
 	}
 }
 
-// Lock-wait polling: the first poll after pollMin, each later one 1.5 times
-// later, at most pollMax apart, each ±20%.
+// Lock-wait polling: the first poll after pollMin, each later one 1.25
+// times later, at most pollMax apart, each ±20%. A waiter sees the holder's
+// value at most about pollMax after it lands; one GET per poll per waiting
+// process (in-process callers share one fill) is cheap.
 const (
-	pollMin = 5 * time.Millisecond
-	pollMax = 50 * time.Millisecond
+	pollMin = 2 * time.Millisecond
+	pollMax = 10 * time.Millisecond
 )
 
 // fill takes the key's lock and loads, or waits for the holder's value, and
@@ -470,7 +472,7 @@ func (c *Cache) fill(ctx context.Context, key string, load Loader, co callOpts) 
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for the lock of %s: %w", key, ctx.Err())
 		}
-		pause = min(pause*3/2, pollMax)
+		pause = min(pause*5/4, pollMax)
 		if e, err := c.read(ctx, key); err == nil && e.found {
 			c.m.lockWait.WithLabelValues("value").Observe(time.Since(start).Seconds())
 			return c.answer(e)
