@@ -431,6 +431,12 @@ func TestLockKeyInKeySlot(t *testing.T) {
 			}
 		}
 	}
+	// The examples of docs/readside.md (its Python sketch prints the same).
+	for key, want := range map[string]string{"product:7": "hearth:rs:lock:{9kd}:product:7", "{user:1}:cart": "hearth:rs:lock:{3as}:{user:1}:cart"} {
+		if got := readside.LockKey("hearth", key); got != want {
+			t.Errorf("LockKey(%q) = %q, want %q", key, got, want)
+		}
+	}
 	// Redis's own examples (cluster spec).
 	for key, want := range map[string]int{"foo": 12182, "bar": 5061, "{user1000}.following": readside.HashSlot("user1000")} {
 		if got := readside.HashSlot(key); got != want {
