@@ -39,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 		early: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_early_refreshes_total",
-			Help: "XFetch early refreshes decided, by result: started, coalesced (one already running here), locked (another process holds the lock), error.",
+			Help: "XFetch early refreshes decided, by result: started, coalesced (one already running here), locked (another process holds the lock), done_elsewhere (another process refreshed it meanwhile), error.",
 		}, []string{"result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_fallbacks_total",
@@ -77,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"value", "acquired", "timeout"} {
 		m.lockWait.WithLabelValues(r)
 	}
-	for _, r := range []string{"started", "coalesced", "locked", "error"} {
+	for _, r := range []string{"started", "coalesced", "locked", "done_elsewhere", "error"} {
 		m.early.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "not_found", "error", "panic"} {

@@ -295,7 +295,7 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader, opts ...
 	if err == nil && e.found {
 		v, err := c.answer(e)
 		if err == nil && c.early(e) {
-			c.refreshEarly(key, load, co)
+			c.refreshEarly(key, load, co, e.remaining)
 		}
 		return v, err
 	}
@@ -361,8 +361,11 @@ func (c *Cache) early(e entry) bool {
 }
 
 // refreshEarly reloads key in the background, once per process at a time,
-// and only if no process holds its lock; the current value is served meanwhile.
-func (c *Cache) refreshEarly(key string, load Loader, co callOpts) {
+// and only if no process holds its lock; the current value is served
+// meanwhile. seen is the remaining TTL the decision saw: a value that has
+// more left once the lock is taken was rewritten since (by another process's
+// refresh that already released the lock), and is not loaded again.
+func (c *Cache) refreshEarly(key string, load Loader, co callOpts, seen time.Duration) {
 	c.mu.Lock()
 	if c.closed || c.refreshing[key] {
 		c.mu.Unlock()
@@ -390,6 +393,11 @@ func (c *Cache) refreshEarly(key string, load Loader, co callOpts) {
 			return
 		case !ok:
 			c.m.early.WithLabelValues("locked").Inc()
+			return
+		}
+		if e, err := c.read(ctx, key); err == nil && e.found && e.remaining > seen {
+			c.release(ctx, LockKey(c.o.Namespace, key), token)
+			c.m.early.WithLabelValues("done_elsewhere").Inc()
 			return
 		}
 		c.m.early.WithLabelValues("started").Inc()

@@ -462,3 +462,33 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestEarlyRefreshDoubleChecks: an early refresh that gets the lock after
+// another process has already refreshed the value (it has more TTL left than
+// the read that decided saw) does not load again.
+func TestEarlyRefreshDoubleChecks(t *testing.T) {
+	env := testenv.Redis(t)
+	ctx := context.Background()
+	key := env.Prefix + "dc"
+	reg := prometheus.NewRegistry()
+	c := newCache(t, env.Client, reg, readside.Options{Namespace: env.Prefix + "ns", TTL: time.Hour})
+	runs := 0
+	load := func(context.Context) ([]byte, error) { runs++; return []byte("v"), nil }
+	if _, err := c.GetOrLoad(ctx, key, load); err != nil {
+		t.Fatal(err)
+	}
+	readside.RefreshEarly(c, key, load, time.Second) // decided at 1 s left; now 1 h left
+	if runs != 1 {
+		t.Errorf("loads %d, want 1: a value refreshed meanwhile was loaded again", runs)
+	}
+	if got := metric(t, reg, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got != 1 {
+		t.Errorf("done_elsewhere: %v, want 1", got)
+	}
+	readside.RefreshEarly(c, key, load, 2*time.Hour) // nothing rewrote it since
+	if runs != 2 {
+		t.Errorf("loads %d, want 2", runs)
+	}
+	if n := env.Client.Exists(ctx, readside.LockKey(env.Prefix+"ns", key)).Val(); n != 0 {
+		t.Error("lock left behind")
+	}
+}
