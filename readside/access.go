@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,8 +21,9 @@ const (
 // Hearth's access buckets every AccessFlush: ZINCRBY <bucket> <n> <key>, and
 // EXPIRE <bucket> 86400 NX as the daemon's safety net.
 type recorder struct {
-	c    *Cache
-	stop chan struct{}
+	c       *Cache
+	stop    chan struct{}
+	stopped atomic.Bool // set by Close: no more recording
 
 	mu     sync.Mutex
 	counts map[string]map[string]int64 // bucket key → cache key → reads
@@ -33,6 +35,9 @@ func newRecorder(c *Cache) *recorder {
 }
 
 func (r *recorder) record(key string) {
+	if r.stopped.Load() {
+		return
+	}
 	every := r.c.o.AccessSample
 	if every > 1 && rand.IntN(every) != 0 {
 		return

@@ -48,7 +48,8 @@ var (
 )
 
 // Loader loads a key's value from the origin. Return ErrNotFound (wrapped or
-// not) for a value the origin does not have.
+// not) for a value the origin does not have. A value equal to the negative
+// sentinel (by default the empty string) reads back as not found.
 type Loader func(ctx context.Context) ([]byte, error)
 
 // Fallback is what a caller does when another process held the key's lock
@@ -249,12 +250,19 @@ func New(opts Options) (*Cache, error) {
 }
 
 // Close stops background refreshes from starting, waits for those running,
-// and sends the reads recorded so far (bounded by ctx).
+// and sends the reads recorded so far (bounded by ctx). GetOrLoad still works
+// after Close, without early refreshes or access recording. A second Close
+// does nothing.
 func (c *Cache) Close(ctx context.Context) error {
 	c.mu.Lock()
+	was := c.closed
 	c.closed = true
 	c.mu.Unlock()
+	if was {
+		return nil
+	}
 	if c.acc != nil {
+		c.acc.stopped.Store(true)
 		close(c.acc.stop)
 	}
 	done := make(chan struct{})
