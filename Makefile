@@ -27,6 +27,7 @@ fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation
 
 bench: ## benchmarks that print figures (see README "Performance")
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+	cd bench/readside && $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m .
 
 lint: ## gofmt, go vet, go mod tidy
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -1,0 +1,348 @@
+// Package readside_test benchmarks the read side (package readside) against
+// its peers on the stampede workload of issue 15. It is a module of its own
+// so that the peers (go-redis/cache, sturdyc) are never dependencies of
+// Hearth's: run it with `make bench` or
+//
+//	cd bench/readside && go test -run '^$' -bench . -benchtime 1x -timeout 30m
+//
+// READSIDE_BENCH_DURATION (default 20s) sets each run's length; the issue's
+// figures are for 60s.
+package readside_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gocache "github.com/go-redis/cache/v9"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/viccon/sturdyc"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/readside"
+)
+
+const (
+	instances   = 4  // application instances, each its own client and cache
+	readersEach = 50 // 200 readers in all
+	keys        = 100
+	zipfS       = 1.1
+	originDelay = 50 * time.Millisecond
+	ttl         = 10 * time.Second
+	readPace    = 20 * time.Millisecond // each reader's pause between reads
+	episodeGap  = 10 * originDelay
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// origin is the shared database: it counts loads per key and takes 50 ms.
+type origin struct {
+	loads [keys]atomic.Int64
+	// ideal counts what a perfect fleet-wide cache would load: one load per
+	// key each time its value, loaded at a read, has lived TTL, or after a
+	// flush.
+	mu        [keys]sync.Mutex
+	validTill [keys]time.Time
+	ideal     [keys]int64
+	// episodes counts, per key, the loads that start more than episodeGap
+	// after the previous episode began: the expiries (or flushes) the origin
+	// saw, whatever TTL, jitter or early refresh the contender applies; the
+	// loads of one stampede all start within one load time. Loads per
+	// episode is the stampede's size.
+	lmu         [keys]sync.Mutex
+	episodeFrom [keys]time.Time
+	episodes    [keys]int64
+}
+
+func (o *origin) load(ctx context.Context, i int) ([]byte, error) {
+	o.loads[i].Add(1)
+	now := time.Now()
+	o.lmu[i].Lock()
+	if o.episodes[i] == 0 || now.Sub(o.episodeFrom[i]) > episodeGap {
+		o.episodes[i]++
+		o.episodeFrom[i] = now
+	}
+	o.lmu[i].Unlock()
+	select {
+	case <-time.After(originDelay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return []byte("value-" + strconv.Itoa(i) + "-0123456789abcdef0123456789abcdef"), nil
+}
+
+func (o *origin) read(i int, now time.Time) {
+	o.mu[i].Lock()
+	if !now.Before(o.validTill[i]) {
+		o.ideal[i]++
+		o.validTill[i] = now.Add(originDelay + ttl)
+	}
+	o.mu[i].Unlock()
+}
+
+func (o *origin) flushed() {
+	for i := range keys {
+		o.mu[i].Lock()
+		o.validTill[i] = time.Time{}
+		o.mu[i].Unlock()
+	}
+}
+
+// contender is one caching library, as one application instance uses it.
+type contender struct {
+	name string
+	// open returns one instance's read function, its miss counter and its close.
+	open func(rdb *redis.Client, o *origin) (get func(ctx context.Context, i int) ([]byte, error), misses func() float64, close func())
+}
+
+func key(i int) string { return "bench:key:" + strconv.Itoa(i) }
+
+var contenders = []contender{
+	{"readside", func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
+		reg := prometheus.NewRegistry()
+		c, err := readside.New(readside.Options{Client: rdb, Namespace: "bench", TTL: ttl, AccessSample: 10, Registerer: reg})
+		if err != nil {
+			panic(err)
+		}
+		get := func(ctx context.Context, i int) ([]byte, error) {
+			return c.GetOrLoad(ctx, key(i), func(ctx context.Context) ([]byte, error) { return o.load(ctx, i) })
+		}
+		return get, func() float64 { return gathered(reg, "hearth_readside_misses_total") },
+			func() { _ = c.Close(context.Background()) }
+	}},
+	{"go-redis/cache Once", func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
+		c := gocache.New(&gocache.Options{Redis: rdb, StatsEnabled: true})
+		get := func(ctx context.Context, i int) ([]byte, error) {
+			var v []byte
+			err := c.Once(&gocache.Item{Ctx: ctx, Key: key(i), Value: &v, TTL: ttl,
+				Do: func(it *gocache.Item) (any, error) { return o.load(it.Ctx, i) }})
+			return v, err
+		}
+		return get, func() float64 { return float64(c.Stats().Misses) }, func() {}
+	}},
+	{"sturdyc + Redis storage", func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
+		m := &sturdyMisses{}
+		c := sturdyc.New[[]byte](10_000, 10, ttl, 10,
+			sturdyc.WithDistributedStorage(redisStorage{rdb}), sturdyc.WithMetrics(m))
+		get := func(ctx context.Context, i int) ([]byte, error) {
+			return c.GetOrFetch(ctx, key(i), func(ctx context.Context) ([]byte, error) { return o.load(ctx, i) })
+		}
+		return get, func() float64 { return float64(m.n.Load()) }, func() {}
+	}},
+	{"plain cache-aside", func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
+		var misses atomic.Int64
+		get := func(ctx context.Context, i int) ([]byte, error) {
+			v, err := rdb.Get(ctx, key(i)).Bytes()
+			if err == nil {
+				return v, nil
+			}
+			if !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+			misses.Add(1)
+			v, err = o.load(ctx, i)
+			if err != nil {
+				return nil, err
+			}
+			return v, rdb.Set(ctx, key(i), v, ttl).Err()
+		}
+		return get, func() float64 { return float64(misses.Load()) }, func() {}
+	}},
+}
+
+func gathered(g prometheus.Gatherer, name string) float64 {
+	mfs, _ := g.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var s float64
+			for _, m := range mf.GetMetric() {
+				s += m.GetCounter().GetValue()
+			}
+			return s
+		}
+	}
+	return 0
+}
+
+// redisStorage is sturdyc's distributed storage on Redis, with the TTL.
+type redisStorage struct{ rdb *redis.Client }
+
+func (s redisStorage) Get(ctx context.Context, key string) ([]byte, bool) {
+	v, err := s.rdb.Get(ctx, key).Bytes()
+	return v, err == nil
+}
+
+func (s redisStorage) Set(ctx context.Context, key string, value []byte) {
+	s.rdb.Set(ctx, key, value, ttl)
+}
+
+func (s redisStorage) GetBatch(ctx context.Context, keys []string) map[string][]byte {
+	out := map[string][]byte{}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return out
+	}
+	for i, v := range vals {
+		if str, ok := v.(string); ok {
+			out[keys[i]] = []byte(str)
+		}
+	}
+	return out
+}
+
+func (s redisStorage) SetBatch(ctx context.Context, records map[string][]byte) {
+	pipe := s.rdb.Pipeline()
+	for k, v := range records {
+		pipe.Set(ctx, k, v, ttl)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// sturdyMisses counts sturdyc's cache misses; the rest of its recorder is a no-op.
+type sturdyMisses struct{ n atomic.Int64 }
+
+func (m *sturdyMisses) CacheHit()                   {}
+func (m *sturdyMisses) CacheMiss()                  { m.n.Add(1) }
+func (m *sturdyMisses) AsynchronousRefresh()        {}
+func (m *sturdyMisses) SynchronousRefresh()         {}
+func (m *sturdyMisses) MissingRecord()              {}
+func (m *sturdyMisses) ForcedEviction()             {}
+func (m *sturdyMisses) EntriesEvicted(int)          {}
+func (m *sturdyMisses) ShardIndex(int)              {}
+func (m *sturdyMisses) CacheBatchRefreshSize(int)   {}
+func (m *sturdyMisses) ObserveCacheSize(func() int) {}
+
+func duration(b *testing.B) time.Duration {
+	s := os.Getenv("READSIDE_BENCH_DURATION")
+	if s == "" {
+		return 20 * time.Second
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		b.Fatalf("READSIDE_BENCH_DURATION=%q: want a positive duration", s)
+	}
+	return d
+}
+
+type result struct {
+	loads, ideal, episodes, misses, errors, reads int64
+	p99, max                                      time.Duration
+}
+
+// run drives one contender for d: 4 instances × 50 readers, Zipf(1.1) over
+// 100 keys, each reader pausing readPace between reads; with flush, one
+// FLUSHDB half-way.
+func run(b *testing.B, srv *testenv.RedisServer, c contender, d time.Duration, flush bool) result {
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	if err := admin.FlushDB(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	o := &origin{}
+	var misses []func() float64
+	var closers []func()
+	var wg sync.WaitGroup
+	var errCount, reads atomic.Int64
+	lat := make([][]time.Duration, instances*readersEach)
+	stop := time.Now().Add(d)
+	for in := range instances {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: readersEach + 10})
+		get, m, cl := c.open(rdb, o)
+		misses = append(misses, m)
+		closers = append(closers, func() { cl(); _ = rdb.Close() })
+		for r := range readersEach {
+			wg.Go(func() {
+				id := in*readersEach + r
+				rng := rand.New(rand.NewPCG(uint64(id), 7))
+				z := rand.NewZipf(rng, zipfS, 1, keys-1)
+				// Start the readers spread over one pace.
+				time.Sleep(time.Duration(rng.Int64N(int64(readPace))))
+				for time.Now().Before(stop) {
+					i := int(z.Uint64())
+					t0 := time.Now()
+					o.read(i, t0)
+					v, err := get(ctx, i)
+					lat[id] = append(lat[id], time.Since(t0))
+					reads.Add(1)
+					if err != nil || len(v) == 0 {
+						errCount.Add(1)
+					}
+					time.Sleep(readPace)
+				}
+			})
+		}
+	}
+	if flush {
+		time.Sleep(d / 2)
+		if err := admin.FlushDB(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		o.flushed()
+	}
+	wg.Wait()
+	for _, cl := range closers {
+		cl()
+	}
+	res := result{errors: errCount.Load(), reads: reads.Load()}
+	for i := range keys {
+		res.loads += o.loads[i].Load()
+		res.ideal += o.ideal[i]
+		o.lmu[i].Lock()
+		res.episodes += o.episodes[i]
+		o.lmu[i].Unlock()
+	}
+	for _, m := range misses {
+		res.misses += int64(m())
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		res.p99 = all[len(all)*99/100]
+		res.max = all[len(all)-1]
+	}
+	return res
+}
+
+// BenchmarkStampede prints, per contender and scenario: origin loads, the
+// load episodes the origin saw (one per key per expiry or flush) and loads per
+// episode — 1.000 is one load per key per expiry across the fleet —, the loads
+// a perfect fleet-wide cache with this TTL would do (ideal; XFetch's early
+// refreshes and TTL jitter can add one period per key at the end of the run),
+// misses as each library counts them (sturdyc: its in-memory misses), and
+// p99 and max read latency.
+func BenchmarkStampede(b *testing.B) {
+	srv := testenv.PrivateRedis(b)
+	d := duration(b)
+	for _, flush := range []bool{false, true} {
+		scenario := "steady"
+		if flush {
+			scenario = "FLUSHDB at " + (d / 2).String()
+		}
+		fmt.Printf("\n%d instances × %d readers, Zipf(%.1f) over %d keys, origin %s, TTL %s, %s, %s\n",
+			instances, readersEach, zipfS, keys, originDelay, ttl, d, scenario)
+		fmt.Printf("%-24s %6s %8s %16s %6s %10s %7s %9s %9s %7s %6s\n", "contender", "loads", "episodes", "loads/key/expiry", "ideal", "loads/ideal", "misses", "p99", "max", "reads", "errors")
+		for _, c := range contenders {
+			b.Run(c.name+"/"+map[bool]string{false: "steady", true: "flush"}[flush], func(b *testing.B) {
+				for range b.N {
+					r := run(b, srv, c, d, flush)
+					ratio := float64(r.loads) / float64(max(r.episodes, 1))
+					fmt.Printf("%-24s %6d %8d %16.3f %6d %10.3f %7d %9s %9s %7d %6d\n", c.name, r.loads, r.episodes, ratio,
+						r.ideal, float64(r.loads)/float64(max(r.ideal, 1)), r.misses,
+						r.p99.Round(10*time.Microsecond), r.max.Round(10*time.Microsecond), r.reads, r.errors)
+					b.ReportMetric(ratio, "loads/key/expiry")
+					b.ReportMetric(float64(r.p99.Microseconds()), "p99-µs")
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,160 @@
+// Command readside shows the read side at work against a real Redis: three
+// application instances (each its own client and cache, as separate processes
+// would be) read 20 products through readside.GetOrLoad while the keys expire
+// and once after a FLUSHDB of their keys, and the origin counts its loads.
+//
+//	go run ./examples/readside -addr 127.0.0.1:6379
+//
+// It writes only keys under -prefix (deleted at the end) and the access
+// buckets of -namespace, as an application would.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/readside"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "readside example:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	addr := flag.String("addr", "127.0.0.1:6379", "Redis address")
+	ns := flag.String("namespace", "hearth", "Hearth's redis.namespace")
+	prefix := flag.String("prefix", "example:readside:", "prefix of the example's cache keys")
+	flag.Parse()
+	ctx := context.Background()
+
+	// The origin: a product table behind a 50 ms query; product 13 does not exist.
+	var loads atomic.Int64
+	load := func(id int) readside.Loader {
+		return func(ctx context.Context) ([]byte, error) {
+			loads.Add(1)
+			time.Sleep(50 * time.Millisecond)
+			if id == 13 {
+				return nil, readside.ErrNotFound
+			}
+			return []byte(`{"id":` + strconv.Itoa(id) + `,"name":"product ` + strconv.Itoa(id) + `"}`), nil
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	var caches []*readside.Cache
+	for range 3 {
+		rdb := redis.NewClient(&redis.Options{Addr: *addr})
+		defer rdb.Close()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("connect to redis %s: %w", *addr, err)
+		}
+		c, err := readside.New(readside.Options{
+			Client: rdb, Namespace: *ns, TTL: 2 * time.Second, StaleFor: time.Minute,
+			AccessSample: 1, // count every read in Hearth's access buckets
+			Registerer:   prometheus.WrapRegistererWith(prometheus.Labels{"instance": strconv.Itoa(len(caches))}, reg),
+			Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		if err != nil {
+			return err
+		}
+		caches = append(caches, c)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: *addr})
+	defer admin.Close()
+	defer cleanup(admin, *prefix, *ns)
+
+	read := func(phase string) error {
+		before := loads.Load()
+		var wg sync.WaitGroup
+		var errs atomic.Int64
+		for _, c := range caches {
+			for range 30 { // 30 readers per instance
+				wg.Go(func() {
+					for id := range 20 {
+						_, err := c.GetOrLoad(ctx, *prefix+"product:"+strconv.Itoa(id), load(id))
+						if err != nil && !errors.Is(err, readside.ErrNotFound) {
+							errs.Add(1)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		fmt.Printf("%-42s 1800 reads of 20 keys by 90 readers in 3 instances: %d origin loads, %d errors\n",
+			phase, loads.Load()-before, errs.Load())
+		return nil
+	}
+	if err := read("cold:"); err != nil {
+		return err
+	}
+	if err := read("warm:"); err != nil {
+		return err
+	}
+	time.Sleep(2200 * time.Millisecond)
+	if err := read("after the 2 s TTL expired:"); err != nil {
+		return err
+	}
+	if err := cleanup(admin, *prefix, ""); err != nil {
+		return err
+	}
+	if err := read("after deleting every key (a FLUSHDB):"); err != nil {
+		return err
+	}
+	for _, c := range caches {
+		if err := c.Close(ctx); err != nil {
+			return err
+		}
+	}
+	bucket := readside.AccessKey(*ns, time.Now(), readside.DefaultAccessBucket)
+	n, _ := admin.ZScore(ctx, bucket, *prefix+"product:0").Result()
+	fmt.Printf("reads of %sproduct:0 recorded for Hearth in %s: %.0f\n", *prefix, bucket, n)
+	mfs, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	for _, mf := range mfs {
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			if m.Counter != nil {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+		if mf.GetType().String() == "COUNTER" && sum > 0 {
+			fmt.Printf("  %-40s %6.0f (all instances and labels)\n", mf.GetName(), sum)
+		}
+	}
+	return nil
+}
+
+// cleanup deletes the example's keys and, with ns, its own keys beside them.
+func cleanup(rdb *redis.Client, prefix, ns string) error {
+	ctx := context.Background()
+	var keys []string
+	for id := range 20 {
+		k := prefix + "product:" + strconv.Itoa(id)
+		keys = append(keys, k)
+		if ns != "" {
+			keys = append(keys, readside.DeltaKey(ns, k), readside.StaleKey(ns, k), readside.LockKey(ns, k))
+		}
+	}
+	for _, k := range keys { // one by one: in a Cluster they are in different slots
+		if err := rdb.Del(ctx, k).Err(); err != nil {
+			return fmt.Errorf("delete %s: %w", k, err)
+		}
+	}
+	return nil
+}

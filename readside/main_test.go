@@ -1,0 +1,143 @@
+package readside_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/readside"
+)
+
+// helperEnv names the helper a re-executed test binary runs instead of the
+// tests: "stampede" or "holder" (see helper_test.go).
+const helperEnv = "READSIDE_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if h := os.Getenv(helperEnv); h != "" {
+		if err := runHelper(h); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	testenv.Main(m)
+}
+
+// lockedRand is a seeded PCG safe for concurrent use.
+func lockedRand(seed uint64) func() float64 {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(seed, seed))
+	return func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Float64()
+	}
+}
+
+// fakeClock is an injected clock that only moves when told.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time       { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Add(d time.Duration)  { c.ns.Add(int64(d)) }
+func newFakeClock(t time.Time) *fakeClock { c := &fakeClock{}; c.ns.Store(t.UnixNano()); return c }
+
+func newCache(t *testing.T, rdb redis.UniversalClient, reg prometheus.Registerer, o readside.Options) *readside.Cache {
+	t.Helper()
+	o.Client, o.Registerer = rdb, reg
+	c, err := readside.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return c
+}
+
+// metric returns the value of the counter (or the sample count of the
+// histogram) name with the given label pairs, summed over other labels.
+func metric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !hasLabel(m, labels[i], labels[i+1]) {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabel(m *dto.Metric, k, v string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == k {
+			return l.GetValue() == v
+		}
+	}
+	return false
+}
+
+// origin counts loads per key in Redis, so that several processes share it.
+type origin struct {
+	rdb   *redis.Client
+	hash  string
+	delay time.Duration
+}
+
+func (o origin) loader(key string) readside.Loader {
+	return func(ctx context.Context) ([]byte, error) {
+		if err := o.rdb.HIncrBy(ctx, o.hash, key, 1).Err(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-time.After(o.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return []byte("value of " + key), nil
+	}
+}
+
+func (o origin) loads(t testing.TB, key string) int {
+	t.Helper()
+	n, err := o.rdb.HGet(context.Background(), o.hash, key).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

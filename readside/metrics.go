@@ -1,0 +1,91 @@
+package readside
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the read side's, all hearth_readside_*, with bounded labels.
+type metrics struct {
+	hits        *prometheus.CounterVec
+	misses      prometheus.Counter
+	coalesced   prometheus.Counter
+	lockWait    *prometheus.HistogramVec
+	early       *prometheus.CounterVec
+	fallbacks   *prometheus.CounterVec
+	stale       *prometheus.CounterVec
+	loads       *prometheus.CounterVec
+	loadSeconds prometheus.Histogram
+	foreign     *prometheus.CounterVec
+	redisErrors *prometheus.CounterVec
+	accesses    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_hits_total",
+			Help: "Reads answered from Redis, by kind: value or negative (the not-found sentinel).",
+		}, []string{"kind"}),
+		misses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hearth_readside_misses_total",
+			Help: "Reads that found no value in Redis.",
+		}),
+		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hearth_readside_coalesced_total",
+			Help: "Missed reads that waited for another caller's fill in this process.",
+		}),
+		lockWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hearth_readside_lock_wait_seconds",
+			Help:    "Time a fill waited on another process's lock, by result: value (the holder wrote it), acquired (the lock was freed or lapsed), timeout.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"result"}),
+		early: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_early_refreshes_total",
+			Help: "XFetch early refreshes decided, by result: started, coalesced (one already running here), locked (another process holds the lock), done_elsewhere (another process refreshed it meanwhile), error.",
+		}, []string{"result"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_fallbacks_total",
+			Help: "Fills that could not wait for the lock, by reason (lock_timeout, redis_error) and action (load, stale, fail).",
+		}, []string{"reason", "action"}),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_stale_served_total",
+			Help: "Stale copies served, by reason: loader_error or fallback.",
+		}, []string{"reason"}),
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_loads_total",
+			Help: "Loader runs, by result: ok, not_found, error, panic.",
+		}, []string{"result"}),
+		loadSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hearth_readside_load_duration_seconds",
+			Help:    "Loader run time (the δ XFetch uses).",
+			Buckets: prometheus.DefBuckets,
+		}),
+		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_foreign_values_total",
+			Help: "Values of the read side's own keys that were not its own and were ignored, by what: delta.",
+		}, []string{"what"}),
+		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_redis_errors_total",
+			Help: "Redis commands that failed, by op: read, lock, store, release, access.",
+		}, []string{"op"}),
+		accesses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_access_reads_total",
+			Help: "Reads counted into Hearth's access buckets, by result: sent, dropped (too long a key, too many keys, or Redis failed).",
+		}, []string{"result"}),
+	}
+	for _, k := range []string{"value", "negative"} {
+		m.hits.WithLabelValues(k)
+	}
+	for _, r := range []string{"value", "acquired", "timeout"} {
+		m.lockWait.WithLabelValues(r)
+	}
+	for _, r := range []string{"started", "coalesced", "locked", "done_elsewhere", "error"} {
+		m.early.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "not_found", "error", "panic"} {
+		m.loads.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.hits, m.misses, m.coalesced, m.lockWait, m.early, m.fallbacks,
+			m.stale, m.loads, m.loadSeconds, m.foreign, m.redisErrors, m.accesses)
+	}
+	return m
+}

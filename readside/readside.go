@@ -1,0 +1,640 @@
+// Package readside is the read side of a Hearth-warmed cache, the package an
+// application imports to read its Redis cache: GetOrLoad protects every key
+// Hearth does not warm (and the warmed ones in the moment after a FLUSHDB or
+// a Redis restart) from a stampede, and records the reads in the access
+// buckets Hearth pre-warms from.
+//
+// Protection, weakest to strongest: in-process single-flight (one load per
+// key per process), a distributed lock per key with an owner token, a
+// double-check after acquiring and a bounded wait for the holder's value (one
+// load per key per fleet), XFetch probabilistic early refresh in the
+// background while the current value is served, and a stale copy served when
+// the loader fails. The keys it uses beside the application's and their
+// formats are a protocol other languages can follow: docs/readside.md.
+//
+// It depends on go-redis, golang.org/x/sync and the Prometheus client only,
+// never on the daemon's packages.
+package readside
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+)
+
+var (
+	// ErrNotFound is returned when the key holds the negative sentinel, or
+	// when the loader returns it (the sentinel is then written).
+	ErrNotFound = errors.New("not found")
+	// ErrLockWait is returned when another process held the key's lock for
+	// all of LockWait and the fallback is FallbackFail (or FallbackStale
+	// without a stale copy).
+	ErrLockWait = errors.New("lock wait timed out")
+	// ErrPanic wraps a loader's panic, turned into an error for every caller.
+	ErrPanic = errors.New("loader panicked")
+)
+
+// Loader loads a key's value from the origin. Return ErrNotFound (wrapped or
+// not) for a value the origin does not have. A value equal to the negative
+// sentinel (by default the empty string) reads back as not found.
+type Loader func(ctx context.Context) ([]byte, error)
+
+// Fallback is what a caller does when another process held the key's lock
+// for all of LockWait without writing the value.
+type Fallback int
+
+const (
+	// FallbackLoad loads anyway (the origin may see a second load).
+	FallbackLoad Fallback = iota
+	// FallbackStale serves the stale copy (see StaleFor), else fails.
+	FallbackStale
+	// FallbackFail returns ErrLockWait.
+	FallbackFail
+)
+
+func (f Fallback) String() string {
+	switch f {
+	case FallbackLoad:
+		return "load"
+	case FallbackStale:
+		return "stale"
+	case FallbackFail:
+		return "fail"
+	}
+	return "fallback(" + strconv.Itoa(int(f)) + ")"
+}
+
+// Options configures a Cache. Client is required; zero values take the
+// defaults documented on each field.
+type Options struct {
+	Client redis.UniversalClient
+	// Namespace is Hearth's redis.namespace (default "hearth"): it prefixes
+	// the locks, δ keys, stale copies and access buckets.
+	Namespace string
+	// TTL is the lifetime of the values GetOrLoad writes (default 1m).
+	TTL time.Duration
+	// Jitter spreads TTLs by ±Jitter/2 (default 0.1, -1 for none).
+	Jitter float64
+	// NegativeTTL is the lifetime of the sentinel written when the loader
+	// returns ErrNotFound (default 10s).
+	NegativeTTL time.Duration
+	// NegativeValue is Hearth's negative_value, the not-found sentinel
+	// (default the empty string, as Hearth's).
+	NegativeValue string
+	// StaleFor keeps a stale copy of every value written this long past its
+	// TTL, served when the loader fails (and by FallbackStale). 0: no copy.
+	StaleFor time.Duration
+	// Beta is XFetch's β: larger refreshes earlier (default 1, -1 for no
+	// early refresh).
+	Beta float64
+	// LockTTL is the lock's lifetime (default 5s): a holder that dies is
+	// replaced after it. Keep it above the loader's slowest run.
+	LockTTL time.Duration
+	// LockWait bounds the wait for another holder's value (default LockTTL
+	// + 1s, so that a dead holder's lock lapses within it).
+	LockWait time.Duration
+	// Fallback is what to do when LockWait runs out (default FallbackLoad).
+	Fallback Fallback
+	// LoadTimeout bounds one load and its writes (default 30s). The load
+	// runs under it, not under any caller's context.
+	LoadTimeout time.Duration
+	// AccessSample records one read in AccessSample, counted AccessSample
+	// times, in Hearth's access buckets; 0 records none.
+	AccessSample int
+	// AccessBucket is Hearth's access_log.bucket (default 1m).
+	AccessBucket time.Duration
+	// AccessFlush is how often recorded reads are sent (default 1s).
+	AccessFlush time.Duration
+	// Registerer receives the metrics; nil registers them nowhere.
+	Registerer prometheus.Registerer
+	// Logger receives warnings (default: discarded).
+	Logger *slog.Logger
+	// Now measures δ and dates access buckets; Rand draws XFetch's and the
+	// jitter's uniform numbers in [0,1) and must be safe for concurrent use.
+	// Tests inject both.
+	Now  func() time.Time
+	Rand func() float64
+}
+
+// Option changes one GetOrLoad call.
+type Option func(*callOpts)
+
+type callOpts struct {
+	ttl      time.Duration
+	staleFor time.Duration
+	fallback Fallback
+}
+
+// WithTTL sets the TTL of the value this call writes.
+func WithTTL(d time.Duration) Option { return func(o *callOpts) { o.ttl = d } }
+
+// WithStaleFor sets how long past its TTL this call's stale copy lives.
+func WithStaleFor(d time.Duration) Option { return func(o *callOpts) { o.staleFor = d } }
+
+// WithFallback sets this call's fallback.
+func WithFallback(f Fallback) Option { return func(o *callOpts) { o.fallback = f } }
+
+// maxDelta bounds a δ read back from Redis: a longer load is no load time.
+const maxDelta = time.Hour
+
+// Cache reads through Redis to a loader. Create it with New, Close it.
+type Cache struct {
+	o   Options
+	rdb redis.UniversalClient
+	m   *metrics
+	log *slog.Logger
+
+	fills singleflight.Group
+
+	mu         sync.Mutex
+	refreshing map[string]bool
+	closed     bool
+	wg         sync.WaitGroup
+
+	acc *recorder
+}
+
+// New validates opts, fills in the defaults and starts the access recorder.
+func New(opts Options) (*Cache, error) {
+	o := opts
+	if o.Client == nil {
+		return nil, errors.New("readside: Options.Client is required")
+	}
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if strings.ContainsAny(o.Namespace, "{}") {
+		return nil, fmt.Errorf("readside: Options.Namespace: must hold no brace (got %q)", o.Namespace)
+	}
+	def := func(d *time.Duration, v time.Duration, name string) error {
+		if *d < 0 {
+			return fmt.Errorf("readside: Options.%s: must not be negative (got %s)", name, *d)
+		}
+		if *d == 0 {
+			*d = v
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		d    *time.Duration
+		v    time.Duration
+		name string
+	}{
+		{&o.TTL, time.Minute, "TTL"}, {&o.NegativeTTL, 10 * time.Second, "NegativeTTL"},
+		{&o.LockTTL, 5 * time.Second, "LockTTL"}, {&o.LoadTimeout, 30 * time.Second, "LoadTimeout"},
+		{&o.AccessBucket, DefaultAccessBucket, "AccessBucket"}, {&o.AccessFlush, time.Second, "AccessFlush"},
+		{&o.StaleFor, 0, "StaleFor"}, {&o.LockWait, 0, "LockWait"},
+	} {
+		if err := def(f.d, f.v, f.name); err != nil {
+			return nil, err
+		}
+	}
+	if o.LockWait == 0 {
+		o.LockWait = o.LockTTL + time.Second
+	}
+	if o.AccessBucket%time.Second != 0 {
+		return nil, fmt.Errorf("readside: Options.AccessBucket: must be whole seconds (got %s)", o.AccessBucket)
+	}
+	switch {
+	case math.IsNaN(o.Jitter) || math.IsInf(o.Jitter, 0) || o.Jitter >= 1 || (o.Jitter < 0 && o.Jitter != -1):
+		return nil, fmt.Errorf("readside: Options.Jitter: must be in [0, 1) or -1 (got %v)", o.Jitter)
+	case o.Jitter == 0:
+		o.Jitter = 0.1
+	case o.Jitter == -1:
+		o.Jitter = 0
+	}
+	switch {
+	case math.IsNaN(o.Beta) || math.IsInf(o.Beta, 0) || (o.Beta < 0 && o.Beta != -1):
+		return nil, fmt.Errorf("readside: Options.Beta: must be ≥ 0 and finite, or -1 (got %v)", o.Beta)
+	case o.Beta == 0:
+		o.Beta = 1
+	case o.Beta == -1:
+		o.Beta = 0
+	}
+	if o.Fallback < FallbackLoad || o.Fallback > FallbackFail {
+		return nil, fmt.Errorf("readside: Options.Fallback: unknown %d", int(o.Fallback))
+	}
+	if o.AccessSample < 0 {
+		return nil, fmt.Errorf("readside: Options.AccessSample: must not be negative (got %d)", o.AccessSample)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Cache{o: o, rdb: o.Client, m: newMetrics(o.Registerer), log: log, refreshing: map[string]bool{}}
+	if o.AccessSample > 0 {
+		c.acc = newRecorder(c)
+		c.wg.Add(1)
+		go c.acc.loop()
+	}
+	return c, nil
+}
+
+// Close stops background refreshes from starting, waits for those running,
+// and sends the reads recorded so far (bounded by ctx). GetOrLoad still works
+// after Close, without early refreshes or access recording. A second Close
+// does nothing.
+func (c *Cache) Close(ctx context.Context) error {
+	c.mu.Lock()
+	was := c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if was {
+		return nil
+	}
+	if c.acc != nil {
+		c.acc.stopped.Store(true)
+		close(c.acc.stop)
+	}
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("close readside cache: %w", ctx.Err())
+	}
+	if c.acc != nil {
+		return c.acc.flush(ctx)
+	}
+	return nil
+}
+
+// entry is what one read of a key found.
+type entry struct {
+	value     []byte
+	found     bool
+	remaining time.Duration // PTTL; -1 for none
+	delta     time.Duration // 0 when unknown
+}
+
+// GetOrLoad returns key's value from Redis, or loads it with load and writes
+// it. It returns ErrNotFound when the key holds the negative sentinel or the
+// loader returns ErrNotFound. ctx bounds this caller's wait only: a load
+// other callers wait for runs on under LoadTimeout. The returned slice is the
+// caller's own.
+func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader, opts ...Option) ([]byte, error) {
+	co := callOpts{ttl: c.o.TTL, staleFor: c.o.StaleFor, fallback: c.o.Fallback}
+	for _, f := range opts {
+		f(&co)
+	}
+	if c.acc != nil {
+		c.acc.record(key)
+	}
+	e, err := c.read(ctx, key)
+	if err == nil && e.found {
+		v, err := c.answer(e)
+		if err == nil && c.early(e) {
+			c.refreshEarly(key, load, co, e.remaining)
+		}
+		return v, err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("get %s: %w", key, context.Cause(ctx))
+		}
+		c.m.redisErrors.WithLabelValues("read").Inc()
+	}
+	c.m.misses.Inc()
+	return c.coalesce(ctx, key, load, co)
+}
+
+// answer turns a found entry into GetOrLoad's result, counting the hit.
+func (c *Cache) answer(e entry) ([]byte, error) {
+	if string(e.value) == c.o.NegativeValue {
+		c.m.hits.WithLabelValues("negative").Inc()
+		return nil, ErrNotFound
+	}
+	c.m.hits.WithLabelValues("value").Inc()
+	return e.value, nil
+}
+
+// read gets the value, its PTTL and its δ in one round trip (one slot).
+func (c *Cache) read(ctx context.Context, key string) (entry, error) {
+	pipe := c.rdb.Pipeline()
+	get := pipe.Get(ctx, key)
+	ttl := pipe.PTTL(ctx, key)
+	delta := pipe.Get(ctx, DeltaKey(c.o.Namespace, key))
+	_, err := pipe.Exec(ctx)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return entry{}, fmt.Errorf("read %s: %w", key, err)
+	}
+	v, err := get.Bytes()
+	if errors.Is(err, redis.Nil) {
+		return entry{}, nil
+	}
+	if err != nil {
+		return entry{}, fmt.Errorf("read %s: %w", key, err)
+	}
+	e := entry{value: v, found: true, remaining: ttl.Val()}
+	if s, err := delta.Result(); err == nil {
+		ms, perr := strconv.ParseInt(s, 10, 64)
+		if perr != nil || ms <= 0 || time.Duration(ms)*time.Millisecond > maxDelta {
+			c.m.foreign.WithLabelValues("delta").Inc()
+			c.log.Warn("readside: ignoring a foreign δ (want whole milliseconds in (0, 1h])",
+				"key", DeltaKey(c.o.Namespace, key), "value", truncate(s))
+		} else {
+			e.delta = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return e, nil
+}
+
+// early is XFetch's test: refresh when now − δ·β·ln(u) ≥ expiry, that is
+// when −δ·β·ln(u) ≥ the value's remaining TTL. A key without δ (Hearth's
+// own, or written by someone else) or without a TTL is never refreshed early.
+func (c *Cache) early(e entry) bool {
+	if c.o.Beta == 0 || e.delta <= 0 || e.remaining == -1 {
+		return false
+	}
+	return -float64(e.delta)*c.o.Beta*math.Log(c.o.Rand()) >= float64(e.remaining)
+}
+
+// refreshEarly reloads key in the background, once per process at a time,
+// and only if no process holds its lock; the current value is served
+// meanwhile. seen is the remaining TTL the decision saw: a value that has
+// more left once the lock is taken was rewritten since (by another process's
+// refresh that already released the lock), and is not loaded again.
+func (c *Cache) refreshEarly(key string, load Loader, co callOpts, seen time.Duration) {
+	c.mu.Lock()
+	if c.closed || c.refreshing[key] {
+		c.mu.Unlock()
+		c.m.early.WithLabelValues("coalesced").Inc()
+		return
+	}
+	c.refreshing[key] = true
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer func() {
+			c.mu.Lock()
+			delete(c.refreshing, key)
+			c.mu.Unlock()
+			c.wg.Done()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), c.o.LoadTimeout)
+		defer cancel()
+		token := newToken()
+		ok, err := c.rdb.SetNX(ctx, LockKey(c.o.Namespace, key), token, c.o.LockTTL).Result()
+		switch {
+		case err != nil:
+			c.m.redisErrors.WithLabelValues("lock").Inc()
+			c.m.early.WithLabelValues("error").Inc()
+			return
+		case !ok:
+			c.m.early.WithLabelValues("locked").Inc()
+			return
+		}
+		if e, err := c.read(ctx, key); err == nil && e.found && e.remaining > seen {
+			c.release(ctx, LockKey(c.o.Namespace, key), token)
+			c.m.early.WithLabelValues("done_elsewhere").Inc()
+			return
+		}
+		c.m.early.WithLabelValues("started").Inc()
+		if _, err := c.loadAndStore(ctx, key, load, co, token, false); err != nil && !errors.Is(err, ErrNotFound) {
+			c.m.early.WithLabelValues("error").Inc()
+			c.log.Warn("readside: early refresh failed; the current value is served until it expires", "key", key, "err", err)
+		}
+	}()
+}
+
+// coalesce runs one fill per key in this process; each caller waits for it
+// under its own context.
+func (c *Cache) coalesce(ctx context.Context, key string, load Loader, co callOpts) ([]byte, error) {
+	leader := false
+	ch := c.fills.DoChan(key, func() (any, error) {
+		leader = true
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.LoadTimeout)
+		defer cancel()
+		return c.fill(lctx, key, load, co)
+	})
+	select {
+	case r := <-ch:
+		v, _ := r.Val.([]byte)
+		if !leader {
+			c.m.coalesced.Inc()
+			v = bytes.Clone(v)
+		}
+		return v, r.Err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("get %s: %w", key, context.Cause(ctx))
+	}
+}
+
+// Lock-wait polling: the first poll after pollMin, each later one 1.25
+// times later, at most pollMax apart, each ±20%. A waiter sees the holder's
+// value at most about pollMax after it lands; one GET per poll per waiting
+// process (in-process callers share one fill) is cheap.
+const (
+	pollMin = 2 * time.Millisecond
+	pollMax = 10 * time.Millisecond
+)
+
+// fill takes the key's lock and loads, or waits for the holder's value, and
+// falls back when the wait runs out.
+func (c *Cache) fill(ctx context.Context, key string, load Loader, co callOpts) ([]byte, error) {
+	lock := LockKey(c.o.Namespace, key)
+	token := newToken()
+	start := time.Now()
+	deadline := start.Add(c.o.LockWait)
+	waited := false
+	pause := pollMin
+	for {
+		ok, err := c.rdb.SetNX(ctx, lock, token, c.o.LockTTL).Result()
+		if err != nil {
+			// Redis is unusable: single-flight is the origin's only guard.
+			c.m.redisErrors.WithLabelValues("lock").Inc()
+			c.m.fallbacks.WithLabelValues("redis_error", "load").Inc()
+			return c.loadAndStore(ctx, key, load, co, "", true)
+		}
+		if ok {
+			if waited {
+				c.m.lockWait.WithLabelValues("acquired").Observe(time.Since(start).Seconds())
+			}
+			// Double-check: the previous holder may have written it.
+			if e, err := c.read(ctx, key); err == nil && e.found {
+				c.release(ctx, lock, token)
+				return c.answer(e)
+			}
+			return c.loadAndStore(ctx, key, load, co, token, true)
+		}
+		waited = true
+		now := time.Now()
+		if !now.Before(deadline) {
+			break
+		}
+		d := time.Duration(float64(pause) * (0.8 + 0.4*rand.Float64()))
+		d = min(d, deadline.Sub(now))
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the lock of %s: %w", key, ctx.Err())
+		}
+		pause = min(pause*5/4, pollMax)
+		if e, err := c.read(ctx, key); err == nil && e.found {
+			c.m.lockWait.WithLabelValues("value").Observe(time.Since(start).Seconds())
+			return c.answer(e)
+		}
+	}
+	c.m.lockWait.WithLabelValues("timeout").Observe(time.Since(start).Seconds())
+	switch co.fallback {
+	case FallbackLoad:
+		c.m.fallbacks.WithLabelValues("lock_timeout", "load").Inc()
+		return c.loadAndStore(ctx, key, load, co, "", true)
+	case FallbackStale:
+		if v, ok := c.stale(ctx, key); ok {
+			c.m.fallbacks.WithLabelValues("lock_timeout", "stale").Inc()
+			c.m.stale.WithLabelValues("fallback").Inc()
+			return v, nil
+		}
+	}
+	c.m.fallbacks.WithLabelValues("lock_timeout", "fail").Inc()
+	return nil, fmt.Errorf("get %s: lock held elsewhere for %s: %w", key, c.o.LockWait, ErrLockWait)
+}
+
+// loadAndStore runs the loader, writes what it returns and releases the lock
+// when token is set. On a loader error it serves the stale copy when serveStale.
+func (c *Cache) loadAndStore(ctx context.Context, key string, load Loader, co callOpts, token string, serveStale bool) ([]byte, error) {
+	t0 := c.o.Now()
+	v, err := c.run(ctx, load)
+	delta := c.o.Now().Sub(t0)
+	c.m.loadSeconds.Observe(delta.Seconds())
+	lock := LockKey(c.o.Namespace, key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		c.m.loads.WithLabelValues("not_found").Inc()
+		c.store(ctx, key, []byte(c.o.NegativeValue), c.jitter(c.o.NegativeTTL), 0, -1, token)
+		return nil, ErrNotFound
+	case err != nil:
+		if errors.Is(err, ErrPanic) {
+			c.m.loads.WithLabelValues("panic").Inc()
+		} else {
+			c.m.loads.WithLabelValues("error").Inc()
+		}
+		if token != "" {
+			c.release(ctx, lock, token)
+		}
+		if serveStale && co.staleFor > 0 {
+			if sv, ok := c.stale(ctx, key); ok {
+				c.m.stale.WithLabelValues("loader_error").Inc()
+				c.log.Warn("readside: loader failed; serving the stale copy", "key", key, "err", err)
+				return sv, nil
+			}
+		}
+		return nil, fmt.Errorf("load %s: %w", key, err)
+	}
+	c.m.loads.WithLabelValues("ok").Inc()
+	ttl := c.jitter(co.ttl)
+	staleTTL := time.Duration(0)
+	if co.staleFor > 0 {
+		staleTTL = ttl + co.staleFor
+	}
+	c.store(ctx, key, v, ttl, max(delta, time.Millisecond), staleTTL, token)
+	return v, nil
+}
+
+// run calls the loader, turning a panic into an error wrapping ErrPanic.
+func (c *Cache) run(ctx context.Context, load Loader) (v []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("readside: loader panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			v, err = nil, fmt.Errorf("%w: %v", ErrPanic, r)
+		}
+	}()
+	return load(ctx)
+}
+
+// storeScript writes a value, its δ and its stale copy and releases the
+// lock, in one step in the key's slot. KEYS: value, δ, stale copy, lock.
+// ARGV: value, TTL ms, δ ms ("" deletes the δ), stale TTL ms (0 keeps the
+// copy as it is, -1 deletes it), owner token ("" holds no lock). Returns 1
+// when it released the lock.
+var storeScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if ARGV[3] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2]) end
+local s = tonumber(ARGV[4])
+if s > 0 then redis.call('SET', KEYS[3], ARGV[1], 'PX', s) elseif s < 0 then redis.call('DEL', KEYS[3]) end
+if ARGV[5] ~= '' and redis.call('GET', KEYS[4]) == ARGV[5] then
+	redis.call('DEL', KEYS[4])
+	return 1
+end
+return 0
+`)
+
+// releaseScript deletes the lock if it still holds the caller's token: a
+// holder whose lock lapsed never frees its successor's.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+func (c *Cache) store(ctx context.Context, key string, v []byte, ttl, delta, staleTTL time.Duration, token string) {
+	d := ""
+	if delta > 0 {
+		d = strconv.FormatInt(delta.Milliseconds(), 10)
+	}
+	ns := c.o.Namespace
+	keys := []string{key, DeltaKey(ns, key), StaleKey(ns, key), LockKey(ns, key)}
+	st := int64(-1)
+	if staleTTL > 0 {
+		st = staleTTL.Milliseconds()
+	}
+	if delta <= 0 {
+		// A sentinel: no δ, and no stale copy of a row that is gone.
+		st = -1
+	}
+	if err := storeScript.Run(ctx, c.rdb, keys, v, ttl.Milliseconds(), d, st, token).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		c.m.redisErrors.WithLabelValues("store").Inc()
+		c.log.Warn("readside: write failed; the value is returned unstored", "key", key, "err", err)
+	}
+}
+
+func (c *Cache) release(ctx context.Context, lock, token string) {
+	if err := releaseScript.Run(ctx, c.rdb, []string{lock}, token).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		c.m.redisErrors.WithLabelValues("release").Inc()
+		c.log.Warn("readside: lock release failed; it lapses after its TTL", "lock", lock, "err", err)
+	}
+}
+
+// stale returns the key's stale copy, if any.
+func (c *Cache) stale(ctx context.Context, key string) ([]byte, bool) {
+	v, err := c.rdb.Get(ctx, StaleKey(c.o.Namespace, key)).Bytes()
+	if err != nil {
+		if !errors.Is(err, redis.Nil) {
+			c.m.redisErrors.WithLabelValues("read").Inc()
+		}
+		return nil, false
+	}
+	return v, true
+}
+
+// jitter spreads d by ±Jitter/2, never below a millisecond.
+func (c *Cache) jitter(d time.Duration) time.Duration {
+	j := time.Duration(float64(d) * (1 + c.o.Jitter*(c.o.Rand()-0.5)))
+	return max(j, time.Millisecond)
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + "…"
+	}
+	return strconv.Quote(s)
+}
