@@ -24,7 +24,14 @@ import (
 	"github.com/hearth-dev/hearth/soak"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // the observer's dial errors while Redis is down are expected
+	testenv.Main(m)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // The soak's config. A family of soakKeys members, TTL 6 s refreshed every
 // 2 s (jitter 0.1: the smallest TTL is 5.7 s, so the refresh margin is
