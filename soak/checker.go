@@ -146,9 +146,13 @@ type Report struct {
 	Absent     int // absences excused by a window
 	MaxAge     time.Duration
 	MaxAgeKey  string
-	Commits    int
-	Epochs     int
-	Leaders    int // distinct processes that led
+	MaxAbsent  time.Duration // longest a key stayed absent (first absent read to the next read that found it)
+	// WriterChecks counts the scrape intervals in which a process landed
+	// writes that TWO-WRITERS judged.
+	WriterChecks int
+	Commits      int
+	Epochs       int
+	Leaders      int // distinct processes that led
 }
 
 // OK reports whether there was no violation.
@@ -268,6 +272,7 @@ func Judge(in Input) Report {
 	missing := missingWindows(p, in.Events)
 	stale := staleWindows(p, in.Events)
 	seen := make([]int64, len(in.Keys))
+	absentSince := make([]time.Time, len(in.Keys))
 	for _, cs := range in.Commits {
 		r.Commits += len(cs)
 	}
@@ -285,6 +290,12 @@ func Judge(in Input) Report {
 		}
 		for i, v := range rd.Versions {
 			key := in.Keys[i]
+			if v == -1 && absentSince[i].IsZero() {
+				absentSince[i] = rd.Sent
+			} else if v != -1 && !absentSince[i].IsZero() {
+				r.MaxAbsent = max(r.MaxAbsent, rd.Sent.Sub(absentSince[i]))
+				absentSince[i] = time.Time{}
+			}
 			switch {
 			case v == -1:
 				if excused {
@@ -410,6 +421,7 @@ func judgeWriters(in Input, r *Report, flag func(Rule, string, time.Time, string
 			if paused {
 				continue
 			}
+			r.WriterChecks++
 			for _, y := range sightings {
 				if y.proc == proc || y.epoch <= s1.Epoch || y.seen.After(from) {
 					continue
@@ -444,6 +456,7 @@ func Format(in Input, r Report, seed uint64) string {
 	fmt.Fprintf(&b, "soak verdict: %s — seed %d, %s judged, %d keys\n", verdict, seed, in.End.Sub(in.Start).Round(time.Second), len(in.Keys))
 	fmt.Fprintf(&b, "  reads %d (one read = every key), absences inside windows %d, commits %d, epochs %d, leading processes %d, max value age %s (%s)\n",
 		r.Reads, r.Absent, r.Commits, r.Epochs, r.Leaders, r.MaxAge.Round(time.Millisecond), r.MaxAgeKey)
+	fmt.Fprintf(&b, "  longest absence %s, scrape intervals with landed writes judged %d\n", r.MaxAbsent.Round(time.Millisecond), r.WriterChecks)
 	fmt.Fprintf(&b, "  windows: cycle %s, takeover %s, re-warm gap %s, max_stale+ttl+cycle %s\n", in.Params.Cycle(), in.Params.Takeover(), in.Params.RewarmGap, in.Params.HardStale())
 	fmt.Fprintf(&b, "fault timeline (t=0 is %s UTC, every key warm):\n", clock(in.Start))
 	for _, e := range in.Events {

@@ -51,8 +51,8 @@ func TestJudgeMissing(t *testing.T) {
 	})
 	t.Run("after a FLUSHDB, before the re-warm", func(t *testing.T) {
 		evs := []soak.Event{{Kind: soak.RedisFlush, Start: at(19 * time.Second), End: at(19 * time.Second)}}
-		if r := judge(evs, reads(0, 40*time.Second, absentAt20), nil, nil); !r.OK() || r.Absent != 20 {
-			t.Errorf("violations %v, absences %d; want none, 20 excused", rules(r), r.Absent)
+		if r := judge(evs, reads(0, 40*time.Second, absentAt20), nil, nil); !r.OK() || r.Absent != 20 || r.MaxAbsent != 2*time.Second {
+			t.Errorf("violations %v, absences %d for %s; want none, 20 excused for 2s", rules(r), r.Absent, r.MaxAbsent)
 		}
 	})
 	t.Run("a flush long before does not excuse it", func(t *testing.T) {
@@ -142,8 +142,8 @@ func TestJudgeWriters(t *testing.T) {
 		}
 		return out
 	}
-	if r := judge(nil, nil, nil, append(aSamples(10*time.Second), ss...)); !r.OK() || r.Epochs != 2 || r.Leaders != 2 {
-		t.Errorf("a stops writing when b leads: %+v epochs %d leaders %d", r.Violations, r.Epochs, r.Leaders)
+	if r := judge(nil, nil, nil, append(aSamples(10*time.Second), ss...)); !r.OK() || r.Epochs != 2 || r.Leaders != 2 || r.WriterChecks < 40 {
+		t.Errorf("a stops writing when b leads: %+v epochs %d leaders %d, %d intervals judged", r.Violations, r.Epochs, r.Leaders, r.WriterChecks)
 	}
 	// a's writes land until 11s: inside the guard after b was seen, not judged.
 	if r := judge(nil, nil, nil, append(aSamples(11*time.Second), ss...)); !r.OK() {

@@ -406,6 +406,9 @@ func TestSoak(t *testing.T) {
 	if !r.OK() {
 		t.Errorf("soak: %d violations; replay with make soak SEED=%d DURATION=%s", len(r.Violations), seed, total)
 	}
+	if r.WriterChecks == 0 {
+		t.Error("soak: no scrape interval with landed writes was judged: the scrapers saw no writer")
+	}
 	if r.Reads < int(total/time.Second) {
 		t.Errorf("soak: only %d reads in %s: the observer did not run", r.Reads, total)
 	}
