@@ -149,8 +149,83 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	t.Logf("soak: seed %d, %s (replay: make soak SEED=%d DURATION=%s)", seed, total, seed, total)
-	plan := soak.Schedule(seed, total, params)
+	in, r := run(t, total, seed, soak.Schedule(seed, total, params), nil)
+	t.Log("\n" + soak.Format(in, r, seed))
+	if !r.OK() {
+		t.Errorf("soak: %d violations; replay with make soak SEED=%d DURATION=%s", len(r.Violations), seed, total)
+	}
+	if r.WriterChecks == 0 {
+		t.Error("soak: no scrape interval with landed writes was judged: the scrapers saw no writer")
+	}
+	if r.Reads < int(total/time.Second) {
+		t.Errorf("soak: only %d reads in %s: the observer did not run", r.Reads, total)
+	}
+}
 
+// TestSoakCatchesPlantedFaults runs the harness for 30 s with no fault, and
+// plants what Hearth must never do, straight into Redis: an old version over
+// a newer one, a deleted key, a value the origin does not produce. The
+// checker, fed by the live observer, must name each one, and only those: the
+// proof that a soak that passes could have failed.
+func TestSoakCatchesPlantedFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak: runs for 30s")
+	}
+	// Each fault is planted every 50 ms for a second, so the observer
+	// (every 100 ms) cannot miss it between two of Hearth's rewrites.
+	planted := map[soak.Rule]string{}
+	since := map[soak.Rule]time.Duration{}
+	during := func(rule soak.Rule, from, elapsed time.Duration, ready bool) bool {
+		if elapsed < from || !ready && since[rule] == 0 {
+			return false
+		}
+		if since[rule] == 0 {
+			since[rule] = elapsed
+		}
+		return elapsed < since[rule]+time.Second
+	}
+	plant := func(ctx context.Context, elapsed time.Duration, c *redis.Client) {
+		// An old version over a newer one, as a stale writer would land it
+		// (once Hearth wrote a version above 1).
+		v, _ := c.Get(ctx, "soak:item:1").Result()
+		if during(soak.Regression, 8*time.Second, elapsed, v != "" && v != "v1") {
+			c.Set(ctx, "soak:item:1", "v1", time.Minute)
+			planted[soak.Regression] = "soak:item:1"
+		}
+		if during(soak.Missing, 14*time.Second, elapsed, true) {
+			c.Del(ctx, "soak:item:2")
+			planted[soak.Missing] = "soak:item:2"
+		}
+		if during(soak.Foreign, 19*time.Second, elapsed, true) {
+			c.Set(ctx, "soak:item:3", "not-a-version", time.Minute)
+			planted[soak.Foreign] = "soak:item:3"
+		}
+	}
+	in, r := run(t, 30*time.Second, 1, nil, plant)
+	t.Log("\n" + soak.Format(in, r, 1))
+	got := map[soak.Rule]string{}
+	for _, v := range r.Violations {
+		if v.Rule == soak.Staleness && v.Key == planted[soak.Regression] {
+			continue // version 1 is also older than the commits after it
+		}
+		if planted[v.Rule] != v.Key {
+			t.Errorf("unexpected violation %s %s: %s", v.Rule, v.Key, v.Detail)
+		}
+		got[v.Rule] = v.Key
+	}
+	for rule, key := range planted {
+		if got[rule] != key {
+			t.Errorf("planted %s on %s, the checker did not see it", rule, key)
+		}
+	}
+	if len(planted) != 3 {
+		t.Errorf("only %d of 3 faults planted: %v", len(planted), planted)
+	}
+}
+
+// run starts the servers and instances, runs plan (and plant, if not nil,
+// every 50 ms with the time since every key was warm) for total, and judges.
+func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plant func(context.Context, time.Duration, *redis.Client)) (soak.Input, soak.Report) {
 	ctx := t.Context()
 	rs := testenv.PrivateRedis(t)
 	pg := testenv.PrivatePostgres(t)
@@ -391,6 +466,9 @@ func TestSoak(t *testing.T) {
 				start(in)
 			}
 		}
+		if plant != nil {
+			plant(ctx, now.Sub(begin), obs)
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	stop()
@@ -401,17 +479,7 @@ func TestSoak(t *testing.T) {
 
 	in := rec.input()
 	in.Params, in.Start, in.End, in.Keys, in.Events, in.Crashes = params, begin, time.Now(), keys, events, crashes
-	r := soak.Judge(in)
-	t.Log("\n" + soak.Format(in, r, seed))
-	if !r.OK() {
-		t.Errorf("soak: %d violations; replay with make soak SEED=%d DURATION=%s", len(r.Violations), seed, total)
-	}
-	if r.WriterChecks == 0 {
-		t.Error("soak: no scrape interval with landed writes was judged: the scrapers saw no writer")
-	}
-	if r.Reads < int(total/time.Second) {
-		t.Errorf("soak: only %d reads in %s: the observer did not run", r.Reads, total)
-	}
+	return in, soak.Judge(in)
 }
 
 func firstLines(s string, n int) string {
