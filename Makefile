@@ -5,7 +5,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 GO      ?= go
 CONFIG  ?= config.yaml
 
-.PHONY: build run demo test fuzz bench lint docker clean
+.PHONY: build run demo test soak fuzz bench lint docker clean
 
 build: ## static binary in bin/hearth
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth ./cmd/hearth
@@ -16,9 +16,15 @@ run: build ## run the daemon on $(CONFIG)
 demo: build ## self-contained demo: no Redis or PostgreSQL needed
 	./bin/hearth demo
 
-test: ## every test, race detector on, against real Redis and PostgreSQL; then each fuzzer briefly
-	$(GO) test -race -count=1 -timeout 14m ./...
+test: ## every test, race detector on, against real Redis and PostgreSQL; the soak for 2m on its own; then each fuzzer briefly
+	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v '/soak$$')
+	$(MAKE) --no-print-directory soak DURATION=2m
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+DURATION ?= 10m
+SEED     ?=
+soak: ## nemesis soak (docs/soak.md): three instances through a seeded fault schedule for $(DURATION); SEED=n replays one
+	SOAK_DURATION=$(DURATION) SOAK_SEED=$(SEED) $(GO) test -race -count=1 -timeout 2h -v ./soak/
 
 FUZZTIME ?= 10s
 fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation)

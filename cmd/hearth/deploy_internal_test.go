@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -112,142 +110,9 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	return names
 }
 
-// promqlKeywords are identifiers in PromQL that are not metric names.
-var promqlKeywords = map[string]bool{
-	"and": true, "or": true, "unless": true, "by": true, "without": true, "on": true, "ignoring": true,
-	"group_left": true, "group_right": true, "offset": true, "bool": true, "inf": true, "nan": true, "atan2": true,
-}
-
-// promqlAggregations may be followed by by/without before their parentheses.
-var promqlAggregations = map[string]bool{
-	"sum": true, "min": true, "max": true, "avg": true, "group": true, "stddev": true, "stdvar": true, "count": true,
-	"count_values": true, "bottomk": true, "topk": true, "quantile": true, "limitk": true, "limit_ratio": true,
-}
-
-// metricNames extracts the metric names a PromQL expression selects. It skips
-// strings, label matchers {…}, ranges and subqueries […], numbers and
-// durations, function and aggregation calls name(…), label lists after
-// by/without/on/ignoring/group_left/group_right, keywords, and $variables.
-func metricNames(expr string) ([]string, error) {
-	var out []string
-	isIdentStart := func(c byte) bool { return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
-	isIdent := func(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' }
-	// skipString returns the index after the string literal that starts at i.
-	skipString := func(i int) (int, error) {
-		q := expr[i]
-		for j := i + 1; j < len(expr); j++ {
-			switch {
-			case expr[j] == '\\' && q != '`':
-				j++
-			case expr[j] == q:
-				return j + 1, nil
-			}
-		}
-		return 0, fmt.Errorf("unterminated string in %q", expr)
-	}
-	// skipTo returns the index after the bracket that closes the one at i.
-	skipTo := func(i int, open, close byte) (int, error) {
-		depth := 0
-		for ; i < len(expr); i++ {
-			switch c := expr[i]; c {
-			case '"', '\'', '`':
-				j, err := skipString(i)
-				if err != nil {
-					return 0, err
-				}
-				i = j - 1
-			case open:
-				depth++
-			case close:
-				depth--
-				if depth == 0 {
-					return i + 1, nil
-				}
-			}
-		}
-		return 0, fmt.Errorf("unbalanced %c in %q", open, expr)
-	}
-	for i := 0; i < len(expr); {
-		c := expr[i]
-		switch {
-		case c == '#':
-			for i < len(expr) && expr[i] != '\n' {
-				i++
-			}
-		case c == '"' || c == '\'' || c == '`':
-			j, err := skipString(i)
-			if err != nil {
-				return nil, err
-			}
-			i = j
-		case c == '{':
-			j, err := skipTo(i, '{', '}')
-			if err != nil {
-				return nil, err
-			}
-			i = j
-		case c == '[':
-			j, err := skipTo(i, '[', ']')
-			if err != nil {
-				return nil, err
-			}
-			i = j
-		case c == '$':
-			i++
-			for i < len(expr) && (isIdent(expr[i]) || expr[i] == '{' || expr[i] == '}') {
-				i++
-			}
-		case c >= '0' && c <= '9' || c == '.':
-			for i < len(expr) && (isIdent(expr[i]) || expr[i] == '.') {
-				i++
-			}
-		case isIdentStart(c):
-			j := i
-			for j < len(expr) && isIdent(expr[j]) {
-				j++
-			}
-			word := expr[i:j]
-			k := j
-			for k < len(expr) && (expr[k] == ' ' || expr[k] == '\n' || expr[k] == '\t') {
-				k++
-			}
-			lower := strings.ToLower(word)
-			switch {
-			case promqlKeywords[lower] && k < len(expr) && expr[k] == '(' && lower != "atan2":
-				// by (le, family) and friends: a label list.
-				end, err := skipTo(k, '(', ')')
-				if err != nil {
-					return nil, err
-				}
-				j = end
-			case promqlKeywords[lower], promqlAggregations[lower]:
-			case k < len(expr) && expr[k] == '(':
-				// A function or an aggregation: its arguments are scanned on.
-			default:
-				out = append(out, word)
-			}
-			i = j
-		default:
-			i++
-		}
-	}
-	return out, nil
-}
-
-func TestMetricNames(t *testing.T) {
-	for _, c := range []struct{ expr, want string }{
-		{`sum by (le, family) (rate(hearth_a_bucket{x="y}(z"}[5m] offset 1h))`, "hearth_a_bucket"},
-		{`time() - max by (family) (a) > on (family) group_left b / 2 + 30`, "a b"},
-		{`(sum(x) or vector(0)) < 1 and absent(y)`, "x y"},
-		{`quantile_over_time(0.99, rec:name:rate30s[30m]) > 10 * z`, "rec:name:rate30s z"},
-		{`rate(m[$__rate_interval]) * 1e3 + $var`, "m"},
-	} {
-		got, err := metricNames(c.expr)
-		if err != nil || strings.Join(got, " ") != c.want {
-			t.Errorf("metricNames(%q) = %v, %v; want %s", c.expr, got, err, c.want)
-		}
-	}
-}
+// The rules and the dashboard are checked by a real Prometheus: promtool
+// loads them and runs their unit tests, and a Prometheus scrapes a live
+// hearth (deploy/deploy_test.go).
 
 // known reports whether name is exported, allowing a histogram's series.
 func known(exported map[string]bool, name string) bool {
@@ -262,119 +127,43 @@ func known(exported map[string]bool, name string) bool {
 	return false
 }
 
-type ruleFile struct {
-	Groups []struct {
-		Name  string `yaml:"name"`
-		Rules []struct {
-			Record      string            `yaml:"record"`
-			Alert       string            `yaml:"alert"`
-			Expr        string            `yaml:"expr"`
-			For         string            `yaml:"for"`
-			Labels      map[string]string `yaml:"labels"`
-			Annotations map[string]string `yaml:"annotations"`
-		} `yaml:"rules"`
-	} `yaml:"groups"`
-}
-
-func TestAlertRules(t *testing.T) {
+// TestRuleTestSeriesAreExported checks that every series the promtool unit
+// tests of the alert rules feed in (deploy/prometheus/hearth-rules.test.yml)
+// is a metric Hearth exports: those tests show that each alert fires on its
+// input series and stays silent otherwise, so an alert that named a metric
+// Hearth does not export would need a series here that fails this check.
+func TestRuleTestSeriesAreExported(t *testing.T) {
 	exported := exportedMetrics(t)
-	data, err := os.ReadFile(filepath.Join(repo, "deploy/prometheus/hearth-rules.yml"))
+	data, err := os.ReadFile(filepath.Join(repo, "deploy/prometheus/hearth-rules.test.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rf ruleFile
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&rf); err != nil {
-		t.Fatalf("hearth-rules.yml: %v", err)
+	var tf struct {
+		Tests []struct {
+			Series []struct {
+				Series string `yaml:"series"`
+			} `yaml:"input_series"`
+		} `yaml:"tests"`
 	}
-	recorded := map[string]bool{}
-	var alerts []string
-	for _, g := range rf.Groups {
-		for _, r := range g.Rules {
-			if r.Record != "" {
-				recorded[r.Record] = true
-			}
-		}
+	if err := yaml.Unmarshal(data, &tf); err != nil {
+		t.Fatalf("hearth-rules.test.yml: %v", err)
 	}
-	for _, g := range rf.Groups {
-		for _, r := range g.Rules {
-			id := r.Alert + r.Record
-			if (r.Alert == "") == (r.Record == "") || strings.TrimSpace(r.Expr) == "" {
-				t.Errorf("group %s: rule %q needs exactly one of alert/record and an expr", g.Name, id)
-			}
-			if r.For != "" {
-				if _, err := time.ParseDuration(r.For); err != nil {
-					t.Errorf("%s: for: %v", id, err)
-				}
-			}
-			if r.Alert != "" {
-				alerts = append(alerts, r.Alert)
-				if r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
-					t.Errorf("alert %s: needs labels.severity, annotations.summary and annotations.description", r.Alert)
-				}
-			}
-			names, err := metricNames(r.Expr)
-			if err != nil {
-				t.Errorf("%s: %v", id, err)
+	n := 0
+	for _, tc := range tf.Tests {
+		for _, s := range tc.Series {
+			name, _, _ := strings.Cut(s.Series, "{")
+			if name == "up" { // Prometheus's own: the case with no Hearth at all
 				continue
 			}
-			if len(names) == 0 {
-				t.Errorf("%s: no metric in %q", id, r.Expr)
-			}
-			for _, n := range names {
-				if !known(exported, n) && !recorded[n] {
-					t.Errorf("%s: %s is not a metric Hearth exports (nor a rule of this file)", id, n)
-				}
+			n++
+			if !known(exported, name) {
+				t.Errorf("hearth-rules.test.yml feeds %s, which is not a metric Hearth exports", name)
 			}
 		}
 	}
-	// The issue's list: miss rate, sawtooth, lease wait, stale key, pre-warm
-	// coverage, no leader.
-	for _, want := range []string{"HearthMissRateSpike", "HearthOriginSawtooth", "HearthLeaseWaitAboveRebuildTime",
-		"HearthKeyNotRefreshed", "HearthPrewarmCoverageLow", "HearthNoLeader"} {
-		if !slices.Contains(alerts, want) {
-			t.Errorf("alert %s missing", want)
-		}
+	if n < 12 {
+		t.Errorf("only %d input series in hearth-rules.test.yml", n)
 	}
-
-	t.Run("dashboard", func(t *testing.T) {
-		data, err := os.ReadFile(filepath.Join(repo, "deploy/grafana/hearth.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var dash struct {
-			Title  string `json:"title"`
-			Panels []struct {
-				Title   string `json:"title"`
-				Type    string `json:"type"`
-				Targets []struct {
-					Expr string `json:"expr"`
-				} `json:"targets"`
-			} `json:"panels"`
-		}
-		if err := json.Unmarshal(data, &dash); err != nil {
-			t.Fatalf("hearth.json: %v", err)
-		}
-		exprs := 0
-		for _, p := range dash.Panels {
-			for _, tg := range p.Targets {
-				exprs++
-				names, err := metricNames(tg.Expr)
-				if err != nil {
-					t.Errorf("panel %q: %v", p.Title, err)
-				}
-				for _, n := range names {
-					if !known(exported, n) && !recorded[n] {
-						t.Errorf("panel %q: %s is not a metric Hearth exports", p.Title, n)
-					}
-				}
-			}
-		}
-		if exprs < 10 {
-			t.Errorf("dashboard %q has %d queries, want the stampede, freshness and leadership panels", dash.Title, exprs)
-		}
-	})
 }
 
 // yamlDocs decodes every document of a YAML file.

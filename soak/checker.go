@@ -1,0 +1,472 @@
+// Package soak is Hearth's nemesis soak: a seeded schedule of faults (processes
+// killed, paused, drained and reloaded; Redis restarted, flushed and paused;
+// PostgreSQL stopped; the origin's connections slowed and reset) and an
+// outside checker that judges what a reader of Redis saw.
+//
+// The checker shares no code with Hearth's write path: it sees the rows the
+// updater committed to PostgreSQL, the values an observer read from Redis,
+// and what each instance's /metrics said, and judges them against the rules
+// and windows of docs/soak.md. The harness that runs real processes is
+// TestSoak in soak_test.go (`make soak`).
+package soak
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Kind names a fault.
+type Kind string
+
+// The faults of the schedule. Instance faults target the leader or a standby
+// (resolved when the fault starts); server faults target Redis, PostgreSQL or
+// the proxy in front of PostgreSQL.
+const (
+	Kill        Kind = "kill -9 + restart"
+	PauseShort  Kind = "SIGSTOP < lease"
+	PauseLong   Kind = "SIGSTOP > lease"
+	Term        Kind = "SIGTERM + restart"
+	Reload      Kind = "hot reload (SIGHUP)"
+	RedisDown   Kind = "redis stopped + started"
+	RedisFlush  Kind = "FLUSHDB"
+	RedisPause  Kind = "redis paused"
+	PGDown      Kind = "postgres stopped + started"
+	OriginSlow  Kind = "origin latency"
+	OriginReset Kind = "origin connections reset"
+)
+
+// InstanceKinds and ServerKinds are the two tracks of the schedule; faults of
+// one track follow each other, the tracks overlap.
+var (
+	InstanceKinds = []Kind{Kill, PauseShort, PauseLong, Term, Reload}
+	ServerKinds   = []Kind{RedisDown, RedisFlush, RedisPause, PGDown, OriginSlow, OriginReset}
+)
+
+// Params are the timings of the soak's config and of Hearth's documented
+// behaviour that the windows are built from.
+type Params struct {
+	TTL, Interval, LoadTimeout time.Duration
+	Spread                     float64
+	Lease, Retry               time.Duration
+	MaxStale                   time.Duration
+	RewarmCheck                time.Duration
+	RewarmGap                  time.Duration // re-warms are coalesced at least this far apart (10 s)
+	BreakerOpenFor             time.Duration
+	Slack                      time.Duration // scheduling noise of 2 shared cores under -race
+}
+
+// Cycle is how long a healthy leader may take to rewrite every key: one
+// interval, the pacing spread over it, one load, and the slack.
+func (p Params) Cycle() time.Duration {
+	return p.Interval + time.Duration(float64(p.Interval)*p.Spread) + p.LoadTimeout + p.Slack
+}
+
+// Takeover is how long a standby may take to lead and catch up after the
+// leader went: lease + retry period, one load for the catch-up, the slack.
+func (p Params) Takeover() time.Duration { return p.Lease + p.Retry + p.LoadTimeout + p.Slack }
+
+// HardStale bounds the age of any value, faults or not: a value is kept alive
+// at most max_stale past its last good load, and then lives one TTL.
+func (p Params) HardStale() time.Duration { return p.MaxStale + p.TTL + p.Cycle() }
+
+// Event is a fault as it was executed.
+type Event struct {
+	Kind       Kind
+	Target     string // process (name#generation) for instance faults, else the server
+	Start, End time.Time
+	Note       string
+}
+
+// Read is one pass of the observer over every key: version per key index, -1
+// for absent, -2 for a value that is not one the origin produces.
+type Read struct {
+	Sent, Recv time.Time
+	Versions   []int64
+	Raw        []string // the values, kept only for unparsable ones
+}
+
+// Commit is a version the updater committed: Ack is when COMMIT returned (the
+// real commit is earlier, so staleness measured from Ack is never overstated).
+type Commit struct {
+	Version int64
+	Ack     time.Time
+}
+
+// Sample is one scrape of an instance's /metrics.
+type Sample struct {
+	Proc       string // name#generation: one process
+	Sent, Recv time.Time
+	Leader     bool
+	Epoch      int64
+	Writes     float64 // hearth_keys_written_total + hearth_stale_extensions_total: writes that landed
+}
+
+// Input is everything one soak recorded.
+type Input struct {
+	Params  Params
+	Start   time.Time // judging starts here (every key warm)
+	End     time.Time
+	Keys    []string
+	Events  []Event
+	Reads   []Read
+	Commits [][]Commit // per key index, ascending versions
+	Samples []Sample
+	Crashes []string // processes whose output shows a panic or a data race
+}
+
+// Rule names a checker rule.
+type Rule string
+
+// The rules.
+const (
+	Missing    Rule = "MISSING"
+	Regression Rule = "REGRESSION"
+	Staleness  Rule = "STALENESS"
+	Foreign    Rule = "FOREIGN"
+	SameEpoch  Rule = "SAME-EPOCH"
+	TwoWriters Rule = "TWO-WRITERS"
+	Crash      Rule = "CRASH"
+)
+
+// Violation is one breach, with the time span it covers.
+type Violation struct {
+	Rule        Rule
+	Key         string
+	First, Last time.Time
+	Count       int
+	Detail      string
+}
+
+// Report is the checker's verdict.
+type Report struct {
+	Violations []Violation
+	Reads      int
+	Absent     int // absences excused by a window
+	MaxAge     time.Duration
+	MaxAgeKey  string
+	MaxAbsent  time.Duration // longest a key stayed absent (first absent read to the next read that found it)
+	// WriterChecks counts the scrape intervals in which a process landed
+	// writes that TWO-WRITERS judged.
+	WriterChecks int
+	Commits      int
+	Epochs       int
+	Leaders      int // distinct processes that led
+}
+
+// OK reports whether there was no violation.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+type window struct{ start, end time.Time }
+
+func (w window) overlaps(a, b time.Time) bool { return !a.After(w.end) && !b.Before(w.start) }
+
+func dataLoss(k Kind) bool { return k == RedisDown || k == RedisFlush }
+
+// missingWindows are the spans in which a declared key may be absent: after
+// Redis lost its data (restart, FLUSHDB), until the coalesced re-warm or a new
+// term's catch-up has run; while Redis is paused and until the new term's
+// catch-up reloaded the keys that expired meanwhile. A window that overlaps
+// another fault (no leader, origin down) lasts until that fault's own window
+// ends plus a takeover, since the reload cannot happen before.
+func missingWindows(p Params, evs []Event) []window {
+	var ms []window
+	for _, e := range evs {
+		switch e.Kind {
+		case RedisDown:
+			ms = append(ms, window{e.Start, e.End.Add(p.RewarmGap + p.RewarmCheck + p.Takeover())})
+		case RedisFlush:
+			ms = append(ms, window{e.Start, e.End.Add(p.RewarmGap + p.RewarmCheck + p.Takeover())})
+		case RedisPause:
+			ms = append(ms, window{e.Start, e.End.Add(p.Takeover())})
+		}
+	}
+	others := staleWindows(p, evs)
+	for changed := true; changed; {
+		changed = false
+		for i := range ms {
+			for _, o := range others {
+				if o.overlaps(ms[i].start, ms[i].end) {
+					if end := o.end.Add(p.Takeover()); end.After(ms[i].end) {
+						ms[i].end, changed = end, true
+					}
+				}
+			}
+			for j := range ms {
+				if j != i && ms[j].overlaps(ms[i].start, ms[i].end) && ms[j].end.After(ms[i].end) {
+					ms[i].end, changed = ms[j].end, true
+				}
+			}
+		}
+	}
+	return ms
+}
+
+// staleWindows are the spans in which refreshing may stop: every fault but a
+// hot reload, from its start to its end plus the time Hearth documents for
+// recovering from it.
+func staleWindows(p Params, evs []Event) []window {
+	var ws []window
+	for _, e := range evs {
+		var rec time.Duration
+		switch e.Kind {
+		case Reload:
+			continue
+		case Kill, PauseShort, PauseLong, Term, RedisPause:
+			rec = p.Takeover()
+		case RedisDown, RedisFlush:
+			rec = p.RewarmGap + p.RewarmCheck + p.Takeover()
+		case PGDown, OriginSlow, OriginReset:
+			rec = p.BreakerOpenFor + p.LoadTimeout + p.Slack
+		}
+		ws = append(ws, window{e.Start, e.End.Add(rec)})
+	}
+	return ws
+}
+
+// longestUndisturbed is the longest stretch of [a, b] outside every window.
+func longestUndisturbed(a, b time.Time, ws []window) time.Duration {
+	var cut []window
+	for _, w := range ws {
+		if w.overlaps(a, b) {
+			cut = append(cut, w)
+		}
+	}
+	sort.Slice(cut, func(i, j int) bool { return cut[i].start.Before(cut[j].start) })
+	var best time.Duration
+	cur := a
+	for _, w := range cut {
+		if w.start.After(cur) {
+			best = max(best, w.start.Sub(cur))
+		}
+		if w.end.After(cur) {
+			cur = w.end
+		}
+	}
+	if b.After(cur) {
+		best = max(best, b.Sub(cur))
+	}
+	return best
+}
+
+// Judge applies every rule to what one soak recorded.
+func Judge(in Input) Report {
+	p := in.Params
+	r := Report{}
+	open := map[string]int{} // rule+key → index of the violation being extended
+	flag := func(rule Rule, key string, at time.Time, detail string) {
+		id := string(rule) + "\x00" + key
+		if i, ok := open[id]; ok && at.Sub(r.Violations[i].Last) < 2*time.Second {
+			r.Violations[i].Last, r.Violations[i].Count = at, r.Violations[i].Count+1
+			return
+		}
+		r.Violations = append(r.Violations, Violation{Rule: rule, Key: key, First: at, Last: at, Count: 1, Detail: detail})
+		open[id] = len(r.Violations) - 1
+	}
+
+	for _, c := range in.Crashes {
+		flag(Crash, "", in.Start, c)
+	}
+
+	missing := missingWindows(p, in.Events)
+	stale := staleWindows(p, in.Events)
+	seen := make([]int64, len(in.Keys))
+	absentSince := make([]time.Time, len(in.Keys))
+	for _, cs := range in.Commits {
+		r.Commits += len(cs)
+	}
+	for _, rd := range in.Reads {
+		if rd.Sent.Before(in.Start) {
+			continue
+		}
+		r.Reads++
+		excused := false
+		for _, w := range missing {
+			if w.overlaps(rd.Sent, rd.Recv) {
+				excused = true
+				break
+			}
+		}
+		for i, v := range rd.Versions {
+			key := in.Keys[i]
+			if v == -1 && absentSince[i].IsZero() {
+				absentSince[i] = rd.Sent
+			} else if v != -1 && !absentSince[i].IsZero() {
+				r.MaxAbsent = max(r.MaxAbsent, rd.Sent.Sub(absentSince[i]))
+				absentSince[i] = time.Time{}
+			}
+			switch {
+			case v == -1:
+				if excused {
+					r.Absent++
+				} else {
+					flag(Missing, key, rd.Sent, "absent outside every documented window")
+				}
+				continue
+			case v == -2:
+				raw := ""
+				if i < len(rd.Raw) {
+					raw = rd.Raw[i]
+				}
+				flag(Foreign, key, rd.Sent, fmt.Sprintf("value %q is not one the origin produces", raw))
+				continue
+			}
+			if v < seen[i] {
+				flag(Regression, key, rd.Sent, fmt.Sprintf("version %d after %d was seen", v, seen[i]))
+			} else {
+				seen[i] = v
+			}
+			// The first commit newer than what was read: the value is at
+			// least as old as that commit.
+			cs := in.Commits[i]
+			j := sort.Search(len(cs), func(j int) bool { return cs[j].Version > v })
+			if j == len(cs) || !cs[j].Ack.Before(rd.Sent) {
+				continue
+			}
+			age := rd.Sent.Sub(cs[j].Ack)
+			if age > r.MaxAge {
+				r.MaxAge, r.MaxAgeKey = age, key
+			}
+			if age > p.HardStale() {
+				flag(Staleness, key, rd.Sent, fmt.Sprintf("version %d, %d committed %s earlier: over max_stale + ttl + cycle %s", v, cs[j].Version, age.Round(time.Millisecond), p.HardStale()))
+			} else if u := longestUndisturbed(cs[j].Ack, rd.Sent, stale); u > p.Cycle() {
+				flag(Staleness, key, rd.Sent, fmt.Sprintf("version %d, %d committed %s earlier, %s of it with no fault: over the cycle %s", v, cs[j].Version, age.Round(time.Millisecond), u.Round(time.Millisecond), p.Cycle()))
+			}
+		}
+	}
+
+	judgeWriters(in, &r, flag)
+	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].First.Before(r.Violations[j].First) })
+	return r
+}
+
+// judgeWriters applies SAME-EPOCH and TWO-WRITERS to the scrapes.
+//
+// SAME-EPOCH: two processes never lead with the same epoch.
+//
+// TWO-WRITERS: a process X whose latest epoch e stayed the same between two
+// scrapes s1 and s2, and whose landed writes grew between them, wrote with
+// epoch e after s1 was sent. If another process Y had already been seen
+// leading with an epoch above e before that, Y had raised every fence to its
+// epoch, so X's writes must have been refused: a violation. A write counted
+// after s1 may have landed a little before (the count follows the reply), so
+// s1 must be sent at least guard after Y was seen, with X running (not
+// SIGSTOPped) through the guard; and a Redis data loss (restart, FLUSHDB)
+// after Y raised its fences takes the fences with it, so it excuses the pair.
+func judgeWriters(in Input, r *Report, flag func(Rule, string, time.Time, string)) {
+	const guard = 2 * time.Second
+	byProc := map[string][]Sample{}
+	epochOwner := map[int64]string{}
+	leaders := map[string]bool{}
+	for _, s := range in.Samples {
+		byProc[s.Proc] = append(byProc[s.Proc], s)
+		if !s.Leader || s.Epoch <= 0 {
+			continue
+		}
+		leaders[s.Proc] = true
+		if o, ok := epochOwner[s.Epoch]; ok && o != s.Proc {
+			flag(SameEpoch, "", s.Recv, fmt.Sprintf("%s and %s both lead with epoch %d", o, s.Proc, s.Epoch))
+		} else {
+			epochOwner[s.Epoch] = s.Proc
+		}
+	}
+	r.Epochs, r.Leaders = len(epochOwner), len(leaders)
+
+	// First sighting of each (proc, epoch) as leader, and the scrape before it.
+	type sighting struct {
+		proc     string
+		epoch    int64
+		seen     time.Time // Recv of the first scrape showing it
+		raisedBy time.Time // the fences were raised after this (the previous scrape's Sent)
+	}
+	var sightings []sighting
+	for proc, ss := range byProc {
+		last := map[int64]bool{}
+		for i, s := range ss {
+			if !s.Leader || s.Epoch <= 0 || last[s.Epoch] {
+				continue
+			}
+			last[s.Epoch] = true
+			before := s.Sent.Add(-time.Hour)
+			if i > 0 {
+				before = ss[i-1].Sent
+			}
+			sightings = append(sightings, sighting{proc, s.Epoch, s.Recv, before})
+		}
+	}
+	stopped := map[string][]window{}
+	var losses []time.Time
+	for _, e := range in.Events {
+		switch {
+		case e.Kind == PauseShort || e.Kind == PauseLong:
+			stopped[e.Target] = append(stopped[e.Target], window{e.Start, e.End})
+		case dataLoss(e.Kind):
+			losses = append(losses, e.Start)
+		}
+	}
+	for proc, ss := range byProc {
+		for i := 1; i < len(ss); i++ {
+			s1, s2 := ss[i-1], ss[i]
+			if s1.Epoch <= 0 || s1.Epoch != s2.Epoch || s2.Writes <= s1.Writes {
+				continue
+			}
+			from := s1.Sent.Add(-guard)
+			paused := false
+			for _, w := range stopped[proc] {
+				if w.overlaps(from, s1.Sent) {
+					paused = true
+				}
+			}
+			if paused {
+				continue
+			}
+			r.WriterChecks++
+			for _, y := range sightings {
+				if y.proc == proc || y.epoch <= s1.Epoch || y.seen.After(from) {
+					continue
+				}
+				lost := false
+				for _, l := range losses {
+					if !l.Before(y.raisedBy) && !l.After(s2.Recv) {
+						lost = true
+					}
+				}
+				if lost {
+					continue
+				}
+				flag(TwoWriters, "", s2.Recv, fmt.Sprintf("%s landed %.0f writes with epoch %d between %s and %s, after %s led with epoch %d (seen %s)",
+					proc, s2.Writes-s1.Writes, s1.Epoch, clock(s1.Sent), clock(s2.Recv), y.proc, y.epoch, clock(y.seen)))
+				break
+			}
+		}
+	}
+}
+
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+// Format renders the verdict, the fault timeline and the violations.
+func Format(in Input, r Report, seed uint64) string {
+	var b strings.Builder
+	off := func(t time.Time) string { return fmt.Sprintf("%7.2fs", t.Sub(in.Start).Seconds()) }
+	verdict := "PASS"
+	if !r.OK() {
+		verdict = fmt.Sprintf("FAIL (%d violations)", len(r.Violations))
+	}
+	fmt.Fprintf(&b, "soak verdict: %s — seed %d, %s judged, %d keys\n", verdict, seed, in.End.Sub(in.Start).Round(time.Second), len(in.Keys))
+	fmt.Fprintf(&b, "  reads %d (one read = every key), absences inside windows %d, commits %d, epochs %d, leading processes %d, max value age %s (%s)\n",
+		r.Reads, r.Absent, r.Commits, r.Epochs, r.Leaders, r.MaxAge.Round(time.Millisecond), r.MaxAgeKey)
+	fmt.Fprintf(&b, "  longest absence %s, scrape intervals with landed writes judged %d\n", r.MaxAbsent.Round(time.Millisecond), r.WriterChecks)
+	fmt.Fprintf(&b, "  windows: cycle %s, takeover %s, re-warm gap %s, max_stale+ttl+cycle %s\n", in.Params.Cycle(), in.Params.Takeover(), in.Params.RewarmGap, in.Params.HardStale())
+	fmt.Fprintf(&b, "fault timeline (t=0 is %s UTC, every key warm):\n", clock(in.Start))
+	for _, e := range in.Events {
+		fmt.Fprintf(&b, "  %s – %s  %-28s %s %s\n", off(e.Start), off(e.End), e.Kind, e.Target, e.Note)
+	}
+	if len(r.Violations) > 0 {
+		fmt.Fprintf(&b, "violations:\n")
+		for _, v := range r.Violations {
+			fmt.Fprintf(&b, "  %s – %s  %-11s %s ×%d: %s\n", off(v.First), off(v.Last), v.Rule, v.Key, v.Count, v.Detail)
+		}
+	}
+	return b.String()
+}

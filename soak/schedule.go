@@ -1,0 +1,77 @@
+package soak
+
+import (
+	"math/rand/v2"
+	"sort"
+	"time"
+)
+
+// Fault is one planned fault: At from the start of the soak, lasting For (for
+// kill -9 and SIGTERM, the time until the restart).
+type Fault struct {
+	Kind    Kind
+	At, For time.Duration
+	// Standby: an instance fault aimed at a standby instead of the leader.
+	Standby bool
+	// Latency added by an OriginSlow fault.
+	Latency time.Duration
+}
+
+// Schedule plans the faults of a soak of length total from seed: the same
+// seed and parameters always give the same plan. Each track (instance faults,
+// server faults) deals its kinds from a shuffled deck, so every kind comes up
+// once before any comes up twice; the tracks run side by side, so faults of
+// different tracks overlap (a leader paused while PostgreSQL is down). The
+// first warmup and the last cooldown are free of faults. The plan is in
+// order of start.
+func Schedule(seed uint64, total time.Duration, p Params) []Fault {
+	const warmup, cooldown = 5 * time.Second, 15 * time.Second
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	between := func(a, b time.Duration) time.Duration { return a + time.Duration(rng.Int64N(int64(b-a)+1)) }
+	var out []Fault
+	for _, kinds := range [][]Kind{InstanceKinds, ServerKinds} {
+		var deck []Kind
+		at := warmup + between(0, 3*time.Second)
+		for {
+			if len(deck) == 0 {
+				deck = append(deck, kinds...)
+				rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
+			}
+			f := Fault{Kind: deck[0], At: at}
+			switch f.Kind {
+			case Kill, Term:
+				f.For = between(time.Second, 5*time.Second)
+				f.Standby = rng.IntN(4) == 0
+			case PauseShort:
+				f.For = between(p.Lease/4, p.Lease*3/4)
+				f.Standby = rng.IntN(4) == 0
+			case PauseLong:
+				f.For = between(2*p.Lease, 6*p.Lease)
+				f.Standby = rng.IntN(4) == 0
+			case Reload:
+			case RedisDown:
+				f.For = between(500*time.Millisecond, 3*time.Second)
+			case RedisFlush:
+			case RedisPause:
+				f.For = between(500*time.Millisecond, 6*time.Second)
+			case PGDown:
+				f.For = between(3*time.Second, 15*time.Second)
+			case OriginSlow:
+				f.For = between(3*time.Second, 10*time.Second)
+				// Below the attempt timeout (slow loads), or far above it
+				// (loads time out, values are kept stale).
+				f.Latency = []time.Duration{150 * time.Millisecond, 1500 * time.Millisecond}[rng.IntN(2)]
+			case OriginReset:
+				f.For = between(2*time.Second, 8*time.Second)
+			}
+			if f.At+f.For > total-cooldown {
+				break
+			}
+			deck = deck[1:]
+			out = append(out, f)
+			at += f.For + between(3*time.Second, 8*time.Second)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
+	return out
+}
