@@ -165,11 +165,6 @@ func InstanceID() string {
 // ID is this instance's name in the lease.
 func (l *Lease) ID() string { return l.opts.ID }
 
-// Timing returns the lease duration, renew interval and retry period in use.
-func (l *Lease) Timing() (lease, renew, retry time.Duration) {
-	return l.opts.Duration, l.opts.RenewInterval, l.opts.RetryPeriod
-}
-
 func (l *Lease) since() time.Duration { return time.Since(l.base) }
 
 // maxLeaseTTLFactor bounds the TTL a standby accepts on another instance's
