@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -434,13 +434,13 @@ func (a *admin) close(ctx context.Context) error {
 // openAdmin mounts the admin API on the daemon's listener when HEARTH_ADMIN_TOKEN
 // is set, and returns nil (the routes do not exist) when it is not. leading
 // tells whether this instance may write now.
-func openAdmin(srv *server, w *warmer.Warmer, leading func() bool, reg prometheus.Registerer, log zerolog.Logger) *admin {
+func openAdmin(srv *server, w *warmer.Warmer, leading func() bool, prewarm *prewarmHooks, reg prometheus.Registerer, log zerolog.Logger) *admin {
 	token := os.Getenv(adminTokenEnv)
 	if token == "" {
 		return nil
 	}
 	a := newAdmin(token, w, reg, log)
-	a.leading = leading
+	a.leading, a.prewarm = leading, prewarm
 	srv.mux.Handle("/admin/", a)
 	if host, _, err := net.SplitHostPort(srv.Addr()); err == nil {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
@@ -449,19 +449,6 @@ func openAdmin(srv *server, w *warmer.Warmer, leading func() bool, reg prometheu
 	}
 	log.Info().Msg("admin API enabled")
 	return a
-}
-
-// leading reports whether this instance holds a valid lease term (always, with
-// leader election disabled): the admin API refreshes only on the leader, whose
-// writes the fence lets through.
-func (l *leadership) leading() bool {
-	if l.lease == nil {
-		return true
-	}
-	l.mu.Lock()
-	t := l.term
-	l.mu.Unlock()
-	return t != nil && t.Valid()
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

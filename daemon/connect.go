@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -19,12 +19,12 @@ import (
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// connectTimeout bounds each start-up check of Redis and the sources.
-const connectTimeout = 5 * time.Second
+// ConnectTimeout bounds each start-up check of Redis and the sources.
+const ConnectTimeout = 5 * time.Second
 
-// newRedis builds a UniversalClient: single node, Sentinel (master_name) or Cluster
+// NewRedis builds a UniversalClient: single node, Sentinel (master_name) or Cluster
 // (several addresses).
-func newRedis(c config.Redis) redis.UniversalClient {
+func NewRedis(c config.Redis) redis.UniversalClient {
 	opts := &redis.UniversalOptions{
 		Addrs:        c.Addrs,
 		Username:     c.Username,
@@ -47,7 +47,7 @@ func newRedis(c config.Redis) redis.UniversalClient {
 
 // pingRedis fails with a message naming the addresses and the cause, never the password.
 func pingRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis) error {
-	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis %s unreachable: %w", strings.Join(c.Addrs, ","), redact.Secrets(err, c.Password))
@@ -58,9 +58,9 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis) e
 // closer is a source that holds connections.
 type closer interface{ Close() }
 
-// openSources builds every configured source, checks that each answers, and
+// OpenSources builds every configured source, checks that each answers, and
 // puts each behind its origin protection (warmer.Guard), whose metrics go to reg.
-func openSources(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (map[string]warmer.Source, func(), error) {
+func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (map[string]warmer.Source, func(), error) {
 	guards := warmer.NewGuardMetrics(reg)
 	httpMetrics := httpsrc.NewMetrics(reg)
 	srcs := make(map[string]warmer.Source, len(cfg.Sources))
@@ -99,7 +99,7 @@ func openSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 			closeAll()
 			return nil, nil, fmt.Errorf("source %s: %w", sc.Name, err)
 		}
-		pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		pctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 		err = src.Ping(pctx)
 		cancel()
 		if err != nil {
@@ -109,4 +109,30 @@ func openSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 		srcs[sc.Name] = warmer.Guard(src, sc.Guard(guards, log))
 	}
 	return srcs, closeAll, nil
+}
+
+// RedisURL returns the Redis a URL names (`hearth prewarm --redis`), or the
+// config's if the URL is empty, and a name for it that holds no password.
+func RedisURL(c config.Redis, rawURL string) (redis.UniversalClient, string, error) {
+	if rawURL == "" {
+		return NewRedis(c), strings.Join(c.Addrs, ",") + fmt.Sprintf(" db %d", c.DB), nil
+	}
+	opts, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("--redis: %w", redact.URLError(err, rawURL))
+	}
+	if opts.DialTimeout == 0 { // not in the URL: take the config's
+		opts.DialTimeout = c.DialTimeout
+	}
+	return redis.NewClient(opts), redact.URL(rawURL), nil
+}
+
+// PingRedis checks that rdb answers, naming it target in the error.
+func PingRedis(ctx context.Context, rdb redis.UniversalClient, target string) error {
+	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s unreachable: %w", target, err)
+	}
+	return nil
 }

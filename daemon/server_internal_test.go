@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bufio"
@@ -193,7 +193,7 @@ func TestHTTPTimeouts(t *testing.T) {
 		t.Error("an idle keep-alive connection was not closed (idle_timeout)")
 	}
 	// The daemon's limits are the named defaults, none of them off.
-	d, err := listen("127.0.0.1:0", prometheus.NewRegistry(), zerolog.Nop())
+	d, err := listen("127.0.0.1:0", "", prometheus.NewRegistry(), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +256,9 @@ keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k, load_time
 }
 
 // TestDaemonExitsWhenListenerFails: the HTTP listener failing mid-run (here
-// closed under the server) ends the daemon with exit 1 and says why, instead of
-// running on without probes or metrics.
+// closed under the server) ends Run with the listener's error (which `hearth
+// run` maps to exit 1) and says why, instead of running on without probes or
+// metrics; the lease is still released.
 func TestDaemonExitsWhenListenerFails(t *testing.T) {
 	r := testenv.Redis(t)
 	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "v") })}
@@ -292,24 +293,50 @@ keys: [{name: page, key: "%spage", source: api, ttl: 1h, path: /p}]
 	t.Cleanup(func() { listenTCP = net.Listen })
 
 	out := &lockedWriter{}
-	code := make(chan int, 1)
-	go func() { code <- run(context.Background(), []string{"run", "--config", path}, io.Discard, out) }()
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, Options{Logger: zerolog.New(out)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := make(chan error, 1)
+	go func() { code <- d.Run(context.Background()) }()
 	e2e.WaitHTTP(t, "http://"+addr+"/readyz", http.StatusOK, 20*time.Second)
 	mu.Lock()
 	_ = opened.Close() // the listener fails under the server
 	mu.Unlock()
 	select {
-	case c := <-code:
-		if c != exitFail {
-			t.Errorf("exit code = %d, want %d", c, exitFail)
+	case err := <-code:
+		if err == nil || !strings.Contains(err.Error(), "http server on "+addr+": ") || !strings.Contains(err.Error(), "use of closed network connection") {
+			t.Errorf("Run = %v, want the listener's error", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the daemon runs on with its listener gone:\n%s", out)
 	}
 	for _, want := range []string{`"message":"http server failed: probes and metrics are gone; shutting down"`,
-		"hearth: http server on " + addr + ": ", "use of closed network connection", `"message":"lease released"`} {
+		"use of closed network connection", `"message":"lease released"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// lockedWriter lets the test read what the daemon logs while it writes.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
