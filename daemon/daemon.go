@@ -144,8 +144,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		return nil
 	})
-	adm := openAdmin(srv, w, lead.leading, pw.adminHooks(), reg, log)
-	undo.push(adm.close)
+	adm := openAdmin(srv, w, lead.leading, pw.startAdmin, reg, log)
+	undo.push(adm.Close)
 	go func() {
 		select {
 		case <-srv.failed():
@@ -186,7 +186,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	undo.push(func(ctx context.Context) error { pw.close(ctx); return nil })
 	rl := newReloader(cfg, hup, w, sched, reg, log)
 	rl.open()
-	adm.attach(sched, rl)
+	adm.Attach(sched, rl.status)
 	// The campaign's goroutine is waited for before anything it uses closes.
 	lead.start(ctx, w, sched, srv, pw.startup)
 	undo.push(func(context.Context) error { lead.wait(); return nil })

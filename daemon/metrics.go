@@ -1,6 +1,12 @@
 package daemon
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hearth-dev/hearth/admin"
+)
 
 // RegisterMetrics registers on reg the metrics of the daemon's own parts, the
 // admin API and the config reloader, as a running daemon exports them (the
@@ -8,6 +14,6 @@ import "github.com/prometheus/client_golang/prometheus"
 // jobs, accesslog) register theirs. The deploy checks (alert rules and
 // dashboards name only exported metrics) list them with it.
 func RegisterMetrics(reg prometheus.Registerer) {
-	newAdminMetrics(reg)
+	_ = admin.New(admin.Options{Token: "-", Registerer: reg}).Close(context.Background())
 	newReloadMetrics(reg)
 }

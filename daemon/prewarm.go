@@ -150,16 +150,12 @@ func (p *daemonPrewarm) close(ctx context.Context) {
 	}
 }
 
-// adminHooks is the pre-warm engine as the admin API sees it: POST
+// startAdmin is the pre-warm engine as the admin API sees it: POST
 // /admin/prewarm runs the daemon's pre-warm into its own Redis (through the
 // leader's fence), unless one runs; GET /admin/prewarm reads the warmer's
 // pre-warm state, the same one the start-up pre-warm and re-warms update.
-func (p *daemonPrewarm) adminHooks() *prewarmHooks {
-	return &prewarmHooks{
-		Start: func(ctx context.Context) (<-chan warmer.PrewarmReport, error) {
-			return p.w.StartPrewarm(ctx, p.options("admin"))
-		},
-	}
+func (p *daemonPrewarm) startAdmin(ctx context.Context) (<-chan warmer.PrewarmReport, error) {
+	return p.w.StartPrewarm(ctx, p.options("admin"))
 }
 
 // Prewarm is `hearth prewarm`'s engine: the config's sources, opened and

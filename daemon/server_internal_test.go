@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/admin"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -239,8 +240,8 @@ keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k, load_time
 	lim := testLimits(64)
 	lim.read, lim.write = 300*time.Millisecond, 300*time.Millisecond
 	s, _ := startServer(t, lim)
-	a := newAdmin("tok", w, prometheus.NewRegistry(), zerolog.Nop())
-	t.Cleanup(func() { _ = a.close(context.Background()) })
+	a := admin.New(admin.Options{Token: "tok", Warmer: w, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	s.mux.Handle("/admin/", a)
 	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/admin/refresh?declaration=k", nil)
 	req.Header.Set("Authorization", "Bearer tok")
