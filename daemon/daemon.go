@@ -113,7 +113,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	undo.push(func(context.Context) error { lead.close(); return nil })
+	undo.push(lead.close)
 	specs := cfg.Specs()
 	w, err := warmer.New(warmer.Options{
 		Store: lead.store, Gate: lead.gate, Sources: sources, Specs: specs,

@@ -210,10 +210,11 @@ func (l *leadership) leading() bool {
 }
 
 // close stops the lease's renewal, after release.
-func (l *leadership) close() {
-	if l.lease != nil {
-		l.lease.Close()
+func (l *leadership) close(ctx context.Context) error {
+	if l.lease == nil {
+		return nil
 	}
+	return l.lease.Close(ctx)
 }
 
 // instance names this instance (its lease id), or "" without a lease.

@@ -645,12 +645,22 @@ func (l *Lease) IsLeader(context.Context) error {
 }
 
 // Close ends the current term without releasing the lease (use Term.Release
-// for that) and waits for the renew loop.
-func (l *Lease) Close() {
+// for that) and waits for the renew loop until ctx ends.
+func (l *Lease) Close(ctx context.Context) error {
 	if t := l.current.Load(); t != nil {
 		t.end(ErrReleased)
 	}
-	l.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		l.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("lease: close: renew loop still running: %w", context.Cause(ctx))
+	}
 }
 
 type termKey struct{}

@@ -76,7 +76,7 @@ func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(l.Close)
+	e.t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return &tamperInstance{lease: l, store: store, reg: reg, logs: logs}
 }
 
