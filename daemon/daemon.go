@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,6 +93,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	}()
 
+	// The watchers below live through the drain (a second signal aborts it)
+	// and are the last to stop: this step is pushed first.
+	quit := make(chan struct{})
+	var watchers sync.WaitGroup
+	undo.push(func(context.Context) error { close(quit); watchers.Wait(); return nil })
+
 	hup := notifyHUP()
 	undo.push(func(context.Context) error { signal.Stop(hup); return nil })
 
@@ -146,7 +153,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	})
 	adm := openAdmin(srv, w, lead.leading, pw.startAdmin, reg, log)
 	undo.push(adm.Close)
-	go func() {
+	watchers.Go(func() {
 		select {
 		case <-srv.failed():
 			if err := srv.failure(); err != nil {
@@ -154,10 +161,15 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 				stop(err)
 			}
 		case <-ctx.Done():
+		case <-quit:
 		}
-	}()
-	go func() {
-		<-ctx.Done()
+	})
+	watchers.Go(func() {
+		select {
+		case <-ctx.Done():
+		case <-quit:
+			return
+		}
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		defer signal.Stop(sig)
@@ -166,8 +178,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			log.Warn().Msg("second signal: aborting")
 			abort(errors.New("aborted by a second signal"))
 		case <-runCtx.Done():
+		case <-quit:
 		}
-	}()
+	})
 
 	// Campaign; as leader: start-up load and pre-warm (or takeover catch-up), ready, jobs.
 	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Elector: lead.elector, Logger: log})
