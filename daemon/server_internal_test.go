@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/admin"
@@ -45,33 +46,6 @@ func startServer(t *testing.T, lim httpLimits) (*server, *prometheus.Registry) {
 		_ = s.shutdown(ctx)
 	})
 	return s, reg
-}
-
-func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := len(m.GetLabel()) == len(labels)
-			for i, l := range m.GetLabel() {
-				match = match && l.GetValue() == labels[i]
-			}
-			if !match {
-				continue
-			}
-			if g := m.GetGauge(); g != nil {
-				return g.GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // idleConn makes one keep-alive request on a raw connection and leaves it open, idle.
@@ -115,7 +89,7 @@ func probe(url string) error {
 // idle connection makes room, and the open connections never exceed the bound.
 func TestConnectionBoundShedsIdle(t *testing.T) {
 	const max = 8
-	s, reg := startServer(t, testLimits(max))
+	s, _ := startServer(t, testLimits(max))
 	for range max {
 		idleConn(t, s.Addr())
 	}
@@ -131,10 +105,10 @@ func TestConnectionBoundShedsIdle(t *testing.T) {
 			t.Fatalf("probe with %d idle connections open: %v", max, err)
 		}
 	}
-	if got := gauge(t, reg, "hearth_http_connections_open"); got > max {
+	if got := testutil.ToFloat64(s.ln.open); got > max {
 		t.Errorf("open connections = %g, want ≤ %d", got, max)
 	}
-	if got := gauge(t, reg, "hearth_http_connections_shed_total", "idle") + gauge(t, reg, "hearth_http_connections_shed_total", "new"); got < 3 {
+	if got := testutil.ToFloat64(s.ln.shed.WithLabelValues("idle")) + testutil.ToFloat64(s.ln.shed.WithLabelValues("new")); got < 3 {
 		t.Errorf("shed = %g, want ≥ 3 (the silent ones and the probes each made room)", got)
 	}
 }
@@ -144,7 +118,7 @@ func TestConnectionBoundShedsIdle(t *testing.T) {
 // requests end, probes get in again.
 func TestConnectionBoundRefusesWhenAllBusy(t *testing.T) {
 	const max = 2
-	s, reg := startServer(t, testLimits(max))
+	s, _ := startServer(t, testLimits(max))
 	release := make(chan struct{})
 	var entered sync.WaitGroup
 	entered.Add(max)
@@ -160,7 +134,7 @@ func TestConnectionBoundRefusesWhenAllBusy(t *testing.T) {
 	if err := probe("http://" + s.Addr() + "/healthz"); err == nil {
 		t.Error("a probe got in while every connection was busy")
 	}
-	if got := gauge(t, reg, "hearth_http_connections_shed_total", "full"); got < 1 {
+	if got := testutil.ToFloat64(s.ln.shed.WithLabelValues("full")); got < 1 {
 		t.Errorf("shed full = %g, want ≥ 1", got)
 	}
 	close(release)
