@@ -58,18 +58,30 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis) e
 // closer is a source that holds connections.
 type closer interface{ Close() }
 
+// Sources are the configured origins, open and checked: each behind its origin
+// protection (warmer.Guard) for loads; the postgres ones are also kept as
+// themselves, for the access log, which reads through their pool and not
+// through the protection.
+type Sources struct {
+	// Guarded are the sources by name, as the warmer loads from them.
+	Guarded  map[string]warmer.Source
+	postgres map[string]*postgres.Source
+	closers  []closer
+}
+
+// Close closes every source's connections.
+func (s *Sources) Close() {
+	for _, c := range s.closers {
+		c.Close()
+	}
+}
+
 // OpenSources builds every configured source, checks that each answers, and
 // puts each behind its origin protection (warmer.Guard), whose metrics go to reg.
-func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (map[string]warmer.Source, func(), error) {
+func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (*Sources, error) {
 	guards := warmer.NewGuardMetrics(reg)
 	httpMetrics := httpsrc.NewMetrics(reg)
-	srcs := make(map[string]warmer.Source, len(cfg.Sources))
-	var closers []closer
-	closeAll := func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}
+	out := &Sources{Guarded: make(map[string]warmer.Source, len(cfg.Sources)), postgres: map[string]*postgres.Source{}}
 	for _, sc := range cfg.Sources {
 		var (
 			src warmer.Source
@@ -80,7 +92,8 @@ func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 			var s *postgres.Source
 			s, err = postgres.New(postgres.Config{Name: sc.Name, DSN: sc.DSN, MaxConns: sc.MaxConns, StatementTimeout: sc.StatementTimeout, Log: log})
 			if err == nil {
-				closers = append(closers, s)
+				out.closers = append(out.closers, s)
+				out.postgres[sc.Name] = s
 				src = s
 			}
 		case "http":
@@ -89,26 +102,26 @@ func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 				Concurrency: sc.Concurrency, MaxBodyBytes: sc.MaxBodyBytes, HealthPath: sc.HealthPath,
 				Redirects: sc.Redirects, Metrics: httpMetrics, Log: log})
 			if err == nil {
-				closers = append(closers, s)
+				out.closers = append(out.closers, s)
 				src = s
 			}
 		default:
 			err = errors.New("unknown type " + sc.Type)
 		}
 		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("source %s: %w", sc.Name, err)
+			out.Close()
+			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
 		}
 		pctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 		err = src.Ping(pctx)
 		cancel()
 		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("source %s unreachable: %w", sc.Name, err)
+			out.Close()
+			return nil, fmt.Errorf("source %s unreachable: %w", sc.Name, err)
 		}
-		srcs[sc.Name] = warmer.Guard(src, sc.Guard(guards, log))
+		out.Guarded[sc.Name] = warmer.Guard(src, sc.Guard(guards, log))
 	}
-	return srcs, closeAll, nil
+	return out, nil
 }
 
 // RedisURL returns the Redis a URL names (`hearth prewarm --redis`), or the

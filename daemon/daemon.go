@@ -110,11 +110,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := pingRedis(ctx, rdb, cfg.Redis); err != nil {
 		return err
 	}
-	sources, closeSources, err := OpenSources(ctx, cfg, reg, log)
+	sources, err := OpenSources(ctx, cfg, reg, log)
 	if err != nil {
 		return err
 	}
-	undo.push(func(context.Context) error { closeSources(); return nil })
+	undo.push(func(context.Context) error { sources.Close(); return nil })
 
 	lead, err := newLeadership(cfg, rdb, reg, log)
 	if err != nil {
@@ -123,7 +123,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	undo.push(lead.close)
 	specs := cfg.Specs()
 	w, err := warmer.New(warmer.Options{
-		Store: lead.store, Gate: lead.gate, Sources: sources, Specs: specs,
+		Store: lead.store, Gate: lead.gate, Sources: sources.Guarded, Specs: specs,
 		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: reg, Logger: log,
 	})
 	if err != nil {

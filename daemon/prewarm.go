@@ -10,25 +10,17 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// AccessLog returns the access log of access_log.source, nil when none is configured.
-func AccessLog(cfg *config.Config, sources map[string]warmer.Source) (*accesslog.Log, error) {
+// AccessLog returns the access log of access_log.source, nil when none is
+// configured; it reads through the source's own pool, not its protection.
+func AccessLog(cfg *config.Config, sources *Sources) (*accesslog.Log, error) {
 	name := cfg.AccessLog.Source
 	if name == "" {
 		return nil, nil
 	}
-	src := sources[name]
-	for { // behind origin protection (warmer.Guard)
-		u, ok := src.(interface{ Unwrap() warmer.Source })
-		if !ok {
-			break
-		}
-		src = u.Unwrap()
-	}
-	pg, ok := src.(*postgres.Source)
+	pg, ok := sources.postgres[name]
 	if !ok {
 		return nil, fmt.Errorf("access_log.source: %q is not an open postgres source", name)
 	}
@@ -61,7 +53,7 @@ type daemonPrewarm struct {
 	log      zerolog.Logger
 }
 
-func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources map[string]warmer.Source,
+func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
 	rdb redis.UniversalClient, leading func() bool, reg prometheus.Registerer, log zerolog.Logger) (*daemonPrewarm, error) {
 	al, err := AccessLog(cfg, sources)
 	if err != nil {
@@ -162,33 +154,33 @@ func (p *daemonPrewarm) startAdmin(ctx context.Context) (<-chan warmer.PrewarmRe
 // protected as the daemon opens them, an unfenced warmer writing into a given
 // Redis, and the access log, for one pre-warm with the daemon's options.
 type Prewarm struct {
-	w            *warmer.Warmer
-	al           *accesslog.Log
-	po           warmer.PrewarmOptions
-	closeSources func()
+	w       *warmer.Warmer
+	al      *accesslog.Log
+	po      warmer.PrewarmOptions
+	sources *Sources
 }
 
 // OpenPrewarm connects to every source of cfg (failing fast) and builds the
 // warmer that pre-warms rdb; Close closes the sources.
 func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, log zerolog.Logger) (*Prewarm, error) {
-	sources, closeSources, err := OpenSources(ctx, cfg, prometheus.NewRegistry(), log)
+	sources, err := OpenSources(ctx, cfg, prometheus.NewRegistry(), log)
 	if err != nil {
 		return nil, err
 	}
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rdb}, Sources: sources, Specs: cfg.Specs(),
+		Store: &warmer.RedisStore{Client: rdb}, Sources: sources.Guarded, Specs: cfg.Specs(),
 		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: prometheus.NewRegistry(), Logger: log,
 	})
 	if err != nil {
-		closeSources()
+		sources.Close()
 		return nil, err
 	}
 	al, err := AccessLog(cfg, sources)
 	if err != nil {
-		closeSources()
+		sources.Close()
 		return nil, err
 	}
-	return &Prewarm{w: w, al: al, po: PrewarmOptions(cfg, al, "cli"), closeSources: closeSources}, nil
+	return &Prewarm{w: w, al: al, po: PrewarmOptions(cfg, al, "cli"), sources: sources}, nil
 }
 
 // Options are the pre-warm options Run uses.
@@ -210,4 +202,4 @@ func (p *Prewarm) Ranking() string {
 }
 
 // Close closes the sources.
-func (p *Prewarm) Close() { p.closeSources() }
+func (p *Prewarm) Close() { p.sources.Close() }

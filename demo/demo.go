@@ -224,9 +224,9 @@ func totalCalls(o origin) int64 {
 
 // hearth is Hearth's engine as `hearth run` wires it, minus the HTTP listener.
 type hearth struct {
-	rdb          *redis.Client
-	closeSources func()
-	sched        *jobs.Scheduler
+	rdb     *redis.Client
+	sources *daemon.Sources
+	sched   *jobs.Scheduler
 	// startup is the duration of the start-up load.
 	startup time.Duration
 }
@@ -255,14 +255,14 @@ func startHearth(ctx context.Context, opts Options, addr, runID string, org orig
 
 	// The sources as `hearth run` opens them: the same factory, bounds and
 	// origin protection.
-	sources, closeSources, err := daemon.OpenSources(ctx, &cfg, opts.Registerer, opts.Logger)
+	sources, err := daemon.OpenSources(ctx, &cfg, opts.Registerer, opts.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("demo source: %w", err)
 	}
-	h := &hearth{rdb: redis.NewClient(&redis.Options{Addr: addr}), closeSources: closeSources}
+	h := &hearth{rdb: redis.NewClient(&redis.Options{Addr: addr}), sources: sources}
 	name := cfg.Sources[0].Name
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: h.rdb}, Sources: map[string]warmer.Source{name: org.wrap(sources[name])},
+		Store: &warmer.RedisStore{Client: h.rdb}, Sources: map[string]warmer.Source{name: org.wrap(sources.Guarded[name])},
 		Specs: specs, MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: opts.Registerer, Logger: opts.Logger,
 	})
 	if err != nil {
@@ -293,7 +293,7 @@ func (h *hearth) close() {
 		_ = h.sched.Close(ctx)
 		cancel()
 	}
-	h.closeSources()
+	h.sources.Close()
 	_ = h.rdb.Close()
 }
 

@@ -136,9 +136,6 @@ func newGuarded(src Source, cfg GuardConfig) *Guarded {
 	return g
 }
 
-// Unwrap returns the protected source, for callers that need its concrete type.
-func (g *Guarded) Unwrap() Source { return g.src }
-
 // Ping checks the origin directly: it is a start-up check, not load.
 func (g *Guarded) Ping(ctx context.Context) error { return g.src.Ping(ctx) }
 
