@@ -29,7 +29,9 @@ soak: ## nemesis soak (docs/soak.md): three instances through a seeded fault sch
 FUZZTIME ?= 10s
 fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTemplate$$' -fuzztime $(FUZZTIME) ./warmer/
+	$(GO) test -run '^$$' -fuzz '^FuzzPrewarmClassify$$' -fuzztime $(FUZZTIME) ./warmer/
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigParse$$' -fuzztime $(FUZZTIME) ./config/
+	$(GO) test -run '^$$' -fuzz '^FuzzPointer$$' -fuzztime $(FUZZTIME) ./sources/http/
 
 bench: ## benchmarks that print figures (see README "Performance")
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...

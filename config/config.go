@@ -5,6 +5,8 @@ package config
 
 import (
 	"time"
+
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // Config is the whole configuration file.
@@ -22,6 +24,12 @@ type Config struct {
 
 	// File is the path the config was read from (empty for an embedded one).
 	File string `mapstructure:"-"`
+
+	// specs and lease are what Validate built from the fields above, once:
+	// the declarations and the resolved lease timing (nil and zero until a
+	// Validate passed).
+	specs []*warmer.Spec
+	lease LeaseTiming
 }
 
 // Redis is the connection to the Redis that Hearth keeps warm.

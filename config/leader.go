@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // Leader configures the leader lease: one instance writes, the others stand by.
@@ -59,13 +61,18 @@ func (t LeaseTiming) Fits() bool {
 // if DefaultLease + DefaultRetryPeriod do not fit the smallest refresh margin,
 // half that margin but not below MinAutoLease; an unset retry period is
 // DefaultRetryPeriod or lease/5, whichever is shorter.
-func (cfg *Config) LeaseTiming() LeaseTiming {
+// It is resolved once, by Validate: zero on a config that has not passed it.
+func (cfg *Config) LeaseTiming() LeaseTiming { return cfg.lease }
+
+// leaseTiming resolves the lease's timing from the specs Validate built (one
+// per key, nil for a key with problems).
+func (cfg *Config) leaseTiming(specs []*warmer.Spec) LeaseTiming {
 	var t LeaseTiming
-	for i, k := range cfg.Keys {
-		s, ps := cfg.spec(k)
-		if s == nil || len(ps) > 0 || s.Interval <= 0 {
+	for i, s := range specs {
+		if s == nil || s.Interval <= 0 {
 			continue
 		}
+		k := cfg.Keys[i]
 		m := s.MinTTL() - s.Interval - s.LoadTimeout
 		if t.MarginPath == "" || m < t.Margin {
 			t.Margin = m
@@ -97,7 +104,7 @@ func (cfg *Config) LeaseTiming() LeaseTiming {
 	return t
 }
 
-func (cfg *Config) validateLeader(c *checker) {
+func (cfg *Config) validateLeader(c *checker, t LeaseTiming) {
 	l := cfg.Leader
 	if l.Lease < 0 || (l.Lease > 0 && l.Lease < MinLease) {
 		c.add("leader.lease", "must be at least %s (got %s)", MinLease, l.Lease)
@@ -109,7 +116,6 @@ func (cfg *Config) validateLeader(c *checker) {
 	if l.RetryPeriod < 0 {
 		c.add("leader.retry_period", "must be > 0 (got %s)", l.RetryPeriod)
 	}
-	t := cfg.LeaseTiming()
 	if l.RenewInterval > 0 && l.RenewInterval >= t.Lease {
 		c.add("leader.renew_interval", "must be shorter than leader.lease %s (got %s)", t.Lease, l.RenewInterval)
 	}

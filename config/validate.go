@@ -101,12 +101,15 @@ func (cfg *Config) Validate() error {
 	}
 	cfg.validateRefresh(c)
 	types := cfg.validateSources(c)
-	cfg.validateKeys(c, types)
-	cfg.validateLeader(c)
+	perKey := cfg.validateKeys(c, types)
+	lease := cfg.leaseTiming(perKey)
+	cfg.validateLeader(c, lease)
 	cfg.validatePrewarm(c, types)
+	cfg.specs, cfg.lease = nil, LeaseTiming{}
 	if len(c.problems) > 0 {
 		return &Error{File: cfg.File, Problems: c.problems}
 	}
+	cfg.specs, cfg.lease = perKey, lease
 	return nil
 }
 
@@ -244,7 +247,10 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 // redactURL masks the password and every query value (an api_key=…).
 func redactURL(s string) string { return redact.URL(s) }
 
-func (cfg *Config) validateKeys(c *checker, sourceTypes map[string]string) {
+// validateKeys checks every declaration and returns the specs it built, one
+// per key, nil where a key has problems.
+func (cfg *Config) validateKeys(c *checker, sourceTypes map[string]string) []*warmer.Spec {
+	specs := make([]*warmer.Spec, len(cfg.Keys))
 	if len(cfg.Keys) == 0 {
 		c.add("keys", "must declare at least one key")
 	}
@@ -273,6 +279,9 @@ func (cfg *Config) validateKeys(c *checker, sourceTypes map[string]string) {
 		if spec == nil {
 			continue
 		}
+		if len(problems) == 0 {
+			specs[i] = spec
+		}
 		for _, d := range templates {
 			if d.t.Overlaps(spec.Template) {
 				c.add(path+".key", "template %q overlaps %q of %s: a key could belong to both", spec.Template, d.t, d.path)
@@ -289,6 +298,7 @@ func (cfg *Config) validateKeys(c *checker, sourceTypes map[string]string) {
 			checkLoad(c, path, typ, k, spec)
 		}
 	}
+	return specs
 }
 
 func checkLoad(c *checker, path, typ string, k Key, spec *warmer.Spec) {
@@ -503,15 +513,10 @@ func truncate(s string) string {
 	return s
 }
 
-// Specs returns the validated declarations. Call it only on a config that passed Validate.
+// Specs returns the declarations the last Validate built, in config order:
+// built once, never rebuilt. A config that has not passed Validate has none.
 func (cfg *Config) Specs() []*warmer.Spec {
-	out := make([]*warmer.Spec, 0, len(cfg.Keys))
-	for _, k := range cfg.Keys {
-		if s, ps := cfg.spec(k); s != nil && len(ps) == 0 {
-			out = append(out, s)
-		}
-	}
-	return out
+	return slices.Clone(cfg.specs)
 }
 
 type field struct {

@@ -23,9 +23,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/jobs"
-	httpsrc "github.com/hearth-dev/hearth/sources/http"
-	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -225,9 +224,9 @@ func totalCalls(o origin) int64 {
 
 // hearth is Hearth's engine as `hearth run` wires it, minus the HTTP listener.
 type hearth struct {
-	rdb   *redis.Client
-	src   warmer.Source
-	sched *jobs.Scheduler
+	rdb     *redis.Client
+	sources *daemon.Sources
+	sched   *jobs.Scheduler
 	// startup is the duration of the start-up load.
 	startup time.Duration
 }
@@ -254,24 +253,16 @@ func startHearth(ctx context.Context, opts Options, addr, runID string, org orig
 	}
 	specs := cfg.Specs()
 
-	sc := cfg.Sources[0]
-	var (
-		src warmer.Source
-		err error
-	)
-	switch sc.Type {
-	case "http":
-		src, err = httpsrc.New(httpsrc.Config{Name: sc.Name, BaseURL: sc.BaseURL, Headers: sc.Headers, Timeout: sc.Timeout,
-			Concurrency: sc.Concurrency, HealthPath: sc.HealthPath})
-	default:
-		src, err = postgres.New(postgres.Config{Name: sc.Name, DSN: sc.DSN, MaxConns: sc.MaxConns})
-	}
+	// The sources as `hearth run` opens them: the same factory, bounds and
+	// origin protection.
+	sources, err := daemon.OpenSources(ctx, &cfg, opts.Registerer, opts.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("demo source: %w", err)
 	}
-	h := &hearth{rdb: redis.NewClient(&redis.Options{Addr: addr}), src: src}
+	h := &hearth{rdb: redis.NewClient(&redis.Options{Addr: addr}), sources: sources}
+	name := cfg.Sources[0].Name
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: h.rdb}, Sources: map[string]warmer.Source{sc.Name: org.wrap(src)},
+		Store: &warmer.RedisStore{Client: h.rdb}, Sources: map[string]warmer.Source{name: org.wrap(sources.Guarded[name])},
 		Specs: specs, MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: opts.Registerer, Logger: opts.Logger,
 	})
 	if err != nil {
@@ -302,9 +293,7 @@ func (h *hearth) close() {
 		_ = h.sched.Close(ctx)
 		cancel()
 	}
-	if c, ok := h.src.(interface{ Close() }); ok {
-		c.Close()
-	}
+	h.sources.Close()
 	_ = h.rdb.Close()
 }
 

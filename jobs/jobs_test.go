@@ -90,13 +90,9 @@ func TestEveryDeclarationRunsEachInterval(t *testing.T) {
 	if err := s.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for rec.count("a") < 3 || rec.count("b") < 3 || rec.count("c") < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("runs after 10s: a=%d b=%d c=%d, want ≥ 3 each", rec.count("a"), rec.count("b"), rec.count("c"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "3 runs of each of a, b and c", func() bool {
+		return rec.count("a") >= 3 && rec.count("b") >= 3 && rec.count("c") >= 3
+	})
 	if next, ok := s.NextRun("a"); !ok || next.IsZero() {
 		t.Errorf("NextRun(a) = %v, %v", next, ok)
 	}
@@ -114,13 +110,7 @@ func TestRunsNeverOverlap(t *testing.T) {
 	if err := s.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for rec.count("slow") < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d runs", rec.count("slow"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "3 runs of slow", func() bool { return rec.count("slow") >= 3 })
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -140,9 +130,7 @@ func TestCloseDrainsInFlightRuns(t *testing.T) {
 	if err := s.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for rec.count("long") < 1 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "a run of long", func() bool { return rec.count("long") >= 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Close(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -155,20 +143,26 @@ func TestCloseDrainsInFlightRuns(t *testing.T) {
 	}
 }
 
-type denyElector struct{}
+// denyElector refuses every run and counts how often it was asked.
+type denyElector struct{ asked atomic.Int64 }
 
-func (denyElector) IsLeader(context.Context) error { return errors.New("standby") }
+func (e *denyElector) IsLeader(context.Context) error {
+	e.asked.Add(1)
+	return errors.New("standby")
+}
 
 func TestElectorGatesRuns(t *testing.T) {
 	rec := &recorder{runs: map[string]int{}, running: map[string]int{}}
-	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(20*time.Millisecond, "gated"), Elector: denyElector{}, Logger: zerolog.Nop()})
+	el := &denyElector{}
+	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(20*time.Millisecond, "gated"), Elector: el, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // fifteen intervals
+	// The positive control: runs were due (the elector was asked), and refused.
+	testenv.Eventually(t, 10*time.Second, "the elector asked about 5 runs", func() bool { return el.asked.Load() >= 5 })
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,19 +10,37 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// negRecorder also re-checks negatives, counting the calls.
+// negRecorder also re-checks negatives, counting the calls and recording when
+// each declaration's ran.
 type negRecorder struct {
 	*recorder
 	rechecks atomic.Int64
+
+	mu sync.Mutex
+	at map[string][]time.Time
 }
 
-func (n *negRecorder) RefreshNegatives(context.Context, string) (warmer.Outcome, error) {
+func (n *negRecorder) RefreshNegatives(_ context.Context, name string) (warmer.Outcome, error) {
 	n.rechecks.Add(1)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.at == nil {
+		n.at = map[string][]time.Time{}
+	}
+	n.at[name] = append(n.at[name], time.Now())
 	return warmer.Outcome{}, nil
+}
+
+// times returns when name's re-checks ran.
+func (n *negRecorder) times(name string) []time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]time.Time(nil), n.at[name]...)
 }
 
 func TestNegativeRecheckScheduled(t *testing.T) {
@@ -38,13 +57,7 @@ func TestNegativeRecheckScheduled(t *testing.T) {
 		if err := s.Open(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for rec.rechecks.Load() < 3 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d negative re-checks in 10s at 100ms", rec.rechecks.Load())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testenv.Eventually(t, 10*time.Second, "3 negative re-checks at 100ms", func() bool { return rec.rechecks.Load() >= 3 })
 		if err := s.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -63,9 +76,7 @@ func TestNegativeRecheckScheduled(t *testing.T) {
 		if err := s.Open(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		for rec.count("fam") < 6 {
-			time.Sleep(10 * time.Millisecond)
-		}
+		testenv.Eventually(t, 10*time.Second, "6 runs", func() bool { return rec.count("fam") >= 6 })
 		if err := s.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -85,17 +96,7 @@ func TestNegativeRecheckScheduled(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = s.Close(context.Background()) }()
-		waitRechecks := func(n int64) {
-			t.Helper()
-			deadline := time.Now().Add(10 * time.Second)
-			for rec.rechecks.Load() < n {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d negative re-checks, want %d", rec.rechecks.Load(), n)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		waitRechecks(2)
+		testenv.Eventually(t, 10*time.Second, "2 negative re-checks", func() bool { return rec.rechecks.Load() >= 2 })
 		// A longer negative TTL: re-checked every 400ms instead of 100ms.
 		slower := specs(time.Hour, "fam")
 		slower[0].NegativeTTL = 800 * time.Millisecond
@@ -106,17 +107,24 @@ func TestNegativeRecheckScheduled(t *testing.T) {
 		if len(ch.Changed) != 1 {
 			t.Errorf("changes %+v: a new negative_ttl must reschedule the re-check", ch)
 		}
-		base := rec.rechecks.Load()
-		time.Sleep(time.Second)
-		if got := rec.rechecks.Load() - base; got < 1 || got > 4 {
-			t.Errorf("%d re-checks in 1s after the change, want about 2 (every 400ms)", got)
+		// The gaps between the re-checks after the change are the new 400ms,
+		// not the old 100ms (the first may still be on the old schedule).
+		base := len(rec.times("fam"))
+		testenv.Eventually(t, 10*time.Second, "3 re-checks after the change", func() bool { return len(rec.times("fam")) >= base+3 })
+		at := rec.times("fam")
+		if gap := at[base+2].Sub(at[base+1]); gap < 300*time.Millisecond {
+			t.Errorf("re-checks %s apart after the change, want about 400ms", gap)
 		}
-		if _, err := s.Apply(nil); err != nil {
+		// Removed: the other declaration's re-checks go on (the positive
+		// control), this one's stop.
+		other := specs(time.Hour, "other")
+		other[0].NegativeTTL = 200 * time.Millisecond
+		if _, err := s.Apply(other); err != nil {
 			t.Fatal(err)
 		}
-		base = rec.rechecks.Load()
-		time.Sleep(time.Second)
-		if got := rec.rechecks.Load() - base; got > 1 {
+		removed := len(rec.times("fam"))
+		testenv.Eventually(t, 10*time.Second, "4 re-checks of the remaining declaration", func() bool { return len(rec.times("other")) >= 4 })
+		if got := len(rec.times("fam")) - removed; got > 1 {
 			t.Errorf("%d re-checks after the declaration was removed", got)
 		}
 	})

@@ -24,7 +24,7 @@ func BenchmarkFencedSet(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close(context.Background()) }()
 	term, err := l.Campaign(ctx)
 	if err != nil {
 		b.Fatal(err)

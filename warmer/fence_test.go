@@ -151,7 +151,7 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(l.Close)
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
 		return l, store
 	}
 	a, astore := newInstance()

@@ -136,19 +136,8 @@ func newGuarded(src Source, cfg GuardConfig) *Guarded {
 	return g
 }
 
-// Unwrap returns the protected source, for callers that need its concrete type.
-func (g *Guarded) Unwrap() Source { return g.src }
-
 // Ping checks the origin directly: it is a start-up check, not load.
 func (g *Guarded) Ping(ctx context.Context) error { return g.src.Ping(ctx) }
-
-// BreakerState reports the circuit breaker's state: "closed", "half-open" or "open".
-func (g *Guarded) BreakerState() string {
-	if g.breaker == nil {
-		return gobreaker.StateClosed.String()
-	}
-	return g.breaker.State().String()
-}
 
 // Load loads members through the protection. A batch error is retried whole;
 // members that failed alone for a reason worth retrying (an HTTP 5xx) are

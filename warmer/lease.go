@@ -165,11 +165,6 @@ func InstanceID() string {
 // ID is this instance's name in the lease.
 func (l *Lease) ID() string { return l.opts.ID }
 
-// Timing returns the lease duration, renew interval and retry period in use.
-func (l *Lease) Timing() (lease, renew, retry time.Duration) {
-	return l.opts.Duration, l.opts.RenewInterval, l.opts.RetryPeriod
-}
-
 func (l *Lease) since() time.Duration { return time.Since(l.base) }
 
 // maxLeaseTTLFactor bounds the TTL a standby accepts on another instance's
@@ -650,12 +645,22 @@ func (l *Lease) IsLeader(context.Context) error {
 }
 
 // Close ends the current term without releasing the lease (use Term.Release
-// for that) and waits for the renew loop.
-func (l *Lease) Close() {
+// for that) and waits for the renew loop until ctx ends.
+func (l *Lease) Close(ctx context.Context) error {
 	if t := l.current.Load(); t != nil {
 		t.end(ErrReleased)
 	}
-	l.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		l.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("lease: close: renew loop still running: %w", context.Cause(ctx))
+	}
 }
 
 type termKey struct{}

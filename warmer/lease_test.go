@@ -45,7 +45,7 @@ func (e *leaseEnv) instance(lease, retry time.Duration, perSlot bool) *instance 
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(l.Close)
+	e.t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return &instance{lease: l, store: store, reg: reg}
 }
 
@@ -168,7 +168,7 @@ func TestLeaseStepsDown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
+		defer func() { _ = l.Close(context.Background()) }()
 		term := campaign(t, l, 5*time.Second)
 		srv.Pause(t)
 		defer srv.Resume(t)
@@ -195,7 +195,7 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Close)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	srv.Stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

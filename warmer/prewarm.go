@@ -235,7 +235,7 @@ type pendingBatch struct {
 }
 
 func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport, error) {
-	start := time.Now()
+	start := w.now()
 	r := &prewarmRun{
 		w: w, po: po, specs: w.Specs(),
 		rep:     PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}},
@@ -261,7 +261,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	}()
 
 	var logErr error
-	t0 := time.Now()
+	t0 := w.now()
 	if po.AccessLog != nil && po.TopN > 0 {
 		err := po.AccessLog.EachTopKey(ctx, po.Window, po.TopN, r.add)
 		if err != nil {
@@ -270,7 +270,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 			w.log.Error().Err(err).Msg("pre-warm: access log unreadable; loading the declared single keys and the keys read so far")
 		}
 	}
-	reading := time.Since(t0)
+	reading := w.now().Sub(t0)
 	r.finishReading()
 	<-dispatched
 	_ = loads.Wait()
@@ -284,7 +284,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	rep.Failed = rep.Wanted - rep.Written - rep.Negative
 	rep.AccessLogFailed = logErr != nil
 	rep.Coverage = coverage(rep, po.TopN)
-	rep.Started, rep.Duration = start, time.Since(start)
+	rep.Started, rep.Duration = start, w.now().Sub(start)
 	if s := rep.Duration.Seconds(); s > 0 {
 		rep.KeysPerSecond = float64(rep.Written+rep.Negative) / s
 	}

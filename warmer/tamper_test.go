@@ -76,11 +76,11 @@ func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(l.Close)
+	e.t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return &tamperInstance{lease: l, store: store, reg: reg, logs: logs}
 }
 
-// lead runs what cmd/hearth does with a lease: campaign, write key every
+// lead runs what the daemon (daemon/leader.go) does with a lease: campaign, write key every
 // 50ms while the term lasts, campaign again when it ends; until the test ends.
 func (in *tamperInstance) lead(t *testing.T, key string) {
 	ctx, cancel := context.WithCancel(context.Background())

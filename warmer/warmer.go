@@ -409,9 +409,9 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	if spec.Template.IsFamily() {
 		req = batch
 	}
-	t0 := time.Now()
+	t0 := w.now()
 	results, err := w.load(ctx, spec, req)
-	w.metrics.loadDuration.WithLabelValues(spec.Source, loadResult(err)).Observe(time.Since(t0).Seconds())
+	w.metrics.loadDuration.WithLabelValues(spec.Source, loadResult(err)).Observe(w.now().Sub(t0).Seconds())
 
 	now := w.now()
 	var (

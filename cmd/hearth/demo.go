@@ -5,6 +5,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/demo"
 )
 
@@ -42,13 +43,11 @@ lives in the schema hearth_demo_<run id>, dropped at the end. The demo ignores
 			reg := prometheus.NewRegistry()
 			opts.Registerer, opts.Out, opts.Logger = reg, g.stdout, log
 			if listenAddr != "" {
-				srv, err := listen(listenAddr, reg, log)
+				shutdown, err := daemon.ServeMetrics(listenAddr, reg, log)
 				if err != nil {
 					return fail(exitFail, err)
 				}
-				srv.ready.Store(true)
-				srv.serve()
-				defer func() { _ = srv.shutdown(cmd.Context()) }()
+				defer func() { _ = shutdown(cmd.Context()) }()
 			}
 			if _, err := demo.Run(cmd.Context(), opts); err != nil {
 				return fail(exitFail, err)

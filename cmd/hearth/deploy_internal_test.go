@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hearth-dev/hearth/accesslog"
+	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/demo"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/warmer"
@@ -84,8 +85,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if _, err := warmer.NewLease(warmer.LeaseOptions{Client: rdb, Namespace: "t", Duration: time.Second, Fence: fence, Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
-	newAdminMetrics(rec)
-	newReloadMetrics(rec)
+	daemon.RegisterMetrics(rec)
 	// Pre-warm: the warmer above registers hearth_prewarm_*; the re-warm watch
 	// and the access-log roll-up register theirs.
 	if _, err := warmer.NewRewarmer(warmer.RewarmOptions{Client: rdb, Namespace: "t", Warmer: w, Registerer: rec}); err != nil {

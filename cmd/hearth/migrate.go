@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/migrations"
 	"github.com/hearth-dev/hearth/sources/postgres"
 )
@@ -90,7 +91,7 @@ func migrate(ctx context.Context, out io.Writer, dsn, action string) error {
 	cc.RuntimeParams["application_name"] = "hearth-migrate"
 	db := stdlib.OpenDB(*cc)
 	defer db.Close()
-	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	pctx, cancel := context.WithTimeout(ctx, daemon.ConnectTimeout)
 	err = db.PingContext(pctx)
 	cancel()
 	if err != nil {

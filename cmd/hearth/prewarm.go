@@ -12,16 +12,12 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/internal/redact"
-	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -82,30 +78,19 @@ access log unreadable); 2 for a bad config or flag.`,
 // the coverage to the exit code.
 func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration) error {
 	log := newLogger(g.stderr, cfg.Log)
-	rdb, target, err := prewarmTarget(cfg.Redis, redisURL)
+	rdb, target, err := daemon.RedisURL(cfg.Redis, redisURL)
 	if err != nil {
 		return fail(exitConfig, err)
 	}
 	defer rdb.Close()
-	if err := pingTarget(ctx, rdb, target); err != nil {
+	if err := daemon.PingRedis(ctx, rdb, target); err != nil {
 		return fail(exitFail, err)
 	}
-	sources, closeSources, err := openSources(ctx, cfg, prometheus.NewRegistry(), log)
+	pw, err := daemon.OpenPrewarm(ctx, cfg, rdb, log)
 	if err != nil {
 		return fail(exitFail, err)
 	}
-	defer closeSources()
-	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rdb}, Sources: sources, Specs: cfg.Specs(),
-		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: prometheus.NewRegistry(), Logger: log,
-	})
-	if err != nil {
-		return fail(exitFail, err)
-	}
-	al, err := accessLogOf(cfg, sources)
-	if err != nil {
-		return fail(exitFail, err)
-	}
+	defer pw.Close()
 
 	runCtx := ctx
 	if timeout > 0 {
@@ -113,16 +98,12 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 		runCtx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	po := prewarmOptions(cfg, al, "cli")
 	progress := newProgress(g.stderr, log)
-	po.Progress = progress.update
+	po := pw.Options()
 	log.Info().Str("redis", target).Int("top_n", po.TopN).Dur("window", po.Window).Msg("pre-warming")
-	rep, err := w.Prewarm(runCtx, po)
+	rep, err := pw.Run(runCtx, progress.update)
 	progress.finish()
-	ranking := ""
-	if al != nil {
-		ranking = al.LastRanking()
-	}
+	ranking := pw.Ranking()
 	printSummary(g.stdout, target, rep, ranking, minCoverage)
 
 	timedOut := timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
@@ -137,182 +118,6 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 		return fail(exitCoverage, errors.New(msg))
 	}
 	return nil
-}
-
-// prewarmTarget returns the Redis to warm: the --redis URL if given, else the
-// config's, and a name for it that holds no password.
-func prewarmTarget(c config.Redis, rawURL string) (redis.UniversalClient, string, error) {
-	if rawURL == "" {
-		return newRedis(c), strings.Join(c.Addrs, ",") + fmt.Sprintf(" db %d", c.DB), nil
-	}
-	opts, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return nil, "", fmt.Errorf("--redis: %w", redact.URLError(err, rawURL))
-	}
-	if opts.DialTimeout == 0 { // not in the URL: take the config's
-		opts.DialTimeout = c.DialTimeout
-	}
-	return redis.NewClient(opts), redactRedisURL(rawURL), nil
-}
-
-// redactRedisURL masks the password and query values of a Redis URL.
-func redactRedisURL(s string) string { return redact.URL(s) }
-
-func pingTarget(ctx context.Context, rdb redis.UniversalClient, target string) error {
-	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis %s unreachable: %w", target, err)
-	}
-	return nil
-}
-
-// accessLogOf returns the access log of access_log.source, nil when none is configured.
-func accessLogOf(cfg *config.Config, sources map[string]warmer.Source) (*accesslog.Log, error) {
-	name := cfg.AccessLog.Source
-	if name == "" {
-		return nil, nil
-	}
-	src := sources[name]
-	for { // behind origin protection (warmer.Guard)
-		u, ok := src.(interface{ Unwrap() warmer.Source })
-		if !ok {
-			break
-		}
-		src = u.Unwrap()
-	}
-	pg, ok := src.(*postgres.Source)
-	if !ok {
-		return nil, fmt.Errorf("access_log.source: %q is not an open postgres source", name)
-	}
-	return accesslog.New(pg.Pool()).UseRanking(cfg.AccessLog.RankMaxAge()), nil
-}
-
-// prewarmOptions turns the config into pre-warm options; the daemon, `hearth
-// prewarm` and the admin endpoint all pre-warm with them.
-func prewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) warmer.PrewarmOptions {
-	po := warmer.PrewarmOptions{
-		TopN: cfg.Prewarm.TopN, Window: cfg.Prewarm.Window,
-		Concurrency: cfg.Prewarm.Concurrency, Rate: cfg.Prewarm.Rate, Reason: reason,
-	}
-	if al != nil { // a nil *Log in the interface would not be nil
-		po.AccessLog = al
-	}
-	return po
-}
-
-// daemonPrewarm is the daemon's side of pre-warming: the start-up pre-warm a
-// new leader runs before it reports ready, the access-log roll-up and ranking,
-// and the watch that re-warms when Redis loses its data. The last two run only
-// while leading is true.
-type daemonPrewarm struct {
-	cfg      *config.Config
-	w        *warmer.Warmer
-	po       warmer.PrewarmOptions
-	roller   *accesslog.Roller // nil without an access log, or with roll-up and ranking off
-	rewarmer *warmer.Rewarmer  // nil when prewarm.rewarm_check is 0
-	log      zerolog.Logger
-}
-
-func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources map[string]warmer.Source,
-	rdb redis.UniversalClient, leading func() bool, reg prometheus.Registerer, log zerolog.Logger) (*daemonPrewarm, error) {
-	al, err := accessLogOf(cfg, sources)
-	if err != nil {
-		return nil, err
-	}
-	p := &daemonPrewarm{cfg: cfg, w: w, po: prewarmOptions(cfg, al, "startup"), log: log}
-	if a := cfg.AccessLog; al != nil && (a.RollupInterval > 0 || a.RankInterval > 0) {
-		p.roller, err = accesslog.NewRoller(accesslog.RollerOptions{
-			Log: al, Client: rdb, Namespace: cfg.Redis.Namespace, Bucket: a.Bucket,
-			Interval: a.RollupInterval, Lookback: cfg.Prewarm.Window, Retention: a.Retention,
-			RankInterval: a.RankInterval, RankTopN: cfg.Prewarm.TopN,
-			Gate: leading, Registerer: reg, Logger: log,
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Prewarm.RewarmCheck > 0 {
-		p.rewarmer, err = warmer.NewRewarmer(warmer.RewarmOptions{
-			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck, Gate: leading,
-			Warmer: w, Prewarm: p.po, Registerer: reg, Logger: log,
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
-}
-
-// startup is the pre-warm of a new leader, after its start-up load and before
-// it reports ready: roll up what Redis still holds of the access log, so that
-// the newest closed buckets count, then pre-warm. Errors are logged and counted;
-// readiness does not wait for an access log that cannot be read.
-func (p *daemonPrewarm) startup(ctx context.Context) {
-	if p.roller != nil && p.cfg.AccessLog.RollupInterval > 0 {
-		if res, err := p.roller.RollupOnce(ctx); err != nil {
-			p.log.Warn().Err(err).Msg("start-up access-log roll-up incomplete")
-		} else if res.Buckets > 0 {
-			p.log.Info().Int("buckets", res.Buckets).Int("rows", res.Rows).Msg("access log rolled up")
-		}
-	}
-	if p.cfg.Prewarm.Enabled && ctx.Err() == nil {
-		_, _ = p.w.Prewarm(ctx, p.po)
-	}
-	// Redis is warm: from here on, a loss is re-warmed.
-	if p.rewarmer != nil && ctx.Err() == nil {
-		if err := p.rewarmer.Mark(ctx); err != nil {
-			p.log.Warn().Err(err).Msg("re-warm watch not armed; the next check arms it")
-		}
-	}
-}
-
-// options are the pre-warm options of this daemon, for a run started for the
-// given reason, e.g. by the admin API: w.StartPrewarm(ctx, p.options("admin")).
-func (p *daemonPrewarm) options(reason string) warmer.PrewarmOptions {
-	po := p.po
-	po.Reason = reason
-	return po
-}
-
-// open starts the roll-up loop and the re-warm watch; they act only while leading.
-func (p *daemonPrewarm) open(ctx context.Context) error {
-	if p.roller != nil {
-		if err := p.roller.Open(ctx); err != nil {
-			return err
-		}
-	}
-	if p.rewarmer != nil {
-		if err := p.rewarmer.Open(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (p *daemonPrewarm) close(ctx context.Context) {
-	if p.rewarmer != nil {
-		if err := p.rewarmer.Close(ctx); err != nil {
-			p.log.Warn().Err(err).Msg("close rewarmer")
-		}
-	}
-	if p.roller != nil {
-		if err := p.roller.Close(ctx); err != nil {
-			p.log.Warn().Err(err).Msg("close access-log roller")
-		}
-	}
-}
-
-// adminHooks is the pre-warm engine as the admin API sees it: POST
-// /admin/prewarm runs the daemon's pre-warm into its own Redis (through the
-// leader's fence), unless one runs; GET /admin/prewarm reads the warmer's
-// pre-warm state, the same one the start-up pre-warm and re-warms update.
-func (p *daemonPrewarm) adminHooks() *prewarmHooks {
-	return &prewarmHooks{
-		Start: func(ctx context.Context) (<-chan warmer.PrewarmReport, error) {
-			return p.w.StartPrewarm(ctx, p.options("admin"))
-		},
-	}
 }
 
 // progress shows a running pre-warm: a bar on a terminal, a log line a second otherwise.

@@ -135,9 +135,14 @@ keys:
 	if fds > 1024+200 {
 		t.Errorf("daemon open descriptors = %g, want ≤ the connection bound 1024 + 200", fds)
 	}
-	shed := d.metric(t, "hearth_http_connections_shed_total")
-	if want := float64(len(conns) - 1024); shed < want {
-		t.Errorf("shed connections = %g, want ≥ %g", shed, want)
-	}
+	// The daemon accepts (and sheds) the connections waiting in the kernel's
+	// backlog at its own pace: on a loaded machine some are still queued when
+	// the probes get in.
+	var shed float64
+	want := float64(len(conns) - 1024)
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("≥ %g connections shed", want), func() bool {
+		shed = d.metric(t, "hearth_http_connections_shed_total")
+		return shed >= want
+	})
 	t.Logf("daemon: %g descriptors open, %g connections shed", fds, shed)
 }

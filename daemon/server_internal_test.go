@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bufio"
@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/admin"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -44,33 +46,6 @@ func startServer(t *testing.T, lim httpLimits) (*server, *prometheus.Registry) {
 		_ = s.shutdown(ctx)
 	})
 	return s, reg
-}
-
-func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := len(m.GetLabel()) == len(labels)
-			for i, l := range m.GetLabel() {
-				match = match && l.GetValue() == labels[i]
-			}
-			if !match {
-				continue
-			}
-			if g := m.GetGauge(); g != nil {
-				return g.GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // idleConn makes one keep-alive request on a raw connection and leaves it open, idle.
@@ -114,7 +89,7 @@ func probe(url string) error {
 // idle connection makes room, and the open connections never exceed the bound.
 func TestConnectionBoundShedsIdle(t *testing.T) {
 	const max = 8
-	s, reg := startServer(t, testLimits(max))
+	s, _ := startServer(t, testLimits(max))
 	for range max {
 		idleConn(t, s.Addr())
 	}
@@ -130,10 +105,10 @@ func TestConnectionBoundShedsIdle(t *testing.T) {
 			t.Fatalf("probe with %d idle connections open: %v", max, err)
 		}
 	}
-	if got := gauge(t, reg, "hearth_http_connections_open"); got > max {
+	if got := testutil.ToFloat64(s.ln.open); got > max {
 		t.Errorf("open connections = %g, want ≤ %d", got, max)
 	}
-	if got := gauge(t, reg, "hearth_http_connections_shed_total", "idle") + gauge(t, reg, "hearth_http_connections_shed_total", "new"); got < 3 {
+	if got := testutil.ToFloat64(s.ln.shed.WithLabelValues("idle")) + testutil.ToFloat64(s.ln.shed.WithLabelValues("new")); got < 3 {
 		t.Errorf("shed = %g, want ≥ 3 (the silent ones and the probes each made room)", got)
 	}
 }
@@ -143,7 +118,7 @@ func TestConnectionBoundShedsIdle(t *testing.T) {
 // requests end, probes get in again.
 func TestConnectionBoundRefusesWhenAllBusy(t *testing.T) {
 	const max = 2
-	s, reg := startServer(t, testLimits(max))
+	s, _ := startServer(t, testLimits(max))
 	release := make(chan struct{})
 	var entered sync.WaitGroup
 	entered.Add(max)
@@ -159,7 +134,7 @@ func TestConnectionBoundRefusesWhenAllBusy(t *testing.T) {
 	if err := probe("http://" + s.Addr() + "/healthz"); err == nil {
 		t.Error("a probe got in while every connection was busy")
 	}
-	if got := gauge(t, reg, "hearth_http_connections_shed_total", "full"); got < 1 {
+	if got := testutil.ToFloat64(s.ln.shed.WithLabelValues("full")); got < 1 {
 		t.Errorf("shed full = %g, want ≥ 1", got)
 	}
 	close(release)
@@ -193,7 +168,7 @@ func TestHTTPTimeouts(t *testing.T) {
 		t.Error("an idle keep-alive connection was not closed (idle_timeout)")
 	}
 	// The daemon's limits are the named defaults, none of them off.
-	d, err := listen("127.0.0.1:0", prometheus.NewRegistry(), zerolog.Nop())
+	d, err := listen("127.0.0.1:0", "", prometheus.NewRegistry(), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,8 +214,8 @@ keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k, load_time
 	lim := testLimits(64)
 	lim.read, lim.write = 300*time.Millisecond, 300*time.Millisecond
 	s, _ := startServer(t, lim)
-	a := newAdmin("tok", w, prometheus.NewRegistry(), zerolog.Nop())
-	t.Cleanup(func() { _ = a.close(context.Background()) })
+	a := admin.New(admin.Options{Token: "tok", Warmer: w, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	s.mux.Handle("/admin/", a)
 	req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/admin/refresh?declaration=k", nil)
 	req.Header.Set("Authorization", "Bearer tok")
@@ -256,8 +231,9 @@ keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k, load_time
 }
 
 // TestDaemonExitsWhenListenerFails: the HTTP listener failing mid-run (here
-// closed under the server) ends the daemon with exit 1 and says why, instead of
-// running on without probes or metrics.
+// closed under the server) ends Run with the listener's error (which `hearth
+// run` maps to exit 1) and says why, instead of running on without probes or
+// metrics; the lease is still released.
 func TestDaemonExitsWhenListenerFails(t *testing.T) {
 	r := testenv.Redis(t)
 	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "v") })}
@@ -292,24 +268,50 @@ keys: [{name: page, key: "%spage", source: api, ttl: 1h, path: /p}]
 	t.Cleanup(func() { listenTCP = net.Listen })
 
 	out := &lockedWriter{}
-	code := make(chan int, 1)
-	go func() { code <- run(context.Background(), []string{"run", "--config", path}, io.Discard, out) }()
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, Options{Logger: zerolog.New(out)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := make(chan error, 1)
+	go func() { code <- d.Run(context.Background()) }()
 	e2e.WaitHTTP(t, "http://"+addr+"/readyz", http.StatusOK, 20*time.Second)
 	mu.Lock()
 	_ = opened.Close() // the listener fails under the server
 	mu.Unlock()
 	select {
-	case c := <-code:
-		if c != exitFail {
-			t.Errorf("exit code = %d, want %d", c, exitFail)
+	case err := <-code:
+		if err == nil || !strings.Contains(err.Error(), "http server on "+addr+": ") || !strings.Contains(err.Error(), "use of closed network connection") {
+			t.Errorf("Run = %v, want the listener's error", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the daemon runs on with its listener gone:\n%s", out)
 	}
 	for _, want := range []string{`"message":"http server failed: probes and metrics are gone; shutting down"`,
-		"hearth: http server on " + addr + ": ", "use of closed network connection", `"message":"lease released"`} {
+		"use of closed network connection", `"message":"lease released"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// lockedWriter lets the test read what the daemon logs while it writes.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

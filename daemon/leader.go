@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -28,9 +28,6 @@ type leadership struct {
 	elector gocron.Elector // nil without a lease
 	spread  float64
 	log     zerolog.Logger
-
-	// prewarm runs after the start-up load of the first term, before ready.
-	prewarm func(context.Context)
 
 	mu   sync.Mutex
 	term *warmer.Term // the latest term, released at shutdown
@@ -64,17 +61,24 @@ func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus
 	return l, nil
 }
 
+// start runs the campaign in a goroutine of its own until ctx ends; wait
+// waits for it. prewarm (if not nil) runs after the start-up load of the first
+// term, before ready.
+func (l *leadership) start(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv *server, prewarm func(context.Context)) {
+	go l.run(ctx, w, sched, srv, prewarm)
+}
+
 // run campaigns until ctx ends. On winning: becomeLeader, then the jobs run
 // (gated by the lease, in memory) and /readyz turns 200. On losing: /readyz
 // turns 503 at once (the gate already refuses writes) and it campaigns again.
-func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv *server) {
+func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv *server, prewarm func(context.Context)) {
 	defer close(l.done)
 	// The catch-up asks this instance's schedule when it will really write
 	// each key next (jobs.Scheduler.NextRun computes it from the schedule).
 	catchUp := warmer.CatchUpOptions{Schedule: sched, Spread: l.spread}
 	if l.lease == nil {
 		srv.setRole("leader", 0)
-		becomeLeader(ctx, w, true, catchUp, l.prewarm, l.log)
+		becomeLeader(ctx, w, true, catchUp, prewarm, l.log)
 		l.openJobs(ctx, sched)
 		srv.ready.Store(ctx.Err() == nil)
 		l.log.Info().Msg("ready")
@@ -97,7 +101,7 @@ func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 			opened = l.openJobs(ctx, sched)
 		}
 		tctx, cancel := termContext(ctx, term)
-		becomeLeader(tctx, w, !loaded, catchUp, l.prewarm, l.log)
+		becomeLeader(tctx, w, !loaded, catchUp, prewarm, l.log)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -177,7 +181,6 @@ func (l *leadership) release(ctx context.Context) error {
 	if l.lease == nil {
 		return nil
 	}
-	defer l.lease.Close()
 	l.mu.Lock()
 	t := l.term
 	l.mu.Unlock()
@@ -191,6 +194,27 @@ func (l *leadership) release(ctx context.Context) error {
 	}
 	l.log.Info().Int64("epoch", t.Epoch).Msg("lease released")
 	return nil
+}
+
+// leading reports whether this instance holds a valid lease term (always, with
+// leader election disabled): the admin API refreshes only on the leader, whose
+// writes the fence lets through.
+func (l *leadership) leading() bool {
+	if l.lease == nil {
+		return true
+	}
+	l.mu.Lock()
+	t := l.term
+	l.mu.Unlock()
+	return t != nil && t.Valid()
+}
+
+// close stops the lease's renewal, after release.
+func (l *leadership) close(ctx context.Context) error {
+	if l.lease == nil {
+		return nil
+	}
+	return l.lease.Close(ctx)
 }
 
 // instance names this instance (its lease id), or "" without a lease.

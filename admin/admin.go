@@ -1,4 +1,7 @@
-package main
+// Package admin is Hearth's authenticated admin API (/admin/): refresh a
+// declaration or one key now, the status of every declaration, and pre-warm.
+// It sees the engine through small interfaces, and is mounted by the daemon.
+package admin
 
 import (
 	"context"
@@ -7,9 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,54 +23,65 @@ import (
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// adminTokenEnv names the environment variable that holds the admin API's bearer
-// token. Unset or empty, the admin routes do not exist (404).
-const adminTokenEnv = "HEARTH_ADMIN_TOKEN"
-
 // errClosed refuses work once the admin API is shutting down.
 var errClosed = errors.New("shutting down")
 
-// nextRunner tells when a declaration runs next (the jobs.Scheduler).
-type nextRunner interface {
+// NextRunner tells when a declaration runs next (the jobs.Scheduler).
+type NextRunner interface {
 	NextRun(name string) (time.Time, bool)
 }
 
-// prewarmHooks is the pre-warm engine as the admin API sees it. Start begins
-// one pre-warm of the daemon's own Redis in the background, or returns
-// warmer.ErrPrewarmBusy while any pre-warm runs (start-up, re-warm, admin); its
-// report arrives on the channel. The run state (running, progress, last
-// report) is the warmer's own (Warmer.PrewarmStatus), shared by every path.
-type prewarmHooks struct {
-	Start func(ctx context.Context) (<-chan warmer.PrewarmReport, error)
+// Warmer is the engine as the admin API sees it (a *warmer.Warmer).
+type Warmer interface {
+	Spec(name string) (*warmer.Spec, bool)
+	Refresh(ctx context.Context, name string, ro warmer.RunOptions) (warmer.Outcome, error)
+	RefreshMembers(ctx context.Context, name string, members []string) (warmer.Outcome, error)
+	Status() []warmer.Status
+	PrewarmStatus() warmer.PrewarmStatus
 }
 
-// admin serves the authenticated /admin/ routes: refresh a declaration or one
+// Options are what the admin API needs.
+type Options struct {
+	// Token is the bearer token every request must carry; it must not be empty.
+	Token  string
+	Warmer Warmer
+	// Leading reports whether this instance may write; nil means always (no
+	// leadership configured).
+	Leading func() bool
+	// StartPrewarm begins one pre-warm of the daemon's own Redis in the
+	// background, or returns warmer.ErrPrewarmBusy while any pre-warm runs
+	// (start-up, re-warm, admin); its report arrives on the channel. The run
+	// state (running, progress, last report) is the warmer's own
+	// (Warmer.PrewarmStatus), shared by every path. Nil: the pre-warm routes
+	// answer 501.
+	StartPrewarm func(ctx context.Context) (<-chan warmer.PrewarmReport, error)
+	Registerer   prometheus.Registerer
+	Logger       zerolog.Logger
+}
+
+// API serves the authenticated /admin/ routes: refresh a declaration or one
 // key now, the status of every declaration, and pre-warm.
-type admin struct {
+type API struct {
 	tokenHash [sha256.Size]byte
-	w         *warmer.Warmer
+	w         Warmer
 	mux       *http.ServeMux
 	group     singleflight.Group
 	metrics   *adminMetrics
 	log       zerolog.Logger
-
-	// leading reports whether this instance may write; nil means always (no
-	// leadership configured).
-	leading func() bool
-	// prewarm is nil until the pre-warm engine is wired: the routes answer 501.
-	prewarm *prewarmHooks
-	// reloadStatus, if set, adds the config reload state to /admin/status.
-	reloadStatus func() any
+	leading   func() bool
+	prewarm   func(ctx context.Context) (<-chan warmer.PrewarmReport, error)
 
 	// base bounds loads and pre-warms: they outlive the request that started
 	// them (other requests share them) but not the daemon.
 	base   context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	sched  nextRunner
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	sched NextRunner
+	// reloadStatus, if set, adds the config reload state to /admin/status.
+	reloadStatus func() any
+	closed       bool
+	wg           sync.WaitGroup
 }
 
 // prewarmState is the running pre-warm, whoever started it, or else the last
@@ -102,15 +114,17 @@ func prewarmStateOf(st warmer.PrewarmStatus) prewarmState {
 	return out
 }
 
-// newAdmin builds the admin API; token must not be empty.
-func newAdmin(token string, w *warmer.Warmer, reg prometheus.Registerer, log zerolog.Logger) *admin {
+// New builds the admin API; Close stops it.
+func New(opts Options) *API {
 	base, cancel := context.WithCancel(context.Background())
-	a := &admin{
-		tokenHash: sha256.Sum256([]byte(token)),
-		w:         w,
+	a := &API{
+		tokenHash: sha256.Sum256([]byte(opts.Token)),
+		w:         opts.Warmer,
 		mux:       http.NewServeMux(),
-		metrics:   newAdminMetrics(reg),
-		log:       log.With().Str("component", "admin").Logger(),
+		metrics:   newAdminMetrics(opts.Registerer),
+		log:       opts.Logger.With().Str("component", "admin").Logger(),
+		leading:   opts.Leading,
+		prewarm:   opts.StartPrewarm,
 		base:      base,
 		cancel:    cancel,
 	}
@@ -121,23 +135,22 @@ func newAdmin(token string, w *warmer.Warmer, reg prometheus.Registerer, log zer
 	return a
 }
 
-// attach makes next runs and the reload state visible in /admin/status once
-// jobs are scheduled. A nil admin (no token) ignores it.
-func (a *admin) attach(s nextRunner, rl *reloader) {
+// Attach makes next runs and the config reload state (reloadStatus, if not
+// nil) visible in /admin/status once jobs are scheduled. A nil API (no token)
+// ignores it.
+func (a *API) Attach(s NextRunner, reloadStatus func() any) {
 	if a == nil {
 		return
 	}
 	a.mu.Lock()
 	a.sched = s
-	if rl != nil {
-		a.reloadStatus = rl.status
-	}
+	a.reloadStatus = reloadStatus
 	a.mu.Unlock()
 }
 
 // ServeHTTP checks the bearer token before anything else, so that without it no
 // route, declaration or state can be probed: every failure is the same 401.
-func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !a.authorized(r) {
 		a.metrics.requests.WithLabelValues(route(r), "401").Inc()
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hearth"`)
@@ -151,7 +164,7 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // authorized compares SHA-256 digests in constant time, so that neither the
 // token's bytes nor its length leak through timing.
-func (a *admin) authorized(r *http.Request) bool {
+func (a *API) authorized(r *http.Request) bool {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return false
@@ -209,7 +222,7 @@ type refreshResult struct {
 
 // refresh loads one declaration (or one member of a family) now. Concurrent
 // requests for the same target share one load.
-func (a *admin) refresh(w http.ResponseWriter, r *http.Request) {
+func (a *API) refresh(w http.ResponseWriter, r *http.Request) {
 	name, member := r.URL.Query().Get("declaration"), r.URL.Query().Get("member")
 	if name == "" {
 		writeError(w, http.StatusBadRequest, "declaration: required (POST /admin/refresh?declaration=NAME[&member=M])")
@@ -280,7 +293,7 @@ func (a *admin) refresh(w http.ResponseWriter, r *http.Request) {
 // until it ends, never panics out (a panic in singleflight's DoChan would
 // crash the daemon and leave the other waiters hanging), and is bounded by the
 // declaration's interval: no manual refresh outlives a scheduled one.
-func (a *admin) load(spec *warmer.Spec, member string) (val any, err error) {
+func (a *API) load(spec *warmer.Spec, member string) (val any, err error) {
 	if !a.enter() {
 		return nil, errClosed
 	}
@@ -316,7 +329,7 @@ type declStatus struct {
 	NextRun *time.Time `json:"next_run,omitempty"`
 }
 
-func (a *admin) status(w http.ResponseWriter, _ *http.Request) {
+func (a *API) status(w http.ResponseWriter, _ *http.Request) {
 	a.mu.Lock()
 	sched := a.sched
 	a.mu.Unlock()
@@ -350,8 +363,8 @@ func (a *admin) status(w http.ResponseWriter, _ *http.Request) {
 // startPrewarm starts a pre-warm in the background (it can take minutes) and
 // answers 202 with its state, or 409 with the running one's while any pre-warm
 // runs, whoever started it; GET /admin/prewarm follows it.
-func (a *admin) startPrewarm(w http.ResponseWriter, _ *http.Request) {
-	if a.prewarm == nil || a.prewarm.Start == nil {
+func (a *API) startPrewarm(w http.ResponseWriter, _ *http.Request) {
+	if a.prewarm == nil {
 		writeError(w, http.StatusNotImplemented, "pre-warm not configured")
 		return
 	}
@@ -363,7 +376,7 @@ func (a *admin) startPrewarm(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, errClosed.Error())
 		return
 	}
-	done, err := a.prewarm.Start(a.base)
+	done, err := a.prewarm(a.base)
 	if err != nil {
 		a.leave()
 		code := http.StatusInternalServerError
@@ -385,8 +398,8 @@ func (a *admin) startPrewarm(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusAccepted, prewarmStateOf(a.w.PrewarmStatus()))
 }
 
-func (a *admin) prewarmStatus(w http.ResponseWriter, _ *http.Request) {
-	if a.prewarm == nil || a.prewarm.Start == nil {
+func (a *API) prewarmStatus(w http.ResponseWriter, _ *http.Request) {
+	if a.prewarm == nil {
 		writeError(w, http.StatusNotImplemented, "pre-warm not configured")
 		return
 	}
@@ -394,7 +407,7 @@ func (a *admin) prewarmStatus(w http.ResponseWriter, _ *http.Request) {
 }
 
 // enter registers a load, unless the admin API is closing.
-func (a *admin) enter() bool {
+func (a *API) enter() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -404,11 +417,11 @@ func (a *admin) enter() bool {
 	return true
 }
 
-func (a *admin) leave() { a.wg.Done() }
+func (a *API) leave() { a.wg.Done() }
 
-// close refuses new loads and waits for those running until ctx ends, then
-// cancels them and waits for them to return.
-func (a *admin) close(ctx context.Context) error {
+// Close refuses new loads and waits for those running until ctx ends, then
+// cancels them and waits for them to return. A nil API does nothing.
+func (a *API) Close(ctx context.Context) error {
 	if a == nil {
 		return nil
 	}
@@ -429,39 +442,6 @@ func (a *admin) close(ctx context.Context) error {
 		<-done
 		return fmt.Errorf("admin: abandoned running loads: %w", context.Cause(ctx))
 	}
-}
-
-// openAdmin mounts the admin API on the daemon's listener when HEARTH_ADMIN_TOKEN
-// is set, and returns nil (the routes do not exist) when it is not. leading
-// tells whether this instance may write now.
-func openAdmin(srv *server, w *warmer.Warmer, leading func() bool, reg prometheus.Registerer, log zerolog.Logger) *admin {
-	token := os.Getenv(adminTokenEnv)
-	if token == "" {
-		return nil
-	}
-	a := newAdmin(token, w, reg, log)
-	a.leading = leading
-	srv.mux.Handle("/admin/", a)
-	if host, _, err := net.SplitHostPort(srv.Addr()); err == nil {
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			log.Warn().Str("addr", srv.Addr()).Msg("admin API reachable beyond loopback: restrict who can reach http.listen")
-		}
-	}
-	log.Info().Msg("admin API enabled")
-	return a
-}
-
-// leading reports whether this instance holds a valid lease term (always, with
-// leader election disabled): the admin API refreshes only on the leader, whose
-// writes the fence lets through.
-func (l *leadership) leading() bool {
-	if l.lease == nil {
-		return true
-	}
-	l.mu.Lock()
-	t := l.term
-	l.mu.Unlock()
-	return t != nil && t.Valid()
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -75,16 +75,21 @@ type reloadState struct {
 	RestartRequired []string   `json:"restart_required,omitempty"`
 }
 
-// openReloader starts watching; close stops it.
-func openReloader(cfg *config.Config, hup chan os.Signal, w *warmer.Warmer, sched *jobs.Scheduler, reg prometheus.Registerer, log zerolog.Logger) *reloader {
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &reloader{
+// newReloader builds the reloader of cfg's file; open starts watching, close stops it.
+func newReloader(cfg *config.Config, hup chan os.Signal, w *warmer.Warmer, sched *jobs.Scheduler, reg prometheus.Registerer, log zerolog.Logger) *reloader {
+	return &reloader{
 		path: cfg.File, running: cfg, w: w, sched: sched,
 		metrics: newReloadMetrics(reg),
 		log:     log.With().Str("component", "reload").Str("config", cfg.File).Logger(),
-		hup:     hup, cancel: cancel, done: make(chan struct{}),
+		hup:     hup, cancel: func() {}, done: make(chan struct{}),
 		state: reloadState{File: cfg.File, LastReloadOK: true},
 	}
+}
+
+// open remembers the file as it is now and starts watching it and SIGHUP.
+func (r *reloader) open() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
 	// The file was loaded a moment ago; a re-read that fails now means it is
 	// changing under us, which the next event or SIGHUP reports in full.
 	data, err := os.ReadFile(r.path)
@@ -112,7 +117,6 @@ func openReloader(cfg *config.Config, hup chan os.Signal, w *warmer.Warmer, sche
 		r.watcher = watcher
 	}
 	go r.loop(ctx)
-	return r
 }
 
 func (r *reloader) loop(ctx context.Context) {

@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"context"
@@ -48,8 +48,8 @@ keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAdmin("tok", w, prometheus.NewRegistry(), zerolog.Nop())
-	t.Cleanup(func() { _ = a.close(context.Background()) })
+	a := New(Options{Token: "tok", Warmer: w, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	refresh := func() (int, string) {
 		req := httptest.NewRequest("POST", "/admin/refresh?declaration=k", nil)
 		req.Header.Set("Authorization", "Bearer tok")

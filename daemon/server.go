@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -77,9 +77,28 @@ func (s *server) setRole(role string, epoch int64) {
 	s.role.Store(role)
 }
 
-// listen binds the address now, so that a taken port fails start-up.
-func listen(addr string, reg *prometheus.Registry, log zerolog.Logger) (*server, error) {
-	return listenWith(addr, defaultHTTPLimits, reg, log)
+// listen binds the address now, so that a taken port fails start-up;
+// instance names this instance on /healthz.
+func listen(addr, instance string, reg *prometheus.Registry, log zerolog.Logger) (*server, error) {
+	s, err := listenWith(addr, defaultHTTPLimits, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	s.instance = instance
+	return s, nil
+}
+
+// ServeMetrics serves /metrics, /healthz and /readyz (ready at once) on addr
+// until shutdown is called: Hearth's listener without a daemon behind it, for
+// `hearth demo --listen`.
+func ServeMetrics(addr string, reg *prometheus.Registry, log zerolog.Logger) (shutdown func(context.Context) error, err error) {
+	s, err := listen(addr, "", reg, log)
+	if err != nil {
+		return nil, err
+	}
+	s.ready.Store(true)
+	s.serve()
+	return s.shutdown, nil
 }
 
 func listenWith(addr string, lim httpLimits, reg *prometheus.Registry, log zerolog.Logger) (*server, error) {

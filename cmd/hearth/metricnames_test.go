@@ -1,0 +1,111 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hearth-dev/hearth/internal/e2e"
+	"github.com/hearth-dev/hearth/internal/testenv"
+)
+
+var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics.txt from the running binary")
+
+// TestMetricFamiliesUnchanged runs the binary (leader, admin API on, an HTTP
+// source, a single key and a family) and compares the hearth_* metric families
+// it exports, with their types, to testdata/metrics.txt, written from the binary
+// before the daemon moved to its own package: metric names are an external
+// contract (dashboards, alert rules). A deliberate change reruns the test with
+// -update-metrics.
+func TestMetricFamiliesUnchanged(t *testing.T) {
+	rd := testenv.Redis(t)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "v"+r.URL.Path)
+	}))
+	defer upstream.Close()
+	listen := e2e.FreeAddr(t)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+redis: {addrs: [%q], namespace: %q}
+http: {listen: %q}
+leader: {lease: 2s}
+sources: [{name: api, type: http, base_url: %q, timeout: 1s}]
+keys:
+  - {name: page, key: "%spage", source: api, ttl: 1h, path: /p}
+  - {name: item, key: "%sitem:{id}", source: api, ttl: 1h, members: [a, b], path: "/i/{id}"}
+`, rd.Addr, e2e.Namespace(t, rd.Client), listen, upstream.URL, rd.Prefix, rd.Prefix)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := e2e.Start(t, []string{"run", "--config", path}, "HEARTH_ADMIN_TOKEN=tok")
+	e2e.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 20*time.Second)
+
+	golden := filepath.Join("testdata", "metrics.txt")
+	if *updateMetrics {
+		time.Sleep(3 * time.Second) // a few lease renewals: every family has a series
+		if err := os.WriteFile(golden, []byte(strings.Join(families(t, "http://"+listen+"/metrics"), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	data, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var got []string
+	ok := func() bool {
+		got = families(t, "http://"+listen+"/metrics")
+		return slices.Equal(got, want)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !slices.Equal(got, want) {
+		var missing, extra []string
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				missing = append(missing, w)
+			}
+		}
+		for _, g := range got {
+			if !slices.Contains(want, g) {
+				extra = append(extra, g)
+			}
+		}
+		t.Errorf("metric families changed: missing %v, new %v\n%s", missing, extra, p.Output())
+	}
+}
+
+// families are the "# TYPE hearth_… type" lines of a scrape, sorted.
+func families(t *testing.T, url string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "# TYPE "); ok && strings.HasPrefix(rest, "hearth_") {
+			out = append(out, rest)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

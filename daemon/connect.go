@@ -1,0 +1,151 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/redact"
+	httpsrc "github.com/hearth-dev/hearth/sources/http"
+	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// ConnectTimeout bounds each start-up check of Redis and the sources.
+const ConnectTimeout = 5 * time.Second
+
+// NewRedis builds a UniversalClient: single node, Sentinel (master_name) or Cluster
+// (several addresses).
+func NewRedis(c config.Redis) redis.UniversalClient {
+	opts := &redis.UniversalOptions{
+		Addrs:        c.Addrs,
+		Username:     c.Username,
+		Password:     c.Password,
+		DB:           c.DB,
+		MasterName:   c.MasterName,
+		PoolSize:     c.PoolSize,
+		DialTimeout:  c.DialTimeout,
+		ReadTimeout:  c.ReadTimeout,
+		WriteTimeout: c.WriteTimeout,
+		// Deadlines of the caller's context bound commands too: a lease
+		// renewal must not outlive its renew deadline.
+		ContextTimeoutEnabled: true,
+	}
+	if c.TLS {
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return redis.NewUniversalClient(opts)
+}
+
+// pingRedis fails with a message naming the addresses and the cause, never the password.
+func pingRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis) error {
+	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s unreachable: %w", strings.Join(c.Addrs, ","), redact.Secrets(err, c.Password))
+	}
+	return nil
+}
+
+// closer is a source that holds connections.
+type closer interface{ Close() }
+
+// Sources are the configured origins, open and checked: each behind its origin
+// protection (warmer.Guard) for loads; the postgres ones are also kept as
+// themselves, for the access log, which reads through their pool and not
+// through the protection.
+type Sources struct {
+	// Guarded are the sources by name, as the warmer loads from them.
+	Guarded  map[string]warmer.Source
+	postgres map[string]*postgres.Source
+	closers  []closer
+}
+
+// Close closes every source's connections.
+func (s *Sources) Close() {
+	for _, c := range s.closers {
+		c.Close()
+	}
+}
+
+// OpenSources builds every configured source, checks that each answers, and
+// puts each behind its origin protection (warmer.Guard), whose metrics go to reg.
+func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (*Sources, error) {
+	guards := warmer.NewGuardMetrics(reg)
+	httpMetrics := httpsrc.NewMetrics(reg)
+	out := &Sources{Guarded: make(map[string]warmer.Source, len(cfg.Sources)), postgres: map[string]*postgres.Source{}}
+	for _, sc := range cfg.Sources {
+		var (
+			src warmer.Source
+			err error
+		)
+		switch sc.Type {
+		case "postgres":
+			var s *postgres.Source
+			s, err = postgres.New(postgres.Config{Name: sc.Name, DSN: sc.DSN, MaxConns: sc.MaxConns, StatementTimeout: sc.StatementTimeout, Log: log})
+			if err == nil {
+				out.closers = append(out.closers, s)
+				out.postgres[sc.Name] = s
+				src = s
+			}
+		case "http":
+			var s *httpsrc.Source
+			s, err = httpsrc.New(httpsrc.Config{Name: sc.Name, BaseURL: sc.BaseURL, Headers: sc.Headers, Timeout: sc.Timeout,
+				Concurrency: sc.Concurrency, MaxBodyBytes: sc.MaxBodyBytes, HealthPath: sc.HealthPath,
+				Redirects: sc.Redirects, Metrics: httpMetrics, Log: log})
+			if err == nil {
+				out.closers = append(out.closers, s)
+				src = s
+			}
+		default:
+			err = errors.New("unknown type " + sc.Type)
+		}
+		if err != nil {
+			out.Close()
+			return nil, fmt.Errorf("source %s: %w", sc.Name, err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+		err = src.Ping(pctx)
+		cancel()
+		if err != nil {
+			out.Close()
+			return nil, fmt.Errorf("source %s unreachable: %w", sc.Name, err)
+		}
+		out.Guarded[sc.Name] = warmer.Guard(src, sc.Guard(guards, log))
+	}
+	return out, nil
+}
+
+// RedisURL returns the Redis a URL names (`hearth prewarm --redis`), or the
+// config's if the URL is empty, and a name for it that holds no password.
+func RedisURL(c config.Redis, rawURL string) (redis.UniversalClient, string, error) {
+	if rawURL == "" {
+		return NewRedis(c), strings.Join(c.Addrs, ",") + fmt.Sprintf(" db %d", c.DB), nil
+	}
+	opts, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("--redis: %w", redact.URLError(err, rawURL))
+	}
+	if opts.DialTimeout == 0 { // not in the URL: take the config's
+		opts.DialTimeout = c.DialTimeout
+	}
+	return redis.NewClient(opts), redact.URL(rawURL), nil
+}
+
+// PingRedis checks that rdb answers, naming it target in the error.
+func PingRedis(ctx context.Context, rdb redis.UniversalClient, target string) error {
+	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s unreachable: %w", target, err)
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+// Package daemon is `hearth run` as a library: it wires config → Redis →
+// sources → leadership → warmer → pre-warm → HTTP → jobs → reload, runs until
+// its context ends, and undoes everything it set up in reverse order. The
+// command line (cmd/hearth) only maps flags to Options and errors to exit codes.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// Options are what the command line gives the daemon besides its config.
+type Options struct {
+	// Logger receives every log line; the zero value logs nothing.
+	Logger zerolog.Logger
+	// Version is logged at start-up.
+	Version string
+}
+
+// Daemon is one `hearth run`.
+type Daemon struct {
+	cfg  *config.Config
+	opts Options
+	log  zerolog.Logger
+}
+
+// New checks that the daemon can be built from cfg; Run connects and runs it.
+func New(cfg *config.Config, opts Options) (*Daemon, error) {
+	if cfg == nil {
+		return nil, errors.New("daemon: no config")
+	}
+	return &Daemon{cfg: cfg, opts: opts, log: opts.Logger}, nil
+}
+
+// cleanups is a LIFO stack of what setup must undo: pushed as each piece is
+// set up, run in reverse on any return, so that a setup error half way closes
+// exactly what was opened.
+type cleanups struct {
+	steps []func(context.Context) error
+}
+
+func (c *cleanups) push(f func(context.Context) error) { c.steps = append(c.steps, f) }
+
+// run runs every step, last pushed first, and joins their errors.
+func (c *cleanups) run(ctx context.Context) error {
+	var errs []error
+	for i := len(c.steps) - 1; i >= 0; i-- {
+		if err := c.steps[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.steps = nil
+	return errors.Join(errs...)
+}
+
+// Run connects to Redis and every source (failing fast), campaigns (the
+// leader loads, pre-warms and reports ready, then its jobs run), reloads the
+// config on SIGHUP or a file change, and waits for ctx to end. Then it drains
+// in-flight writes within refresh.shutdown_timeout (a second SIGTERM/SIGINT
+// aborts), releases the lease after the last write and closes the rest in
+// reverse order. A listener that fails mid-run ends Run with its error.
+func (d *Daemon) Run(ctx context.Context) (err error) {
+	cfg, log := d.cfg, d.log
+	// A failed HTTP listener ends the run as a signal does, then Run fails.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	log.Info().Str("version", d.opts.Version).Str("config", cfg.File).Int("declarations", len(cfg.Keys)).Msg("starting")
+
+	// The drain context outlives the first signal: a second one aborts.
+	runCtx, abort := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer abort(nil)
+	var undo cleanups
+	// Cleanup runs on every return; on a setup error it is bounded by the
+	// shutdown timeout too, not by the ctx that may have ended.
+	defer func() {
+		dctx, cancel := context.WithTimeout(runCtx, cfg.Refresh.ShutdownTimeout)
+		defer cancel()
+		if cerr := undo.run(dctx); cerr != nil && err == nil {
+			log.Warn().Err(cerr).Msg("shutdown incomplete")
+		}
+	}()
+
+	// The watchers below live through the drain (a second signal aborts it)
+	// and are the last to stop: this step is pushed first.
+	quit := make(chan struct{})
+	var watchers sync.WaitGroup
+	undo.push(func(context.Context) error { close(quit); watchers.Wait(); return nil })
+
+	hup := notifyHUP()
+	undo.push(func(context.Context) error { signal.Stop(hup); return nil })
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rdb := NewRedis(cfg.Redis)
+	undo.push(func(context.Context) error { _ = rdb.Close(); return nil })
+	if err := pingRedis(ctx, rdb, cfg.Redis); err != nil {
+		return err
+	}
+	sources, err := OpenSources(ctx, cfg, reg, log)
+	if err != nil {
+		return err
+	}
+	undo.push(func(context.Context) error { sources.Close(); return nil })
+
+	lead, err := newLeadership(cfg, rdb, reg, log)
+	if err != nil {
+		return err
+	}
+	undo.push(lead.close)
+	specs := cfg.Specs()
+	w, err := warmer.New(warmer.Options{
+		Store: lead.store, Gate: lead.gate, Sources: sources.Guarded, Specs: specs,
+		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.leading, reg, log)
+	if err != nil {
+		return err
+	}
+	srv, err := listen(cfg.HTTP.Listen, lead.instance(), reg, log)
+	if err != nil {
+		return err
+	}
+	srv.serve()
+	undo.push(func(ctx context.Context) error {
+		if err := srv.shutdown(ctx); err != nil {
+			return fmt.Errorf("close http: %w", err)
+		}
+		return nil
+	})
+	// After the last write (the steps pushed below run first): a standby takes over at once.
+	undo.push(func(ctx context.Context) error {
+		if err := lead.release(ctx); err != nil {
+			return fmt.Errorf("release lease: %w", err)
+		}
+		return nil
+	})
+	adm := openAdmin(srv, w, lead.leading, pw.startAdmin, reg, log)
+	undo.push(adm.Close)
+	watchers.Go(func() {
+		select {
+		case <-srv.failed():
+			if err := srv.failure(); err != nil {
+				log.Error().Err(err).Msg("http server failed: probes and metrics are gone; shutting down")
+				stop(err)
+			}
+		case <-ctx.Done():
+		case <-quit:
+		}
+	})
+	watchers.Go(func() {
+		select {
+		case <-ctx.Done():
+		case <-quit:
+			return
+		}
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(sig)
+		select {
+		case <-sig:
+			log.Warn().Msg("second signal: aborting")
+			abort(errors.New("aborted by a second signal"))
+		case <-runCtx.Done():
+		case <-quit:
+		}
+	})
+
+	// Campaign; as leader: start-up load and pre-warm (or takeover catch-up), ready, jobs.
+	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Elector: lead.elector, Logger: log})
+	if err != nil {
+		return err
+	}
+	undo.push(func(ctx context.Context) error {
+		if err := sched.Close(ctx); err != nil {
+			return fmt.Errorf("close scheduler: %w", err)
+		}
+		return nil
+	})
+	if err := pw.open(ctx); err != nil {
+		return err
+	}
+	undo.push(func(ctx context.Context) error { pw.close(ctx); return nil })
+	rl := newReloader(cfg, hup, w, sched, reg, log)
+	rl.open()
+	adm.Attach(sched, rl.status)
+	// The campaign's goroutine is waited for before anything it uses closes.
+	lead.start(ctx, w, sched, srv, pw.startup)
+	undo.push(func(context.Context) error { lead.wait(); return nil })
+	undo.push(func(context.Context) error { rl.close(); return nil })
+
+	<-ctx.Done()
+	log.Info().Dur("deadline", cfg.Refresh.ShutdownTimeout).Msg("shutting down: draining in-flight writes")
+	srv.ready.Store(false)
+	dctx, cancel := context.WithTimeout(runCtx, cfg.Refresh.ShutdownTimeout)
+	defer cancel()
+	cerr := undo.run(dctx)
+	if cause := context.Cause(runCtx); cause != nil {
+		return cause
+	}
+	if err := srv.failure(); err != nil {
+		return err
+	}
+	if cerr != nil {
+		log.Warn().Err(cerr).Msg("shutdown incomplete")
+	}
+	log.Info().Msg("stopped")
+	return nil
+}

@@ -1,0 +1,205 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/accesslog"
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// AccessLog returns the access log of access_log.source, nil when none is
+// configured; it reads through the source's own pool, not its protection.
+func AccessLog(cfg *config.Config, sources *Sources) (*accesslog.Log, error) {
+	name := cfg.AccessLog.Source
+	if name == "" {
+		return nil, nil
+	}
+	pg, ok := sources.postgres[name]
+	if !ok {
+		return nil, fmt.Errorf("access_log.source: %q is not an open postgres source", name)
+	}
+	return accesslog.New(pg.Pool()).UseRanking(cfg.AccessLog.RankMaxAge()), nil
+}
+
+// PrewarmOptions turns the config into pre-warm options; the daemon, `hearth
+// prewarm` and the admin endpoint all pre-warm with them.
+func PrewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) warmer.PrewarmOptions {
+	po := warmer.PrewarmOptions{
+		TopN: cfg.Prewarm.TopN, Window: cfg.Prewarm.Window,
+		Concurrency: cfg.Prewarm.Concurrency, Rate: cfg.Prewarm.Rate, Reason: reason,
+	}
+	if al != nil { // a nil *Log in the interface would not be nil
+		po.AccessLog = al
+	}
+	return po
+}
+
+// daemonPrewarm is the daemon's side of pre-warming: the start-up pre-warm a
+// new leader runs before it reports ready, the access-log roll-up and ranking,
+// and the watch that re-warms when Redis loses its data. The last two run only
+// while leading is true.
+type daemonPrewarm struct {
+	cfg      *config.Config
+	w        *warmer.Warmer
+	po       warmer.PrewarmOptions
+	roller   *accesslog.Roller // nil without an access log, or with roll-up and ranking off
+	rewarmer *warmer.Rewarmer  // nil when prewarm.rewarm_check is 0
+	log      zerolog.Logger
+}
+
+func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
+	rdb redis.UniversalClient, leading func() bool, reg prometheus.Registerer, log zerolog.Logger) (*daemonPrewarm, error) {
+	al, err := AccessLog(cfg, sources)
+	if err != nil {
+		return nil, err
+	}
+	p := &daemonPrewarm{cfg: cfg, w: w, po: PrewarmOptions(cfg, al, "startup"), log: log}
+	if a := cfg.AccessLog; al != nil && (a.RollupInterval > 0 || a.RankInterval > 0) {
+		p.roller, err = accesslog.NewRoller(accesslog.RollerOptions{
+			Log: al, Client: rdb, Namespace: cfg.Redis.Namespace, Bucket: a.Bucket,
+			Interval: a.RollupInterval, Lookback: cfg.Prewarm.Window, Retention: a.Retention,
+			RankInterval: a.RankInterval, RankTopN: cfg.Prewarm.TopN,
+			Gate: leading, Registerer: reg, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Prewarm.RewarmCheck > 0 {
+		p.rewarmer, err = warmer.NewRewarmer(warmer.RewarmOptions{
+			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck, Gate: leading,
+			Warmer: w, Prewarm: p.po, Registerer: reg, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// startup is the pre-warm of a new leader, after its start-up load and before
+// it reports ready: roll up what Redis still holds of the access log, so that
+// the newest closed buckets count, then pre-warm. Errors are logged and counted;
+// readiness does not wait for an access log that cannot be read.
+func (p *daemonPrewarm) startup(ctx context.Context) {
+	if p.roller != nil && p.cfg.AccessLog.RollupInterval > 0 {
+		if res, err := p.roller.RollupOnce(ctx); err != nil {
+			p.log.Warn().Err(err).Msg("start-up access-log roll-up incomplete")
+		} else if res.Buckets > 0 {
+			p.log.Info().Int("buckets", res.Buckets).Int("rows", res.Rows).Msg("access log rolled up")
+		}
+	}
+	if p.cfg.Prewarm.Enabled && ctx.Err() == nil {
+		_, _ = p.w.Prewarm(ctx, p.po)
+	}
+	// Redis is warm: from here on, a loss is re-warmed.
+	if p.rewarmer != nil && ctx.Err() == nil {
+		if err := p.rewarmer.Mark(ctx); err != nil {
+			p.log.Warn().Err(err).Msg("re-warm watch not armed; the next check arms it")
+		}
+	}
+}
+
+// options are the pre-warm options of this daemon, for a run started for the
+// given reason, e.g. by the admin API: w.StartPrewarm(ctx, p.options("admin")).
+func (p *daemonPrewarm) options(reason string) warmer.PrewarmOptions {
+	po := p.po
+	po.Reason = reason
+	return po
+}
+
+// open starts the roll-up loop and the re-warm watch; they act only while leading.
+func (p *daemonPrewarm) open(ctx context.Context) error {
+	if p.roller != nil {
+		if err := p.roller.Open(ctx); err != nil {
+			return err
+		}
+	}
+	if p.rewarmer != nil {
+		if err := p.rewarmer.Open(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *daemonPrewarm) close(ctx context.Context) {
+	if p.rewarmer != nil {
+		if err := p.rewarmer.Close(ctx); err != nil {
+			p.log.Warn().Err(err).Msg("close rewarmer")
+		}
+	}
+	if p.roller != nil {
+		if err := p.roller.Close(ctx); err != nil {
+			p.log.Warn().Err(err).Msg("close access-log roller")
+		}
+	}
+}
+
+// startAdmin is the pre-warm engine as the admin API sees it: POST
+// /admin/prewarm runs the daemon's pre-warm into its own Redis (through the
+// leader's fence), unless one runs; GET /admin/prewarm reads the warmer's
+// pre-warm state, the same one the start-up pre-warm and re-warms update.
+func (p *daemonPrewarm) startAdmin(ctx context.Context) (<-chan warmer.PrewarmReport, error) {
+	return p.w.StartPrewarm(ctx, p.options("admin"))
+}
+
+// Prewarm is `hearth prewarm`'s engine: the config's sources, opened and
+// protected as the daemon opens them, an unfenced warmer writing into a given
+// Redis, and the access log, for one pre-warm with the daemon's options.
+type Prewarm struct {
+	w       *warmer.Warmer
+	al      *accesslog.Log
+	po      warmer.PrewarmOptions
+	sources *Sources
+}
+
+// OpenPrewarm connects to every source of cfg (failing fast) and builds the
+// warmer that pre-warms rdb; Close closes the sources.
+func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, log zerolog.Logger) (*Prewarm, error) {
+	sources, err := OpenSources(ctx, cfg, prometheus.NewRegistry(), log)
+	if err != nil {
+		return nil, err
+	}
+	w, err := warmer.New(warmer.Options{
+		Store: &warmer.RedisStore{Client: rdb}, Sources: sources.Guarded, Specs: cfg.Specs(),
+		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: prometheus.NewRegistry(), Logger: log,
+	})
+	if err != nil {
+		sources.Close()
+		return nil, err
+	}
+	al, err := AccessLog(cfg, sources)
+	if err != nil {
+		sources.Close()
+		return nil, err
+	}
+	return &Prewarm{w: w, al: al, po: PrewarmOptions(cfg, al, "cli"), sources: sources}, nil
+}
+
+// Options are the pre-warm options Run uses.
+func (p *Prewarm) Options() warmer.PrewarmOptions { return p.po }
+
+// Run pre-warms once; progress (if not nil) follows it.
+func (p *Prewarm) Run(ctx context.Context, progress func(warmer.PrewarmProgress)) (warmer.PrewarmReport, error) {
+	po := p.po
+	po.Progress = progress
+	return p.w.Prewarm(ctx, po)
+}
+
+// Ranking describes the access-log ranking the last run read ("" without an access log).
+func (p *Prewarm) Ranking() string {
+	if p.al == nil {
+		return ""
+	}
+	return p.al.LastRanking()
+}
+
+// Close closes the sources.
+func (p *Prewarm) Close() { p.sources.Close() }
