@@ -119,6 +119,19 @@ var contenders = []contender{
 		return get, func() float64 { return gathered(reg, "hearth_readside_misses_total") },
 			func() { _ = c.Close(context.Background()) }
 	}},
+	{"readside+local", func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
+		reg := prometheus.NewRegistry()
+		c, err := readside.New(readside.Options{Client: rdb, Namespace: "bench", TTL: ttl, AccessSample: 10, Registerer: reg,
+			Local: readside.LocalOptions{Size: 1000, TTL: time.Second}})
+		if err != nil {
+			panic(err)
+		}
+		get := func(ctx context.Context, i int) ([]byte, error) {
+			return c.GetOrLoad(ctx, key(i), func(ctx context.Context) ([]byte, error) { return o.load(ctx, i) })
+		}
+		return get, func() float64 { return gathered(reg, "hearth_readside_misses_total") },
+			func() { _ = c.Close(context.Background()) }
+	}},
 	{"go-redis/cache Once", func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
 		c := gocache.New(&gocache.Options{Redis: rdb, StatsEnabled: true})
 		get := func(ctx context.Context, i int) ([]byte, error) {
