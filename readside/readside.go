@@ -9,11 +9,12 @@
 // double-check after acquiring and a bounded wait for the holder's value (one
 // load per key per fleet), XFetch probabilistic early refresh in the
 // background while the current value is served, and a stale copy served when
-// the loader fails. The keys it uses beside the application's and their
+// the loader fails; optionally, a bounded in-process near cache (Options.Local)
+// in front of Redis. The keys it uses beside the application's and their
 // formats are a protocol other languages can follow: docs/readside.md.
 //
-// It depends on go-redis, golang.org/x/sync and the Prometheus client only,
-// never on the daemon's packages.
+// It depends on go-redis, golang.org/x/sync, hashicorp/golang-lru and the
+// Prometheus client only, never on the daemon's packages.
 package readside
 
 import (
