@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // metrics are the read side's, all hearth_readside_*, with bounded labels.
 type metrics struct {
 	hits        *prometheus.CounterVec
+	localHits   *prometheus.CounterVec
 	misses      prometheus.Counter
 	coalesced   prometheus.Counter
 	lockWait    *prometheus.HistogramVec
@@ -23,6 +24,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_hits_total",
 			Help: "Reads answered from Redis, by kind: value or negative (the not-found sentinel).",
+		}, []string{"kind"}),
+		localHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_local_hits_total",
+			Help: "Reads answered from the in-process near cache without a Redis round trip, by kind: value or negative.",
 		}, []string{"kind"}),
 		misses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_readside_misses_total",
@@ -73,6 +78,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, k := range []string{"value", "negative"} {
 		m.hits.WithLabelValues(k)
+		m.localHits.WithLabelValues(k)
 	}
 	for _, r := range []string{"value", "acquired", "timeout"} {
 		m.lockWait.WithLabelValues(r)
@@ -84,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.loads.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.hits, m.misses, m.coalesced, m.lockWait, m.early, m.fallbacks,
+		reg.MustRegister(m.hits, m.localHits, m.misses, m.coalesced, m.lockWait, m.early, m.fallbacks,
 			m.stale, m.loads, m.loadSeconds, m.foreign, m.redisErrors, m.accesses)
 	}
 	return m

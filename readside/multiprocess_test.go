@@ -32,8 +32,11 @@ const (
 
 // helperReport is what a stampede helper prints when it is done.
 type helperReport struct {
-	Fallbacks, Coalesced, LockWaits, Loads, Misses float64
+	Fallbacks, Coalesced, LockWaits, Loads, Misses, LocalHits float64
 }
+
+// helperLocalTTL is the near cache's Local.TTL in the "stampede-local" helper.
+const helperLocalTTL = 200 * time.Millisecond
 
 // runHelper is the body of a re-executed test binary: a separate OS process
 // with its own Cache, single-flight and connections.
@@ -45,8 +48,12 @@ func runHelper(kind string) error {
 	reg := prometheus.NewRegistry()
 	o := origin{rdb: rdb, hash: prefix + "origin", delay: 50 * time.Millisecond}
 	switch kind {
-	case "stampede":
-		c, err := readside.New(readside.Options{Client: rdb, Namespace: prefix + "ns", TTL: time.Minute, Registerer: reg})
+	case "stampede", "stampede-local":
+		opts := readside.Options{Client: rdb, Namespace: prefix + "ns", TTL: time.Minute, Registerer: reg}
+		if kind == "stampede-local" {
+			opts.Local = readside.LocalOptions{Size: 1000, TTL: helperLocalTTL}
+		}
+		c, err := readside.New(opts)
 		if err != nil {
 			return err
 		}
@@ -95,6 +102,7 @@ func runHelper(kind string) error {
 			LockWaits: metric(t, reg, "hearth_readside_lock_wait_seconds"),
 			Loads:     metric(t, reg, "hearth_readside_loads_total"),
 			Misses:    metric(t, reg, "hearth_readside_misses_total"),
+			LocalHits: metric(t, reg, "hearth_readside_local_hits_total"),
 		}
 		return json.NewEncoder(os.Stdout).Encode(rep)
 	case "holder":
@@ -131,13 +139,20 @@ func startHelper(t *testing.T, kind, addr, prefix string) (*exec.Cmd, *strings.B
 // TestStampedeAcrossProcesses: 4 OS processes × 50 goroutines read the same
 // 100 cold keys (loader 50 ms); after each expiry the origin sees exactly one
 // load per key, across all processes, and no fill falls back.
-func TestStampedeAcrossProcesses(t *testing.T) {
+func TestStampedeAcrossProcesses(t *testing.T) { stampede(t, "stampede") }
+
+// TestStampedeAcrossProcessesLocal: the same with each process's near cache
+// on (Local.TTL 200 ms): still exactly one load per key per expiry, and
+// most reads are answered from memory.
+func TestStampedeAcrossProcessesLocal(t *testing.T) { stampede(t, "stampede-local") }
+
+func stampede(t *testing.T, kind string) {
 	env := testenv.Redis(t)
 	ctx := context.Background()
 	var cmds []*exec.Cmd
 	var outs []*strings.Builder
 	for range procs {
-		cmd, out := startHelper(t, "stampede", env.Addr, env.Prefix)
+		cmd, out := startHelper(t, kind, env.Addr, env.Prefix)
 		cmds, outs = append(cmds, cmd), append(outs, out)
 	}
 	o := origin{rdb: env.Client, hash: env.Prefix + "origin"}
@@ -167,6 +182,11 @@ func TestStampedeAcrossProcesses(t *testing.T) {
 			n, _ := env.Client.Exists(ctx, env.Prefix+"k:0", env.Prefix+"k:99").Result()
 			return n == 0
 		})
+		if kind == "stampede-local" {
+			// PEXPIRE is a write by someone else: the near caches see it
+			// within Local.TTL (their staleness bound), a real expiry at once.
+			time.Sleep(2 * helperLocalTTL)
+		}
 	}
 	var sum helperReport
 	for i, cmd := range cmds {
@@ -182,6 +202,7 @@ func TestStampedeAcrossProcesses(t *testing.T) {
 		sum.LockWaits += rep.LockWaits
 		sum.Loads += rep.Loads
 		sum.Misses += rep.Misses
+		sum.LocalHits += rep.LocalHits
 	}
 	t.Logf("across %d processes: %+v", procs, sum)
 	if got, want := sum.Loads, float64(nKeys*rounds); got != want {
@@ -189,6 +210,9 @@ func TestStampedeAcrossProcesses(t *testing.T) {
 	}
 	if sum.Fallbacks != 0 {
 		t.Errorf("fallbacks: %v, want 0", sum.Fallbacks)
+	}
+	if kind == "stampede-local" && sum.LocalHits == 0 {
+		t.Error("no local hits with the near cache on")
 	}
 	if sum.Coalesced == 0 || sum.LockWaits == 0 {
 		t.Errorf("no coalesced waits (%v) or no lock waits (%v): the stampede did not happen", sum.Coalesced, sum.LockWaits)

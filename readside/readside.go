@@ -9,11 +9,12 @@
 // double-check after acquiring and a bounded wait for the holder's value (one
 // load per key per fleet), XFetch probabilistic early refresh in the
 // background while the current value is served, and a stale copy served when
-// the loader fails. The keys it uses beside the application's and their
+// the loader fails; optionally, a bounded in-process near cache (Options.Local)
+// in front of Redis. The keys it uses beside the application's and their
 // formats are a protocol other languages can follow: docs/readside.md.
 //
-// It depends on go-redis, golang.org/x/sync and the Prometheus client only,
-// never on the daemon's packages.
+// It depends on go-redis, golang.org/x/sync, hashicorp/golang-lru and the
+// Prometheus client only, never on the daemon's packages.
 package readside
 
 import (
@@ -118,6 +119,9 @@ type Options struct {
 	AccessBucket time.Duration
 	// AccessFlush is how often recorded reads are sent (default 1s).
 	AccessFlush time.Duration
+	// Local is the optional in-process near cache (off by default: it
+	// trades up to Local.TTL of staleness for reads served from memory).
+	Local LocalOptions
 	// Registerer receives the metrics; nil registers them nowhere.
 	Registerer prometheus.Registerer
 	// Logger receives warnings (default: discarded).
@@ -164,7 +168,8 @@ type Cache struct {
 	closed     bool
 	wg         sync.WaitGroup
 
-	acc *recorder
+	acc  *recorder
+	near *near
 }
 
 // New validates opts, fills in the defaults and starts the access recorder.
@@ -236,11 +241,18 @@ func New(opts Options) (*Cache, error) {
 	if o.Rand == nil {
 		o.Rand = rand.Float64
 	}
+	nr, err := newNear(o.Local)
+	if err != nil {
+		return nil, err
+	}
+	if nr != nil {
+		o.Local.TTL = nr.ttl
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{o: o, rdb: o.Client, m: newMetrics(o.Registerer), log: log, refreshing: map[string]bool{}}
+	c := &Cache{o: o, rdb: o.Client, m: newMetrics(o.Registerer), log: log, refreshing: map[string]bool{}, near: nr}
 	if o.AccessSample > 0 {
 		c.acc = newRecorder(c)
 		c.wg.Add(1)
@@ -299,6 +311,9 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader, opts ...
 	if c.acc != nil {
 		c.acc.record(key)
 	}
+	if v, ok, err := c.local(key, load, co); ok {
+		return v, err
+	}
 	e, err := c.read(ctx, key)
 	if err == nil && e.found {
 		v, err := c.answer(e)
@@ -327,8 +342,10 @@ func (c *Cache) answer(e entry) ([]byte, error) {
 	return e.value, nil
 }
 
-// read gets the value, its PTTL and its δ in one round trip (one slot).
+// read gets the value, its PTTL and its δ in one round trip (one slot),
+// and keeps a copy in the near cache.
 func (c *Cache) read(ctx context.Context, key string) (entry, error) {
+	t0 := c.o.Now()
 	pipe := c.rdb.Pipeline()
 	get := pipe.Get(ctx, key)
 	ttl := pipe.PTTL(ctx, key)
@@ -355,6 +372,7 @@ func (c *Cache) read(ctx context.Context, key string) (entry, error) {
 			e.delta = time.Duration(ms) * time.Millisecond
 		}
 	}
+	c.remember(key, e.value, e.remaining, e.delta, t0)
 	return e, nil
 }
 
@@ -521,7 +539,10 @@ func (c *Cache) loadAndStore(ctx context.Context, key string, load Loader, co ca
 	switch {
 	case errors.Is(err, ErrNotFound):
 		c.m.loads.WithLabelValues("not_found").Inc()
-		c.store(ctx, key, []byte(c.o.NegativeValue), c.jitter(c.o.NegativeTTL), 0, -1, token)
+		t, ttl := c.o.Now(), c.jitter(c.o.NegativeTTL)
+		if c.store(ctx, key, []byte(c.o.NegativeValue), ttl, 0, -1, token) {
+			c.remember(key, []byte(c.o.NegativeValue), ttl, 0, t)
+		}
 		return nil, ErrNotFound
 	case err != nil:
 		if errors.Is(err, ErrPanic) {
@@ -547,7 +568,10 @@ func (c *Cache) loadAndStore(ctx context.Context, key string, load Loader, co ca
 	if co.staleFor > 0 {
 		staleTTL = ttl + co.staleFor
 	}
-	c.store(ctx, key, v, ttl, max(delta, time.Millisecond), staleTTL, token)
+	t := c.o.Now()
+	if c.store(ctx, key, v, ttl, max(delta, time.Millisecond), staleTTL, token) {
+		c.remember(key, v, ttl, max(delta, time.Millisecond), t)
+	}
 	return v, nil
 }
 
@@ -586,7 +610,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `)
 
-func (c *Cache) store(ctx context.Context, key string, v []byte, ttl, delta, staleTTL time.Duration, token string) {
+// store reports whether the write succeeded.
+func (c *Cache) store(ctx context.Context, key string, v []byte, ttl, delta, staleTTL time.Duration, token string) bool {
 	d := ""
 	if delta > 0 {
 		d = strconv.FormatInt(delta.Milliseconds(), 10)
@@ -604,7 +629,9 @@ func (c *Cache) store(ctx context.Context, key string, v []byte, ttl, delta, sta
 	if err := storeScript.Run(ctx, c.rdb, keys, v, ttl.Milliseconds(), d, st, token).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		c.m.redisErrors.WithLabelValues("store").Inc()
 		c.log.Warn("readside: write failed; the value is returned unstored", "key", key, "err", err)
+		return false
 	}
+	return true
 }
 
 func (c *Cache) release(ctx context.Context, lock, token string) {

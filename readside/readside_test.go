@@ -341,12 +341,22 @@ func TestXFetchDistribution(t *testing.T) {
 
 // TestXFetchRefreshesBeforeExpiry: readers of a key with a short TTL keep
 // finding it: it is refreshed in the background before it expires.
-func TestXFetchRefreshesBeforeExpiry(t *testing.T) {
+func TestXFetchRefreshesBeforeExpiry(t *testing.T) { xfetchBeforeExpiry(t, readside.LocalOptions{}) }
+
+// TestXFetchRefreshesBeforeExpiryLocal: the same with a near cache whose
+// Local.TTL (1 h) never ends a copy before its Redis expiry: almost every
+// read is a local hit, and the refreshes that pre-empt each expiry are
+// decided on those local hits.
+func TestXFetchRefreshesBeforeExpiryLocal(t *testing.T) {
+	xfetchBeforeExpiry(t, readside.LocalOptions{Size: 10, TTL: time.Hour})
+}
+
+func xfetchBeforeExpiry(t *testing.T, local readside.LocalOptions) {
 	env := testenv.Redis(t)
 	ctx := context.Background()
 	key := env.Prefix + "live"
 	reg := prometheus.NewRegistry()
-	c := newCache(t, env.Client, reg, readside.Options{Namespace: env.Prefix + "ns", TTL: 1500 * time.Millisecond, Beta: 3, Jitter: -1})
+	c := newCache(t, env.Client, reg, readside.Options{Namespace: env.Prefix + "ns", TTL: 1500 * time.Millisecond, Beta: 3, Jitter: -1, Local: local})
 	o := origin{rdb: env.Client, hash: env.Prefix + "origin", delay: 100 * time.Millisecond}
 	deadline := time.Now().Add(4 * time.Second)
 	for time.Now().Before(deadline) {
@@ -360,6 +370,13 @@ func TestXFetchRefreshesBeforeExpiry(t *testing.T) {
 	}
 	if got := metric(t, reg, "hearth_readside_misses_total"); got != 1 {
 		t.Errorf("misses: %v, want 1 (the first read): every expiry was pre-empted", got)
+	}
+	if local.Size > 0 {
+		lh, rh := metric(t, reg, "hearth_readside_local_hits_total"), metric(t, reg, "hearth_readside_hits_total")
+		t.Logf("local hits %v, Redis hits %v", lh, rh)
+		if lh < 10*rh {
+			t.Errorf("local hits %v, Redis hits %v: want most reads from memory", lh, rh)
+		}
 	}
 }
 
@@ -456,6 +473,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{Client: rdb, TTL: -time.Second},
 		{Client: rdb, AccessBucket: 1500 * time.Millisecond},
 		{Client: rdb, Fallback: 9},
+		{Client: rdb, Local: readside.LocalOptions{Size: -1}},
+		{Client: rdb, Local: readside.LocalOptions{Size: 10, TTL: -time.Second}},
 	} {
 		if _, err := readside.New(o); err == nil {
 			t.Errorf("%+v accepted", o)

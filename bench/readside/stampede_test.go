@@ -107,18 +107,12 @@ type contender struct {
 func key(i int) string { return "bench:key:" + strconv.Itoa(i) }
 
 var contenders = []contender{
-	{"readside", func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
-		reg := prometheus.NewRegistry()
-		c, err := readside.New(readside.Options{Client: rdb, Namespace: "bench", TTL: ttl, AccessSample: 10, Registerer: reg})
-		if err != nil {
-			panic(err)
-		}
-		get := func(ctx context.Context, i int) ([]byte, error) {
-			return c.GetOrLoad(ctx, key(i), func(ctx context.Context) ([]byte, error) { return o.load(ctx, i) })
-		}
-		return get, func() float64 { return gathered(reg, "hearth_readside_misses_total") },
-			func() { _ = c.Close(context.Background()) }
-	}},
+	readsideContender("readside", readside.LocalOptions{}),
+	// The near cache with the documented 1 s staleness bound.
+	readsideContender("readside+local", readside.LocalOptions{Size: 1000, TTL: time.Second}),
+	// The near cache with Local.TTL = TTL, so a copy lives to its Redis
+	// expiry: the staleness sturdyc's in-memory layer has, like with like.
+	readsideContender("readside+local 10s", readside.LocalOptions{Size: 1000, TTL: ttl}),
 	{"go-redis/cache Once", func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
 		c := gocache.New(&gocache.Options{Redis: rdb, StatsEnabled: true})
 		get := func(ctx context.Context, i int) ([]byte, error) {
@@ -157,6 +151,23 @@ var contenders = []contender{
 		}
 		return get, func() float64 { return float64(misses.Load()) }, func() {}
 	}},
+}
+
+// readsideContender is the read side, with the near cache local (none
+// when its Size is 0).
+func readsideContender(name string, local readside.LocalOptions) contender {
+	return contender{name, func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
+		reg := prometheus.NewRegistry()
+		c, err := readside.New(readside.Options{Client: rdb, Namespace: "bench", TTL: ttl, AccessSample: 10, Registerer: reg, Local: local})
+		if err != nil {
+			panic(err)
+		}
+		get := func(ctx context.Context, i int) ([]byte, error) {
+			return c.GetOrLoad(ctx, key(i), func(ctx context.Context) ([]byte, error) { return o.load(ctx, i) })
+		}
+		return get, func() float64 { return gathered(reg, "hearth_readside_misses_total") },
+			func() { _ = c.Close(context.Background()) }
+	}}
 }
 
 func gathered(g prometheus.Gatherer, name string) float64 {

@@ -4,6 +4,7 @@
 // and once after a FLUSHDB of their keys, and the origin counts its loads.
 //
 //	go run ./examples/readside -addr 127.0.0.1:6379
+//	go run ./examples/readside -local 500ms   # with a near cache in each instance
 //
 // It writes only keys under -prefix (deleted at the end) and the access
 // buckets of -namespace, as an application would.
@@ -38,6 +39,7 @@ func run() error {
 	addr := flag.String("addr", "127.0.0.1:6379", "Redis address")
 	ns := flag.String("namespace", "hearth", "Hearth's redis.namespace")
 	prefix := flag.String("prefix", "example:readside:", "prefix of the example's cache keys")
+	local := flag.Duration("local", 0, "Local.TTL of an in-process near cache in each instance (0: none)")
 	flag.Parse()
 	ctx := context.Background()
 
@@ -54,6 +56,10 @@ func run() error {
 		}
 	}
 
+	var near readside.LocalOptions // off unless -local
+	if *local > 0 {
+		near = readside.LocalOptions{Size: 100, TTL: *local}
+	}
 	reg := prometheus.NewRegistry()
 	var caches []*readside.Cache
 	for range 3 {
@@ -65,6 +71,7 @@ func run() error {
 		c, err := readside.New(readside.Options{
 			Client: rdb, Namespace: *ns, TTL: 2 * time.Second, StaleFor: time.Minute,
 			AccessSample: 1, // count every read in Hearth's access buckets
+			Local:        near,
 			Registerer:   prometheus.WrapRegistererWith(prometheus.Labels{"instance": strconv.Itoa(len(caches))}, reg),
 			Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
@@ -103,6 +110,20 @@ func run() error {
 	}
 	if err := read("warm:"); err != nil {
 		return err
+	}
+	if *local > 0 {
+		// The near caches hold copies younger than -local: a deletion by
+		// someone else is seen at most Local.TTL late.
+		if err := cleanup(admin, *prefix, ""); err != nil {
+			return err
+		}
+		if err := read("deleted, within -local (from memory):"); err != nil {
+			return err
+		}
+		time.Sleep(*local)
+		if err := read("deleted, -local later (seen):"); err != nil {
+			return err
+		}
 	}
 	time.Sleep(2200 * time.Millisecond)
 	if err := read("after the 2 s TTL expired:"); err != nil {
