@@ -5,8 +5,9 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/hearth-dev/hearth/internal/slot"
 )
 
 // The protocol: key names every reader of the fleet, in any language, must
@@ -28,7 +29,7 @@ const DefaultNegativeValue = ""
 const AccessExpiry = 24 * time.Hour
 
 // SlotCount is the number of hash slots of a Redis Cluster.
-const SlotCount = 16384
+const SlotCount = slot.Count
 
 // LockKey names the lock of key: "<ns>:rs:lock:{<tag>}:<key>".
 func LockKey(namespace, key string) string { return ownKey(namespace, "lock", key) }
@@ -84,53 +85,10 @@ func newToken() string {
 
 // HashSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
 // key, or of its hash tag (the part between the first '{' and the next '}',
-// when not empty), modulo 16384. It mirrors the daemon's warmer.HashSlot.
-func HashSlot(key string) int {
-	if s := strings.IndexByte(key, '{'); s >= 0 {
-		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
-			key = key[s+1 : s+1+e]
-		}
-	}
-	return int(crc16(key) % SlotCount)
-}
+// when not empty), modulo 16384. It is the daemon's warmer.HashSlot.
+func HashSlot(key string) int { return slot.Of(key) }
 
 // SlotTag returns the hash tag that puts a key in the given slot: the first
 // base-36 number (0, 1, …, z, 10, …) whose CRC16 lands in it, as the daemon's
 // warmer.SlotTag names its per-slot fences.
-func SlotTag(slot int) string { return slotTags()[slot] }
-
-var slotTags = sync.OnceValue(func() []string {
-	tags := make([]string, SlotCount)
-	left := SlotCount
-	for i := 0; left > 0; i++ {
-		tag := strconv.FormatInt(int64(i), 36)
-		if s := crc16(tag) % SlotCount; tags[s] == "" {
-			tags[s] = tag
-			left--
-		}
-	}
-	return tags
-})
-
-var crcTable = func() (t [256]uint16) {
-	for i := range t {
-		crc := uint16(i) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-		t[i] = crc
-	}
-	return t
-}()
-
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc = crc<<8 ^ crcTable[byte(crc>>8)^s[i]]
-	}
-	return crc
-}
+func SlotTag(n int) string { return slot.Tag(n) }

@@ -1,0 +1,46 @@
+package slot_test
+
+import (
+	"testing"
+
+	"github.com/hearth-dev/hearth/internal/slot"
+)
+
+func TestOf(t *testing.T) {
+	// Values from Redis's cluster specification and CLUSTER KEYSLOT.
+	for key, want := range map[string]int{
+		"123456789":            0x31C3, // the spec's CRC16 check value
+		"foo":                  12182,
+		"{user1000}.following": slot.Of("user1000"),
+		"foo{{bar}}zap":        slot.Of("{bar"),
+		"foo{bar}{zap}":        slot.Of("bar"),
+	} {
+		if got := slot.Of(key); got != want {
+			t.Errorf("Of(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if got, want := slot.Of("{user1000}.following"), slot.Of("{user1000}.followers"); got != want {
+		t.Errorf("a shared hash tag gives slots %d and %d", got, want)
+	}
+}
+
+func TestTagLandsInItsSlot(t *testing.T) {
+	seen := make(map[string]bool, slot.Count)
+	for n := range slot.Count {
+		tag := slot.Tag(n)
+		if got := slot.Of("{" + tag + "}:x"); got != n {
+			t.Fatalf("Tag(%d) = %q lands in slot %d", n, tag, got)
+		}
+		if seen[tag] {
+			t.Fatalf("Tag(%d) = %q is used twice", n, tag)
+		}
+		seen[tag] = true
+	}
+}
+
+func TestEmptyTagHashesWholeKey(t *testing.T) {
+	// "foo{}{bar}": the first tag is empty, so the whole key is hashed, not "bar".
+	if slot.Of("foo{}{bar}") == slot.Of("bar") {
+		t.Error(`Of("foo{}{bar}") used "bar" as the hash tag`)
+	}
+}
