@@ -129,6 +129,45 @@ func TestApply(t *testing.T) {
 		}
 	})
 
+	t.Run("undone swap puts the old declarations back whole", func(t *testing.T) {
+		lastC := status(t, w, "c").LastOK
+		if lastC.IsZero() {
+			t.Fatal("c has no last success to keep")
+		}
+		sw, err := w.Swap(specs(t, origin.URL, fmt.Sprintf(`
+  - {name: a, key: "%[1]sa", ttl: 3h, source: up, path: /a}
+  - {name: d, key: "%[1]sd", ttl: 1h, source: up, path: /d}
+`, p)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fmt.Sprint(sw.Changes().Added, sw.Changes().Removed, sw.Changes().Changed), "[d] [c] [a]"; got != want {
+			t.Errorf("added, removed, changed = %s, want %s", got, want)
+		}
+		sw.Undo()
+		if got, want := names(w.Status()), "a,c"; got != want {
+			t.Errorf("declarations after Undo = %s, want %s", got, want)
+		}
+		if got := status(t, w, "c").LastOK; !got.Equal(lastC) {
+			t.Errorf("c's last success = %v after Undo, want it kept (%v)", got, lastC)
+		}
+		if got, want := gaugeValue(t, reg, "hearth_key_ttl_seconds", "a"), 7200.0; got != want {
+			t.Errorf("hearth_key_ttl_seconds{family=a} = %g after Undo, want the old %g", got, want)
+		}
+		if n := series(t, reg, "hearth_last_success_timestamp_seconds", "c"); n != 1 {
+			t.Errorf("c has %d last-success series after Undo, want 1", n)
+		}
+		if n := series(t, reg, "hearth_key_ttl_seconds", "d"); n != 0 {
+			t.Errorf("d, undone, still has %d ttl series", n)
+		}
+		if _, err := w.Refresh(ctx, "d", warmer.RunOptions{}); !errors.Is(err, warmer.ErrUnknownSpec) {
+			t.Errorf("refresh of undone d: err = %v, want ErrUnknownSpec", err)
+		}
+		if ch, err := w.Apply(w.Specs()); err != nil || !ch.Empty() {
+			t.Errorf("Apply(same) after Undo = %+v, %v; want no change", ch, err)
+		}
+	})
+
 	t.Run("concurrent with refreshes", func(t *testing.T) {
 		one := specs(t, origin.URL, fmt.Sprintf("  - {name: a, key: \"%sa\", ttl: 1h, source: up, path: /a}\n", p))
 		two := w.Specs()
