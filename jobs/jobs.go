@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
@@ -105,17 +106,45 @@ func Offset(name string, interval time.Duration) time.Duration {
 }
 
 // Open schedules every declaration and starts the scheduler. Each first run is
-// at its offset within one interval of now.
+// at its offset within one interval of now. A context already done opens
+// nothing; one done before Open has scheduled everything, or a declaration
+// that cannot be scheduled, unschedules what Open scheduled: the scheduler is
+// then as before Open, and Open may be tried again.
 func (s *Scheduler) Open(ctx context.Context) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
-	s.opened = true
-	now := time.Now()
-	for _, spec := range s.opts.Specs {
-		if err := s.add(spec, phase(now, spec.Name, spec.Interval)); err != nil {
-			return err
-		}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("open scheduler: %w", err)
 	}
+	now := time.Now()
+	var added []string
+	err := func() error {
+		for _, spec := range s.opts.Specs {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("open scheduler: %w", err)
+			}
+			// Listed first: a half-scheduled declaration (its job but not its
+			// negative re-check) is unscheduled too.
+			added = append(added, spec.Name)
+			if err := s.add(spec, phase(now, spec.Name, spec.Interval)); err != nil {
+				return err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("open scheduler: %w", err)
+		}
+		return nil
+	}()
+	if err != nil {
+		errs := []error{err}
+		for _, name := range slices.Backward(added) {
+			if rerr := s.remove(name); rerr != nil {
+				errs = append(errs, rerr)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	s.opened = true
 	s.sched.Start()
 	s.log.Info().Int("jobs", len(s.opts.Specs)).Msg("scheduled")
 	return nil

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -243,5 +244,55 @@ func TestNextRunOnAStandby(t *testing.T) {
 	// The catch-up relies on the run starting then, not an interval later.
 	if started.Before(next.Add(-50*time.Millisecond)) || !started.Before(next.Add(interval*4/5)) {
 		t.Errorf("first run started at %v, NextRun said %v", started, next)
+	}
+}
+
+// TestOpenHonoursContext: Open with a context already done schedules nothing;
+// one cancelled while Open schedules unschedules what it had scheduled, and a
+// later Open with a live context schedules everything.
+func TestOpenHonoursContext(t *testing.T) {
+	rec := &runLog{runs: map[string]int{}}
+	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: []*warmer.Spec{spec("a", time.Hour), spec("b", time.Hour), spec("c", time.Hour)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Open(done); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open(cancelled) = %v, want context.Canceled", err)
+	}
+	if got := s.Jobs(); len(got) != 0 {
+		t.Errorf("jobs after Open(cancelled) = %v, want none", got)
+	}
+
+	mid, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Cancelled while b is scheduled: a and b were scheduled, c was not.
+	jobs.SetFault(s, func(name string) error {
+		if name == "b" {
+			cancel()
+		}
+		return nil
+	})
+	if err := s.Open(mid); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open cancelled mid-way = %v, want context.Canceled", err)
+	}
+	if got := s.Jobs(); len(got) != 0 {
+		t.Errorf("jobs after Open cancelled mid-way = %v, want none (what it scheduled is unscheduled)", got)
+	}
+	if _, ok := s.NextRun("a"); ok {
+		t.Error("a still has a next run after the cancelled Open")
+	}
+
+	jobs.SetFault(s, nil)
+	if err := s.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := s.Jobs()
+	slices.Sort(got)
+	if want := []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("jobs after Open = %v, want %v", got, want)
 	}
 }
