@@ -3,7 +3,6 @@ package jobs
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -44,7 +43,7 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 	// reschedule puts a declaration back on its schedule: its phase is a hash
 	// of its name, so it runs when it would have.
 	reschedule := func(spec *warmer.Spec) func() error {
-		return func() error { return s.add(spec, phase(time.Now(), spec.Name, spec.Interval)) }
+		return func() error { return s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)) }
 	}
 	unschedule := func(name string) func() error { return func() error { return s.remove(name) } }
 	err := func() error {
@@ -57,7 +56,7 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 				ch.Removed = append(ch.Removed, spec.Name)
 			}
 		}
-		now := time.Now()
+		now := s.clock.Now()
 		for _, spec := range specs {
 			prev, ok := old[spec.Name]
 			switch {
@@ -74,7 +73,7 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 					return err
 				}
 				undo = append(undo, reschedule(prev), unschedule(spec.Name))
-				if err := s.add(spec, phase(time.Now(), spec.Name, spec.Interval)); err != nil {
+				if err := s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)); err != nil {
 					return err
 				}
 				ch.Changed = append(ch.Changed, spec.Name)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/warmer"
@@ -33,11 +34,15 @@ type Options struct {
 	// Elector gates every run; nil runs every job (no leadership).
 	Elector gocron.Elector
 	Logger  zerolog.Logger
+	// Clock drives the schedule (gocron's and the scheduler's own reading of
+	// the time); nil is the real clock. Tests inject a fake one.
+	Clock clockwork.Clock
 }
 
 // Scheduler owns the gocron scheduler and its jobs.
 type Scheduler struct {
 	opts   Options
+	clock  clockwork.Clock
 	sched  gocron.Scheduler
 	log    zerolog.Logger
 	drain  chan struct{}
@@ -60,7 +65,10 @@ type Scheduler struct {
 
 // New builds the scheduler; nothing runs until Open.
 func New(opts Options) (*Scheduler, error) {
-	var so []gocron.SchedulerOption
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	so := []gocron.SchedulerOption{gocron.WithClock(opts.Clock)}
 	if opts.Elector != nil {
 		so = append(so, gocron.WithDistributedElector(opts.Elector))
 	}
@@ -71,7 +79,7 @@ func New(opts Options) (*Scheduler, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Scheduler{
-		opts: opts, sched: sched,
+		opts: opts, clock: opts.Clock, sched: sched,
 		log:   opts.Logger.With().Str("component", "jobs").Logger(),
 		drain: make(chan struct{}), runCtx: ctx, cancel: cancel,
 		jobs: map[string]gocron.Job{}, runs: map[string]cadence{},
@@ -116,7 +124,7 @@ func (s *Scheduler) Open(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("open scheduler: %w", err)
 	}
-	now := time.Now()
+	now := s.clock.Now()
 	var added []string
 	err := func() error {
 		for _, spec := range s.opts.Specs {
@@ -154,7 +162,7 @@ func (s *Scheduler) Open(ctx context.Context) error {
 // in the future runs at once.
 func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 	start := gocron.WithStartDateTime(first)
-	if now := time.Now(); !first.After(now) {
+	if now := s.clock.Now(); !first.After(now) {
 		start = gocron.WithStartImmediately()
 		first = now
 	}
@@ -168,7 +176,7 @@ func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 	spread := time.Duration(float64(interval) * s.opts.Spread)
 	log := s.log.With().Str("family", name).Logger()
 	task := func() {
-		planned := plannedStart(time.Now(), first, interval)
+		planned := plannedStart(s.clock.Now(), first, interval)
 		out, err := s.opts.Refresher.Refresh(s.runCtx, name, warmer.RunOptions{Planned: planned, Spread: spread, Drain: s.drain})
 		if err != nil {
 			log.Warn().Err(err).Int("written", out.Written).Int("failed", out.Failed).Msg("refresh failed")
@@ -191,7 +199,7 @@ func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 	s.jobs[name] = job
 	s.runs[name] = cadence{first: first, interval: interval}
 	s.mu.Unlock()
-	return s.addNegative(spec, time.Now())
+	return s.addNegative(spec, s.clock.Now())
 }
 
 // phase returns the first run time of a declaration after now, at its offset.
@@ -226,7 +234,7 @@ func (s *Scheduler) NextRun(name string) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return c.next(time.Now()), true
+	return c.next(s.clock.Now()), true
 }
 
 // Close stops scheduling, lets in-flight runs finish their current batches until
