@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/accesslog"
@@ -309,14 +310,9 @@ func TestRollup(t *testing.T) {
 	if n := rd.Client.Exists(ctx, open).Val(); n != 1 {
 		t.Errorf("open bucket %s was rolled up before it closed", open)
 	}
-	if got, want := counter(t, e.reg, "hearth_access_log_rolled_up_rows_total", ""), 4.0; got != want {
-		t.Errorf("hearth_access_log_rolled_up_rows_total = %g, want %g", got, want)
-	}
-	for reason, want := range map[string]float64{accesslog.SkipMalformed: 3, accesslog.SkipTooLong: 1, accesslog.SkipBadScore: 0} {
-		if got := counter(t, e.reg, "hearth_access_log_skipped_keys_total", reason); got != want {
-			t.Errorf("hearth_access_log_skipped_keys_total{reason=%s} = %g, want %g", reason, got, want)
-		}
-	}
+	wantMetric(t, e.reg, "hearth_access_log_rolled_up_rows_total", " 4")
+	wantMetric(t, e.reg, "hearth_access_log_skipped_keys_total",
+		`{reason="bad_score"} 0`, `{reason="malformed"} 3`, `{reason="too_long"} 1`)
 
 	t.Run("the open bucket once closed", func(t *testing.T) {
 		e.now = e.now.Add(time.Minute)
@@ -428,9 +424,7 @@ func TestRollupResumed(t *testing.T) {
 		if got, want := [2]int{res.Foreign, res.Buckets}, [2]int{2, 1}; got != want {
 			t.Errorf("foreign, buckets = %v, want %v", got, want)
 		}
-		if got, want := counter(t, e.reg, "hearth_access_log_foreign_buckets_total", ""), 2.0; got != want {
-			t.Errorf("hearth_access_log_foreign_buckets_total = %g, want %g", got, want)
-		}
+		wantMetric(t, e.reg, "hearth_access_log_foreign_buckets_total", " 2")
 		if got, want := hits(t, pg.Pool)[row("product:2")], int64(9); got != want {
 			t.Errorf("product:2 = %d, want %d", got, want)
 		}
@@ -460,9 +454,7 @@ func TestRollupDatabaseDown(t *testing.T) {
 	if n := rd.Client.Exists(ctx, key).Val() + rd.Client.Exists(ctx, accesslog.RollingKey(e.ns, key)).Val(); n != 1 {
 		t.Fatalf("bucket %s deleted although its roll-up failed", key)
 	}
-	if got, want := counter(t, e.reg, "hearth_access_log_rollups_total", "error"), 1.0; got != want {
-		t.Errorf("rollups{result=error} = %g, want %g", got, want)
-	}
+	wantMetric(t, e.reg, "hearth_access_log_rollups_total", `{result="error"} 1`)
 	srv.Start(t)
 	var rerr error
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -494,27 +486,33 @@ func mapsEqual(a, b map[string]int64) bool {
 	return true
 }
 
-// counter reads a counter from the registry; label, when set, is the value of
-// its only label.
-func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+// metricHelp is the type and help of each metric the tests read back.
+var metricHelp = map[string][2]string{
+	"hearth_access_log_rolled_up_rows_total":  {"counter", "Access-log rows (one key in one bucket) written by roll-ups."},
+	"hearth_access_log_skipped_keys_total":    {"counter", "Members of Redis access-log buckets not rolled up, by reason (too_long, malformed, bad_score)."},
+	"hearth_access_log_clamped_counts_total":  {"counter", "Members of Redis access-log buckets whose count was above the per-bucket maximum, lowered to it."},
+	"hearth_access_log_foreign_buckets_total": {"counter", "Redis access-log bucket keys that were no sorted set, deleted unread."},
+	"hearth_access_log_rollups_total":         {"counter", "Roll-ups of the Redis access-log buckets into PostgreSQL, by result (ok, error)."},
+	"hearth_access_log_recording_rejects":     {"gauge", "Rows the access-log table's guard dropped or lowered since it was created, by reason (too_long, bad_count, clamped), as of the last roll-up."},
+}
+
+// wantMetric checks every series of metric name in reg with testutil: series
+// are its exposition lines after the name, in label order (`{reason="x"} 2`,
+// or " 4" for a metric without labels).
+func wantMetric(t *testing.T, reg *prometheus.Registry, name string, series ...string) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	h, ok := metricHelp[name]
+	if !ok {
+		t.Fatalf("no help for %s", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != label) {
-				continue
-			}
-			return m.GetCounter().GetValue()
-		}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, h[1], name, h[0])
+	for _, s := range series {
+		b.WriteString(name + s + "\n")
 	}
-	t.Fatalf("metric %s{%s} not registered", name, label)
-	return 0
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(b.String()), name); err != nil {
+		t.Errorf("%s: %v", name, err)
+	}
 }
 
 // TestStoredRankingChunks: a ranking of more keys than one stored row holds
@@ -582,14 +580,9 @@ func TestRollupHostileMembers(t *testing.T) {
 	if got, want := res, (accesslog.RollupResult{Buckets: 3, Rows: 12, Skipped: 18, Clamped: 3}); got != want {
 		t.Errorf("RollupResult = %+v, want %+v", got, want)
 	}
-	for reason, want := range map[string]float64{accesslog.SkipTooLong: 6, accesslog.SkipBadScore: 12, accesslog.SkipMalformed: 0} {
-		if got := counter(t, e.reg, "hearth_access_log_skipped_keys_total", reason); got != want {
-			t.Errorf("hearth_access_log_skipped_keys_total{reason=%s} = %g, want %g", reason, got, want)
-		}
-	}
-	if got, want := counter(t, e.reg, "hearth_access_log_clamped_counts_total", ""), 3.0; got != want {
-		t.Errorf("hearth_access_log_clamped_counts_total = %g, want %g", got, want)
-	}
+	wantMetric(t, e.reg, "hearth_access_log_skipped_keys_total",
+		`{reason="bad_score"} 12`, `{reason="malformed"} 0`, `{reason="too_long"} 6`)
+	wantMetric(t, e.reg, "hearth_access_log_clamped_counts_total", " 3")
 	log := accesslog.New(pg.Pool)
 	got, err := log.TopKeys(ctx, time.Hour, 10)
 	if err != nil {
@@ -678,28 +671,8 @@ func TestRecordGuard(t *testing.T) {
 	if _, err := e.roller.RollupOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for reason, want := range map[string]float64{"too_long": 2, "bad_count": 1, "clamped": 3} {
-		if got := gauge(t, e.reg, "hearth_access_log_recording_rejects", reason); got != want {
-			t.Errorf("hearth_access_log_recording_rejects{reason=%s} = %g, want %g", reason, got, want)
-		}
-	}
-}
-
-func gauge(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if mf.GetName() == name && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	t.Fatalf("metric %s{%s} not registered", name, label)
-	return 0
+	wantMetric(t, e.reg, "hearth_access_log_recording_rejects",
+		`{reason="bad_count"} 1`, `{reason="clamped"} 3`, `{reason="too_long"} 2`)
 }
 
 // TestParseHits: a score is a count of reads only when finite and at least

@@ -126,7 +126,9 @@ func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 
 func (l *leadership) openJobs(ctx context.Context, sched *jobs.Scheduler) bool {
 	if err := sched.Open(ctx); err != nil {
-		l.log.Error().Err(err).Msg("scheduling failed")
+		if ctx.Err() == nil { // else shutting down: Open scheduled nothing
+			l.log.Error().Err(err).Msg("scheduling failed")
+		}
 		return false
 	}
 	return true

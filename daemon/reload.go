@@ -50,7 +50,7 @@ type reloader struct {
 	// so that only real edits count as needing a restart.
 	running *config.Config
 	w       *warmer.Warmer
-	sched   *jobs.Scheduler
+	sched   schedule
 	metrics *reloadMetrics
 	log     zerolog.Logger
 	hup     chan os.Signal
@@ -75,8 +75,16 @@ type reloadState struct {
 	RestartRequired []string   `json:"restart_required,omitempty"`
 }
 
+// schedule is the part of the scheduler a reload updates (*jobs.Scheduler):
+// all or nothing, the old schedule staying whole on error.
+type schedule interface {
+	Apply(specs []*warmer.Spec) (warmer.Changes, error)
+}
+
+var _ schedule = (*jobs.Scheduler)(nil)
+
 // newReloader builds the reloader of cfg's file; open starts watching, close stops it.
-func newReloader(cfg *config.Config, hup chan os.Signal, w *warmer.Warmer, sched *jobs.Scheduler, reg prometheus.Registerer, log zerolog.Logger) *reloader {
+func newReloader(cfg *config.Config, hup chan os.Signal, w *warmer.Warmer, sched schedule, reg prometheus.Registerer, log zerolog.Logger) *reloader {
 	return &reloader{
 		path: cfg.File, running: cfg, w: w, sched: sched,
 		metrics: newReloadMetrics(reg),
@@ -205,16 +213,22 @@ func (r *reloader) reload() {
 		cfg = &inUse
 	}
 	specs := cfg.Specs()
-	ch, err := r.w.Apply(specs)
+	// Warmer and schedule swap together: the warmer first, so that a newly
+	// scheduled declaration finds itself there on its first run; when the
+	// schedule cannot follow (it then stays the old one), the warmer's swap is
+	// undone and the old config stays whole.
+	sw, err := r.w.Swap(specs)
 	if err != nil {
 		r.failed("error", err)
 		return
 	}
 	if _, err := r.sched.Apply(specs); err != nil {
-		// The warmer took the new declarations; the schedule is partly updated.
+		sw.Undo()
 		r.failed("error", err)
 		return
 	}
+	sw.Keep()
+	ch := sw.Changes()
 	now := time.Now()
 	r.metrics.reloads.WithLabelValues("ok").Inc()
 	r.metrics.lastSuccess.Set(1)

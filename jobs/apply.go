@@ -3,7 +3,6 @@ package jobs
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -16,6 +15,10 @@ import (
 // warmer already holds the new one. The gate (Elector) still applies to every
 // run, so a standby that reloads stays idle. Before Open (a standby that has
 // never led), Apply only replaces the declarations that Open will schedule.
+//
+// Apply is all or nothing: when a step fails, the steps already taken are
+// undone in reverse (an unscheduled declaration is scheduled again at its
+// usual phase), and the schedule stays the old one.
 func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
@@ -29,56 +32,71 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 		old[spec.Name] = spec
 	}
 	next := make(map[string]bool, len(specs))
-	var (
-		ch   warmer.Changes
-		errs []error
-		// kept is what is really scheduled afterwards, failures included, so
-		// that the next Apply compares against the truth.
-		kept []*warmer.Spec
-	)
 	for _, spec := range specs {
 		next[spec.Name] = true
 	}
-	for _, spec := range s.opts.Specs {
-		if !next[spec.Name] {
-			if err := s.remove(spec.Name); err != nil {
-				errs = append(errs, err)
-				kept = append(kept, spec)
-				continue
-			}
-			ch.Removed = append(ch.Removed, spec.Name)
-		}
+	var (
+		ch warmer.Changes
+		// undo holds, last first, what puts back each step taken so far.
+		undo []func() error
+	)
+	// reschedule puts a declaration back on its schedule: its phase is a hash
+	// of its name, so it runs when it would have.
+	reschedule := func(spec *warmer.Spec) func() error {
+		return func() error { return s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)) }
 	}
-	now := time.Now()
-	for _, spec := range specs {
-		prev, ok := old[spec.Name]
-		switch {
-		case !ok:
-			if err := s.add(spec, now); err != nil {
-				errs = append(errs, err)
-				continue
+	unschedule := func(name string) func() error { return func() error { return s.remove(name) } }
+	err := func() error {
+		for _, spec := range s.opts.Specs {
+			if !next[spec.Name] {
+				if err := s.remove(spec.Name); err != nil {
+					return err
+				}
+				undo = append(undo, reschedule(spec))
+				ch.Removed = append(ch.Removed, spec.Name)
 			}
-			ch.Added = append(ch.Added, spec.Name)
-		case prev.Interval != spec.Interval || warmer.NegativeInterval(prev) != warmer.NegativeInterval(spec):
-			if err := s.remove(spec.Name); err != nil {
-				errs = append(errs, err)
-				kept = append(kept, prev)
-				continue
-			}
-			if err := s.add(spec, phase(time.Now(), spec.Name, spec.Interval)); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			ch.Changed = append(ch.Changed, spec.Name)
 		}
-		kept = append(kept, spec)
+		now := s.clock.Now()
+		for _, spec := range specs {
+			prev, ok := old[spec.Name]
+			switch {
+			case !ok:
+				// Undone even when add fails: it may have scheduled the job
+				// but not its negative re-check.
+				undo = append(undo, unschedule(spec.Name))
+				if err := s.add(spec, now); err != nil {
+					return err
+				}
+				ch.Added = append(ch.Added, spec.Name)
+			case prev.Interval != spec.Interval || warmer.NegativeInterval(prev) != warmer.NegativeInterval(spec):
+				if err := s.remove(spec.Name); err != nil {
+					return err
+				}
+				undo = append(undo, reschedule(prev), unschedule(spec.Name))
+				if err := s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)); err != nil {
+					return err
+				}
+				ch.Changed = append(ch.Changed, spec.Name)
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		errs := []error{err}
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](); uerr != nil {
+				errs = append(errs, fmt.Errorf("undo: %w", uerr))
+			}
+		}
+		s.log.Error().Err(err).Msg("schedule update failed; the old schedule stays")
+		return warmer.Changes{}, errors.Join(errs...)
 	}
-	s.opts.Specs = kept
+	s.opts.Specs = specs
 	if !ch.Empty() {
 		s.log.Info().Strs("added", ch.Added).Strs("removed", ch.Removed).Strs("rescheduled", ch.Changed).
 			Msg("schedule updated")
 	}
-	return ch, errors.Join(errs...)
+	return ch, nil
 }
 
 // remove unschedules a declaration's job.

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/warmer"
@@ -32,11 +34,15 @@ type Options struct {
 	// Elector gates every run; nil runs every job (no leadership).
 	Elector gocron.Elector
 	Logger  zerolog.Logger
+	// Clock drives the schedule (gocron's and the scheduler's own reading of
+	// the time); nil is the real clock. Tests inject a fake one.
+	Clock clockwork.Clock
 }
 
 // Scheduler owns the gocron scheduler and its jobs.
 type Scheduler struct {
 	opts   Options
+	clock  clockwork.Clock
 	sched  gocron.Scheduler
 	log    zerolog.Logger
 	drain  chan struct{}
@@ -53,11 +59,16 @@ type Scheduler struct {
 	// applyMu serialises Open and Apply (reloads); opened is set by Open.
 	applyMu sync.Mutex
 	opened  bool
+	// fault, set only by tests (export_test.go), fails scheduling a declaration.
+	fault func(name string) error
 }
 
 // New builds the scheduler; nothing runs until Open.
 func New(opts Options) (*Scheduler, error) {
-	var so []gocron.SchedulerOption
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	so := []gocron.SchedulerOption{gocron.WithClock(opts.Clock)}
 	if opts.Elector != nil {
 		so = append(so, gocron.WithDistributedElector(opts.Elector))
 	}
@@ -68,7 +79,7 @@ func New(opts Options) (*Scheduler, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Scheduler{
-		opts: opts, sched: sched,
+		opts: opts, clock: opts.Clock, sched: sched,
 		log:   opts.Logger.With().Str("component", "jobs").Logger(),
 		drain: make(chan struct{}), runCtx: ctx, cancel: cancel,
 		jobs: map[string]gocron.Job{}, runs: map[string]cadence{},
@@ -103,17 +114,45 @@ func Offset(name string, interval time.Duration) time.Duration {
 }
 
 // Open schedules every declaration and starts the scheduler. Each first run is
-// at its offset within one interval of now.
+// at its offset within one interval of now. A context already done opens
+// nothing; one done before Open has scheduled everything, or a declaration
+// that cannot be scheduled, unschedules what Open scheduled: the scheduler is
+// then as before Open, and Open may be tried again.
 func (s *Scheduler) Open(ctx context.Context) error {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
-	s.opened = true
-	now := time.Now()
-	for _, spec := range s.opts.Specs {
-		if err := s.add(spec, phase(now, spec.Name, spec.Interval)); err != nil {
-			return err
-		}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("open scheduler: %w", err)
 	}
+	now := s.clock.Now()
+	var added []string
+	err := func() error {
+		for _, spec := range s.opts.Specs {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("open scheduler: %w", err)
+			}
+			// Listed first: a half-scheduled declaration (its job but not its
+			// negative re-check) is unscheduled too.
+			added = append(added, spec.Name)
+			if err := s.add(spec, phase(now, spec.Name, spec.Interval)); err != nil {
+				return err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("open scheduler: %w", err)
+		}
+		return nil
+	}()
+	if err != nil {
+		errs := []error{err}
+		for _, name := range slices.Backward(added) {
+			if rerr := s.remove(name); rerr != nil {
+				errs = append(errs, rerr)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	s.opened = true
 	s.sched.Start()
 	s.log.Info().Int("jobs", len(s.opts.Specs)).Msg("scheduled")
 	return nil
@@ -123,16 +162,21 @@ func (s *Scheduler) Open(ctx context.Context) error {
 // in the future runs at once.
 func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 	start := gocron.WithStartDateTime(first)
-	if now := time.Now(); !first.After(now) {
+	if now := s.clock.Now(); !first.After(now) {
 		start = gocron.WithStartImmediately()
 		first = now
 	}
 	name := spec.Name
+	if s.fault != nil {
+		if err := s.fault(name); err != nil {
+			return fmt.Errorf("schedule %s: %w", name, err)
+		}
+	}
 	interval := spec.Interval
 	spread := time.Duration(float64(interval) * s.opts.Spread)
 	log := s.log.With().Str("family", name).Logger()
 	task := func() {
-		planned := plannedStart(time.Now(), first, interval)
+		planned := plannedStart(s.clock.Now(), first, interval)
 		out, err := s.opts.Refresher.Refresh(s.runCtx, name, warmer.RunOptions{Planned: planned, Spread: spread, Drain: s.drain})
 		if err != nil {
 			log.Warn().Err(err).Int("written", out.Written).Int("failed", out.Failed).Msg("refresh failed")
@@ -155,7 +199,7 @@ func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 	s.jobs[name] = job
 	s.runs[name] = cadence{first: first, interval: interval}
 	s.mu.Unlock()
-	return s.addNegative(spec, time.Now())
+	return s.addNegative(spec, s.clock.Now())
 }
 
 // phase returns the first run time of a declaration after now, at its offset.
@@ -190,7 +234,7 @@ func (s *Scheduler) NextRun(name string) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return c.next(time.Now()), true
+	return c.next(s.clock.Now()), true
 }
 
 // Close stops scheduling, lets in-flight runs finish their current batches until

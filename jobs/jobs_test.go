@@ -3,11 +3,14 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -181,8 +184,9 @@ func (e *switchElector) IsLeader(context.Context) error {
 	return nil
 }
 
-// plannedLog records each run's planned and actual start.
+// plannedLog records each run's planned and actual start, on its clock.
 type plannedLog struct {
+	clock   clockwork.Clock
 	mu      sync.Mutex
 	planned []time.Time
 	started []time.Time
@@ -192,19 +196,32 @@ func (p *plannedLog) Refresh(_ context.Context, _ string, ro warmer.RunOptions) 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.planned = append(p.planned, ro.Planned)
-	p.started = append(p.started, time.Now())
+	p.started = append(p.started, p.clock.Now())
 	return warmer.Outcome{}, nil
+}
+
+// countElector is a switchElector that counts how often it was asked.
+type countElector struct {
+	switchElector
+	asked atomic.Int64
+}
+
+func (e *countElector) IsLeader(ctx context.Context) error {
+	e.asked.Add(1)
+	return e.switchElector.IsLeader(ctx)
 }
 
 // TestNextRunOnAStandby: a standby's runs are refused by the elector, and
 // NextRun must still say when the next one starts (the takeover catch-up
 // trusts it). gocron's own Job.NextRun stays at the first refused run, in the
-// past, so that a catch-up read it as "due now" and refreshed nothing.
+// past, so that a catch-up read it as "due now" and refreshed nothing. The
+// clock is a fake one: the schedule moves only when the test advances it.
 func TestNextRunOnAStandby(t *testing.T) {
 	const interval = 500 * time.Millisecond
-	el := &switchElector{}
-	rec := &plannedLog{}
-	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(interval, "p"), Elector: el, Logger: zerolog.Nop()})
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	el := &countElector{}
+	rec := &plannedLog{clock: clock}
+	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(interval, "p"), Elector: el, Logger: zerolog.Nop(), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,22 +230,31 @@ func TestNextRunOnAStandby(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	first, ok := s.NextRun("p")
-	if !ok {
-		t.Fatal("no next run")
+	if !ok || !first.After(clock.Now()) || first.After(clock.Now().Add(interval)) {
+		t.Fatalf("first run = %v (ok %v), want within one interval of %v", first, ok, clock.Now())
 	}
-	// Let the elector refuse a few runs.
-	for time.Now().Before(first.Add(2*interval + interval/2)) {
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// advanceTo moves the clock to at once gocron waits for its next run.
+	advanceTo := func(at time.Time) {
+		t.Helper()
+		if err := clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatalf("gocron did not wait for a run: %v", err)
+		}
+		clock.Advance(at.Sub(clock.Now()))
 	}
-	now := time.Now()
+	// The elector refuses the first three runs.
+	for i := range 3 {
+		advanceTo(first.Add(time.Duration(i) * interval))
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("refused run %d", i+1), func() bool { return el.asked.Load() > int64(i) })
+	}
+	clock.Advance(interval / 2)
 	next, ok := s.NextRun("p")
-	if !ok || !next.After(now) || next.After(now.Add(interval)) {
-		t.Fatalf("NextRun after refused runs = %v (ok %v), want within (%v, %v]", next, ok, now, now.Add(interval))
-	}
-	if got := next.Sub(first) % interval; got != 0 {
-		t.Errorf("NextRun %v is off the schedule's phase by %s", next, got)
+	if want := first.Add(3 * interval); !ok || !next.Equal(want) {
+		t.Fatalf("NextRun after 3 refused runs = %v (ok %v), want %v", next, ok, want)
 	}
 	el.lead.Store(true)
+	advanceTo(next)
 	testenv.Eventually(t, 10*time.Second, "a run once leading", func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
@@ -241,7 +267,57 @@ func TestNextRunOnAStandby(t *testing.T) {
 		t.Errorf("first run planned at %v, NextRun said %v", planned, next)
 	}
 	// The catch-up relies on the run starting then, not an interval later.
-	if started.Before(next.Add(-50*time.Millisecond)) || !started.Before(next.Add(interval*4/5)) {
+	if !started.Equal(next) {
 		t.Errorf("first run started at %v, NextRun said %v", started, next)
+	}
+}
+
+// TestOpenHonoursContext: Open with a context already done schedules nothing;
+// one cancelled while Open schedules unschedules what it had scheduled, and a
+// later Open with a live context schedules everything.
+func TestOpenHonoursContext(t *testing.T) {
+	rec := &runLog{runs: map[string]int{}}
+	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: []*warmer.Spec{spec("a", time.Hour), spec("b", time.Hour), spec("c", time.Hour)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Open(done); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open(cancelled) = %v, want context.Canceled", err)
+	}
+	if got := s.Jobs(); len(got) != 0 {
+		t.Errorf("jobs after Open(cancelled) = %v, want none", got)
+	}
+
+	mid, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Cancelled while b is scheduled: a and b were scheduled, c was not.
+	jobs.SetFault(s, func(name string) error {
+		if name == "b" {
+			cancel()
+		}
+		return nil
+	})
+	if err := s.Open(mid); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open cancelled mid-way = %v, want context.Canceled", err)
+	}
+	if got := s.Jobs(); len(got) != 0 {
+		t.Errorf("jobs after Open cancelled mid-way = %v, want none (what it scheduled is unscheduled)", got)
+	}
+	if _, ok := s.NextRun("a"); ok {
+		t.Error("a still has a next run after the cancelled Open")
+	}
+
+	jobs.SetFault(s, nil)
+	if err := s.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := s.Jobs()
+	slices.Sort(got)
+	if want := []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("jobs after Open = %v, want %v", got, want)
 	}
 }

@@ -30,30 +30,56 @@ func (c Changes) Empty() bool {
 // be one the warmer was built with (opening a new source needs a restart).
 // A refresh already running finishes with the declaration it started with.
 func (w *Warmer) Apply(specs []*Spec) (Changes, error) {
+	sw, err := w.Swap(specs)
+	if err != nil {
+		return Changes{}, err
+	}
+	sw.Keep()
+	return sw.Changes(), nil
+}
+
+// Swapped is a replacement of the declarations (Swap) that is not final yet:
+// Keep makes it final, Undo puts the old declarations back as they were, state
+// included. A reload swaps the warmer first, then the schedule, and undoes the
+// warmer's swap when the schedule cannot follow.
+type Swapped struct {
+	w  *Warmer
+	ch Changes
+	// old are the declarations, their order and state before the swap.
+	old      map[string]*Spec
+	oldOrder []string
+	oldState map[string]*declState
+	done     bool
+}
+
+// Swap is Apply that can be undone: it checks specs and changes nothing on
+// error, then swaps in the new declarations. Exactly one of Keep or Undo must
+// follow. Until Keep, a removed declaration's metric series stay.
+func (w *Warmer) Swap(specs []*Spec) (*Swapped, error) {
 	next := make(map[string]*Spec, len(specs))
 	order := make([]string, 0, len(specs))
 	for _, s := range specs {
 		if _, dup := next[s.Name]; dup {
-			return Changes{}, fmt.Errorf("apply: declaration %q twice", s.Name)
+			return nil, fmt.Errorf("apply: declaration %q twice", s.Name)
 		}
 		if _, ok := w.sources[s.Source]; !ok {
-			return Changes{}, fmt.Errorf("apply: declaration %q: %w: %q (adding a source needs a restart)", s.Name, ErrSourceAbsent, s.Source)
+			return nil, fmt.Errorf("apply: declaration %q: %w: %q (adding a source needs a restart)", s.Name, ErrSourceAbsent, s.Source)
 		}
 		next[s.Name] = s
 		order = append(order, s.Name)
 	}
 
 	w.mu.Lock()
-	var ch Changes
+	sw := &Swapped{w: w, old: w.specs, oldOrder: w.order, oldState: w.state}
 	state := make(map[string]*declState, len(specs))
 	for _, name := range order {
 		old, ok := w.specs[name]
 		switch {
 		case !ok:
-			ch.Added = append(ch.Added, name)
+			sw.ch.Added = append(sw.ch.Added, name)
 			state[name] = newDeclState(next[name])
 		case !sameSpec(old, next[name]):
-			ch.Changed = append(ch.Changed, name)
+			sw.ch.Changed = append(sw.ch.Changed, name)
 			state[name] = w.state[name]
 		default:
 			// Keep the old pointer: callers holding it see no difference.
@@ -63,19 +89,49 @@ func (w *Warmer) Apply(specs []*Spec) (Changes, error) {
 	}
 	for _, name := range w.order {
 		if _, ok := next[name]; !ok {
-			ch.Removed = append(ch.Removed, name)
+			sw.ch.Removed = append(sw.ch.Removed, name)
 		}
 	}
 	w.specs, w.order, w.state = next, order, state
 	w.mu.Unlock()
 
-	for _, name := range ch.Removed {
-		w.forget(name)
-	}
-	for _, name := range append(ch.Added, ch.Changed...) {
+	for _, name := range append(sw.ch.Added, sw.ch.Changed...) {
 		w.decl.set(next[name])
 	}
-	return ch, nil
+	return sw, nil
+}
+
+// Changes is what the swap did.
+func (s *Swapped) Changes() Changes { return s.ch }
+
+// Keep makes the swap final: removed declarations' metric series go.
+func (s *Swapped) Keep() {
+	if s.done {
+		return
+	}
+	s.done = true
+	for _, name := range s.ch.Removed {
+		s.w.forget(name)
+	}
+}
+
+// Undo puts back the declarations, order and state the warmer had before the
+// swap, and their published schedule; added declarations' series go.
+func (s *Swapped) Undo() {
+	if s.done {
+		return
+	}
+	s.done = true
+	w := s.w
+	w.mu.Lock()
+	w.specs, w.order, w.state = s.old, s.oldOrder, s.oldState
+	w.mu.Unlock()
+	for _, name := range s.ch.Added {
+		w.forget(name)
+	}
+	for _, name := range append(s.ch.Removed, s.ch.Changed...) {
+		w.decl.set(s.old[name])
+	}
 }
 
 // forget drops a removed declaration's metric series, so that dashboards and

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/config"
@@ -104,11 +105,12 @@ func TestApply(t *testing.T) {
 		if ttl := rdb.PTTL(ctx, p+"a").Val(); ttl <= time.Hour+30*time.Minute {
 			t.Errorf("a's TTL after the reload = %s, want the new ttl 2h ± jitter", ttl)
 		}
-		if got, want := gaugeValue(t, reg, "hearth_key_ttl_seconds", "a"), 7200.0; got != want {
-			t.Errorf("hearth_key_ttl_seconds{family=a} = %g, want %g", got, want)
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(ttlAC), "hearth_key_ttl_seconds"); err != nil {
+			t.Errorf("a's new ttl, c's ttl: %v", err)
 		}
-		if n := series(t, reg, "hearth_last_success_timestamp_seconds", "b"); n != 0 {
-			t.Errorf("removed b still has %d last-success series; the stale-key alert would fire for it", n)
+		// a and c: removed b has none, or the stale-key alert would fire for it.
+		if n, err := testutil.GatherAndCount(reg, "hearth_last_success_timestamp_seconds"); err != nil || n != 2 {
+			t.Errorf("last-success series = %d (%v), want 2 (a, c)", n, err)
 		}
 	})
 
@@ -126,6 +128,44 @@ func TestApply(t *testing.T) {
 		}
 		if got, want := names(w.Status()), "a,c"; got != want {
 			t.Errorf("declarations after a rejected apply = %s, want %s unchanged", got, want)
+		}
+	})
+
+	t.Run("undone swap puts the old declarations back whole", func(t *testing.T) {
+		lastC := status(t, w, "c").LastOK
+		if lastC.IsZero() {
+			t.Fatal("c has no last success to keep")
+		}
+		sw, err := w.Swap(specs(t, origin.URL, fmt.Sprintf(`
+  - {name: a, key: "%[1]sa", ttl: 3h, source: up, path: /a}
+  - {name: d, key: "%[1]sd", ttl: 1h, source: up, path: /d}
+`, p)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fmt.Sprint(sw.Changes().Added, sw.Changes().Removed, sw.Changes().Changed), "[d] [c] [a]"; got != want {
+			t.Errorf("added, removed, changed = %s, want %s", got, want)
+		}
+		sw.Undo()
+		if got, want := names(w.Status()), "a,c"; got != want {
+			t.Errorf("declarations after Undo = %s, want %s", got, want)
+		}
+		if got := status(t, w, "c").LastOK; !got.Equal(lastC) {
+			t.Errorf("c's last success = %v after Undo, want it kept (%v)", got, lastC)
+		}
+		// a's ttl is the old one, and undone d has no series.
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(ttlAC), "hearth_key_ttl_seconds"); err != nil {
+			t.Errorf("ttl after Undo: %v", err)
+		}
+		// a and c: removed-then-restored c keeps its series.
+		if n, err := testutil.GatherAndCount(reg, "hearth_last_success_timestamp_seconds"); err != nil || n != 2 {
+			t.Errorf("last-success series after Undo = %d (%v), want 2 (a, c)", n, err)
+		}
+		if _, err := w.Refresh(ctx, "d", warmer.RunOptions{}); !errors.Is(err, warmer.ErrUnknownSpec) {
+			t.Errorf("refresh of undone d: err = %v, want ErrUnknownSpec", err)
+		}
+		if ch, err := w.Apply(w.Specs()); err != nil || !ch.Empty() {
+			t.Errorf("Apply(same) after Undo = %+v, %v; want no change", ch, err)
 		}
 	})
 
@@ -180,48 +220,9 @@ func names(ss []warmer.Status) string {
 	return strings.Join(out, ",")
 }
 
-// series counts the series of a metric with family=name.
-func series(t *testing.T, reg *prometheus.Registry, metric, family string) int {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, mf := range mfs {
-		if mf.GetName() != metric {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "family" && l.GetValue() == family {
-					n++
-				}
-			}
-		}
-	}
-	return n
-}
-
-// gaugeValue returns the value of metric{family=name}.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, metric, family string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != metric {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "family" && l.GetValue() == family {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no %s{family=%q}", metric, family)
-	return 0
-}
+// ttlAC is hearth_key_ttl_seconds once a has ttl 2h and c 1h.
+const ttlAC = `# HELP hearth_key_ttl_seconds Configured TTL (before jitter) of the keys of a declaration.
+# TYPE hearth_key_ttl_seconds gauge
+hearth_key_ttl_seconds{family="a"} 7200
+hearth_key_ttl_seconds{family="c"} 3600
+`

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
@@ -133,8 +134,8 @@ func TestRedirects(t *testing.T) {
 					t.Errorf("refusal not logged with the target host:\n%s", logs.String())
 				}
 			}
-			if got := counter(t, reg, "hearth_source_redirects_refused_total", "api"); got != refused {
-				t.Errorf("hearth_source_redirects_refused_total = %g, want %g", got, refused)
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(redirectsRefused(refused)), "hearth_source_redirects_refused_total"); err != nil {
+				t.Error(err)
 			}
 			for _, r := range rs {
 				if r.Err != nil && strings.Contains(r.Err.Error(), "s3cret") {
@@ -280,24 +281,10 @@ func TestPingRedactsToken(t *testing.T) {
 	}
 }
 
-// counter reads a counter of reg for one source (0 when never incremented).
-func counter(t *testing.T, reg *prometheus.Registry, name, source string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "source" && l.GetValue() == source {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+// redirectsRefused is the exposition of n refused redirects of source api.
+func redirectsRefused(n float64) string {
+	return fmt.Sprintf(`# HELP hearth_source_redirects_refused_total Redirects an HTTP source refused to follow (policy redirects: same-host or none); the member's old value is kept.
+# TYPE hearth_source_redirects_refused_total counter
+hearth_source_redirects_refused_total{source="api"} %g
+`, n)
 }
