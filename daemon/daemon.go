@@ -19,6 +19,7 @@ import (
 
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -116,24 +117,24 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	undo.push(func(context.Context) error { sources.Close(); return nil })
 
-	lead, err := newLeadership(cfg, rdb, reg, log)
+	lead, err := leader.New(cfg, rdb, reg, log)
 	if err != nil {
 		return err
 	}
-	undo.push(lead.close)
+	undo.push(lead.Close)
 	specs := cfg.Specs()
 	w, err := warmer.New(warmer.Options{
-		Store: lead.store, Gate: lead.gate, Sources: sources.Guarded, Specs: specs,
+		Store: lead.Store(), Gate: lead.Gate(), Sources: sources.Guarded, Specs: specs,
 		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: reg, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.leading, reg, log)
+	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.Leading, reg, log)
 	if err != nil {
 		return err
 	}
-	srv, err := listen(cfg.HTTP.Listen, lead.instance(), reg, log)
+	srv, err := listen(cfg.HTTP.Listen, lead.Instance(), reg, log)
 	if err != nil {
 		return err
 	}
@@ -146,12 +147,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	})
 	// After the last write (the steps pushed below run first): a standby takes over at once.
 	undo.push(func(ctx context.Context) error {
-		if err := lead.release(ctx); err != nil {
+		if err := lead.Release(ctx); err != nil {
 			return fmt.Errorf("release lease: %w", err)
 		}
 		return nil
 	})
-	adm := openAdmin(srv, w, lead.leading, pw.startAdmin, reg, log)
+	adm := openAdmin(srv, w, lead.Leading, pw.startAdmin, reg, log)
 	undo.push(adm.Close)
 	watchers.Go(func() {
 		select {
@@ -183,7 +184,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	})
 
 	// Campaign; as leader: start-up load and pre-warm (or takeover catch-up), ready, jobs.
-	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Elector: lead.elector, Logger: log})
+	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Elector: lead.Elector(), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -201,8 +202,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	rl.open()
 	adm.Attach(sched, rl.status)
 	// The campaign's goroutine is waited for before anything it uses closes.
-	lead.start(ctx, w, sched, srv, pw.startup)
-	undo.push(func(context.Context) error { lead.wait(); return nil })
+	lead.Start(ctx, w, sched, srv, pw.startup)
+	undo.push(func(context.Context) error { lead.Wait(); return nil })
 	undo.push(func(context.Context) error { rl.close(); return nil })
 
 	<-ctx.Done()

@@ -62,7 +62,7 @@ type declState struct {
 	// lastOK holds each declared member's last successful load (unix
 	// nanoseconds, 0 for none yet); a failing member's value is kept alive for
 	// at most MaxStale past it. Its keys are the declared members, as of the
-	// last run that listed them (see declare in state.go).
+	// last run that listed them (see declare in memberstate.go).
 	lastOK map[string]int64
 	// oneOff is lastOK for members loaded outside the declaration (admin
 	// refreshes, access-log pre-warms, members that left): kept only while a

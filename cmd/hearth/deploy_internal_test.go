@@ -25,6 +25,7 @@ import (
 	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/demo"
 	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -76,8 +77,8 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if _, err := jobs.New(jobs.Options{Refresher: w}); err != nil {
 		t.Fatal(err)
 	}
-	fence := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: rdb, Namespace: "t", Registerer: rec})
-	if _, err := warmer.NewLease(warmer.LeaseOptions{Client: rdb, Namespace: "t", Duration: time.Second, Fence: fence, Registerer: rec}); err != nil {
+	fence := leader.NewFencedStore(leader.FencedStoreOptions{Client: rdb, Namespace: "t", Registerer: rec})
+	if _, err := leader.NewLease(leader.LeaseOptions{Client: rdb, Namespace: "t", Duration: time.Second, Fence: fence, Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	daemon.RegisterMetrics(rec)

@@ -1,4 +1,4 @@
-package warmer_test
+package leader_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -57,8 +58,8 @@ func newTamperEnv(t *testing.T, client *redis.Client, ns string) *tamperEnv {
 }
 
 type tamperInstance struct {
-	lease *warmer.Lease
-	store *warmer.FencedStore
+	lease *leader.Lease
+	store *leader.FencedStore
 	reg   *prometheus.Registry
 	logs  *syncBuffer
 }
@@ -69,8 +70,8 @@ func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	logs := &syncBuffer{}
 	log := zerolog.New(logs)
 	perSlot := e.perSlot
-	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg, Logger: log})
-	l, err := warmer.NewLease(warmer.LeaseOptions{
+	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg, Logger: log})
+	l, err := leader.NewLease(leader.LeaseOptions{
 		Client: e.client, Namespace: e.ns, Duration: lease, RetryPeriod: retry, Fence: store, Registerer: reg, Logger: log,
 	})
 	if err != nil {
@@ -80,7 +81,7 @@ func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	return &tamperInstance{lease: l, store: store, reg: reg, logs: logs}
 }
 
-// lead runs what the daemon (daemon/leader.go) does with a lease: campaign, write key every
+// lead runs what the daemon (leader/campaign.go) does with a lease: campaign, write key every
 // 50ms while the term lasts, campaign again when it ends; until the test ends.
 func (in *tamperInstance) lead(t *testing.T, key string) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -95,7 +96,7 @@ func (in *tamperInstance) lead(t *testing.T, key string) {
 				return
 			}
 			for term.Valid() {
-				_ = in.store.Set(warmer.WithTerm(ctx, term), []warmer.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
+				_ = in.store.Set(leader.WithTerm(ctx, term), []warmer.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
 				select {
 				case <-ctx.Done():
 					_ = term.Release(context.Background())
@@ -170,7 +171,7 @@ func redisMillis(t *testing.T, c *redis.Client) int64 {
 func TestTamperState(t *testing.T) {
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
-	farFuture := strconv.FormatInt(redisMillis(t, client)+2*warmer.MaxEpochAhead.Milliseconds(), 10)
+	farFuture := strconv.FormatInt(redisMillis(t, client)+2*leader.MaxEpochAhead.Milliseconds(), 10)
 	cases := []tamper{
 		{"fence huge", "fence", ":fence", set("99999999999999999"), "99999999999999999"},
 		{"fence nan", "fence", ":fence", set("nan"), "nan"},
@@ -237,7 +238,7 @@ func TestTamperState(t *testing.T) {
 			}
 			if tc.kind == "fence" || tc.kind == "epoch" {
 				epoch := int64(metric(t, in.reg, "hearth_leader_epoch"))
-				if limit := redisMillis(t, client) + warmer.MaxEpochAhead.Milliseconds(); epoch > limit {
+				if limit := redisMillis(t, client) + leader.MaxEpochAhead.Milliseconds(); epoch > limit {
 					t.Errorf("epoch %d after the repair, beyond Redis time + bound %d", epoch, limit)
 				}
 				if f, err := client.Get(ctx, env.ns+":fence").Int64(); err != nil || f > epoch {
@@ -277,7 +278,7 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 			key := env.ns + ":value"
 			fence := b.store.FenceKey(key)
 			ta := campaign(t, a.lease, 5*time.Second)
-			actx := warmer.WithTerm(ctx, ta) // admitted, then paused
+			actx := leader.WithTerm(ctx, ta) // admitted, then paused
 			client.Del(ctx, env.ns+":{lease}")
 			tb := campaign(t, b.lease, 5*time.Second)
 			if tb.Epoch <= ta.Epoch {
@@ -286,20 +287,20 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 			if err := tc.do(client, fence); err != nil {
 				t.Fatal(err)
 			}
-			bctx := warmer.WithTerm(ctx, tb)
+			bctx := leader.WithTerm(ctx, tb)
 			if err := b.store.Set(bctx, []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
 				t.Fatalf("new leader's write over a foreign fence: %v", err)
 			}
 			if got := b.repairs(t, "fence"); got != 1 {
 				t.Errorf("repairs{fence} = %g, want 1", got)
 			}
-			if err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, warmer.ErrFenced) {
+			if err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's write after the repair: err = %v, want ErrFenced", err)
 			}
-			if _, err := a.store.Extend(actx, []string{key}, []time.Duration{time.Hour}); !errors.Is(err, warmer.ErrFenced) {
+			if _, err := a.store.Extend(actx, []string{key}, []time.Duration{time.Hour}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's extend after the repair: err = %v, want ErrFenced", err)
 			}
-			if err := a.store.Raise(ctx, ta.Epoch); !errors.Is(err, warmer.ErrFenced) {
+			if err := a.store.Raise(ctx, ta.Epoch); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("raise to the ex-leader's epoch after the repair: err = %v, want ErrFenced", err)
 			}
 			if got := client.Get(ctx, key).Val(); got != "b" {
@@ -322,7 +323,7 @@ func TestCampaignDoesNotSpinWhenFenced(t *testing.T) {
 	client := srv.Client(t)
 	ctx := context.Background()
 	env := newTamperEnv(t, client, "spin")
-	future := redisMillis(t, client) + warmer.MaxEpochAhead.Milliseconds()/2
+	future := redisMillis(t, client) + leader.MaxEpochAhead.Milliseconds()/2
 	if err := client.Set(ctx, env.ns+":fence", future, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
