@@ -72,7 +72,10 @@ func (c *cleanups) run(ctx context.Context) error {
 // config on SIGHUP or a file change, and waits for ctx to end. Then it drains
 // in-flight writes within refresh.shutdown_timeout (a second SIGTERM/SIGINT
 // aborts), releases the lease after the last write and closes the rest in
-// reverse order. A listener that fails mid-run ends Run with its error.
+// reverse order. A listener that fails mid-run ends Run with its error. A
+// close step that fails for another reason than running out of the drain
+// deadline (see abandoned) makes Run return its error; abandoning in-flight
+// writes at the deadline is only logged.
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	cfg, log := d.cfg, d.log
 	// A failed HTTP listener ends the run as a signal does, then Run fails.
@@ -219,8 +222,40 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	if cerr != nil {
-		log.Warn().Err(cerr).Msg("shutdown incomplete")
+		if !abandoned(cerr) {
+			log.Error().Err(cerr).Msg("shutdown failed")
+			return fmt.Errorf("shutdown: %w", cerr)
+		}
+		log.Warn().Err(cerr).Dur("deadline", cfg.Refresh.ShutdownTimeout).
+			Msg("shutdown deadline reached: in-flight writes abandoned")
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// abandoned reports whether a shutdown error only says that the drain
+// deadline (refresh.shutdown_timeout, or the lease release's own bound) ran
+// out: every error it joins is, or wraps nothing but, context.DeadlineExceeded.
+// That is expected (in-flight writes abandoned; exit 0). Anything else, such
+// as a lease release Redis refused, a listener that would not close or a
+// scheduler that failed to stop, is a real failure (exit 1).
+func abandoned(err error) bool {
+	switch e := err.(type) {
+	case nil:
+		return true
+	case interface{ Unwrap() []error }:
+		for _, x := range e.Unwrap() {
+			if !abandoned(x) {
+				return false
+			}
+		}
+		return true
+	case interface{ Unwrap() error }:
+		if inner := e.Unwrap(); inner != nil {
+			return abandoned(inner)
+		}
+		return false
+	default:
+		return errors.Is(err, context.DeadlineExceeded)
+	}
 }
