@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -98,7 +99,7 @@ func testFencing(t *testing.T, perSlot bool) {
 		if n := env.client.Exists(ctx, other).Val(); n != 0 {
 			t.Errorf("%s written by the fenced leader", other)
 		}
-		if got, want := metric(t, a.reg, "hearth_fenced_writes_total", "set"), 2.0; got != want {
+		if got, want := promtest.Value(t, a.reg, "hearth_fenced_writes_total", "op", "set"), 2.0; got != want {
 			t.Errorf("hearth_fenced_writes_total = %g, want %g", got, want)
 		}
 		if !errors.Is(ta.Err(), leader.ErrFenced) {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 )
@@ -155,7 +156,7 @@ func TestLeaseStepsDown(t *testing.T) {
 		if err := a.lease.IsLeader(context.Background()); err == nil {
 			t.Error("still leader after losing the lease")
 		}
-		if got := metric(t, a.reg, "hearth_leader"); got != 0 {
+		if got := promtest.Value(t, a.reg, "hearth_leader"); got != 0 {
 			t.Errorf("hearth_leader = %g, want 0", got)
 		}
 	})
@@ -204,7 +205,7 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 		_, err := l.Campaign(ctx)
 		errs <- err
 	}()
-	for metric(t, reg, "hearth_lease_campaign_errors_total") < 2 {
+	for promtest.Value(t, reg, "hearth_lease_campaign_errors_total") < 2 {
 		if ctx.Err() != nil {
 			t.Fatal("campaign errors against a stopped Redis were not counted")
 		}

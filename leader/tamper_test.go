@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -113,14 +114,14 @@ func (in *tamperInstance) attempts(t *testing.T) float64 {
 	t.Helper()
 	n := 0.0
 	for _, r := range []string{"acquired", "held", "fenced", "error"} {
-		n += metric(t, in.reg, "hearth_lease_campaign_attempts_total", r)
+		n += promtest.Value(t, in.reg, "hearth_lease_campaign_attempts_total", "result", r)
 	}
 	return n
 }
 
 func (in *tamperInstance) repairs(t *testing.T, kind string) float64 {
 	t.Helper()
-	return metric(t, in.reg, "hearth_state_repairs_total", kind)
+	return promtest.Value(t, in.reg, "hearth_state_repairs_total", "key", kind)
 }
 
 // tamper is one foreign value written into one of Hearth's keys.
@@ -205,7 +206,7 @@ func TestTamperState(t *testing.T) {
 
 			key := env.ns + tc.key
 			before := in.attempts(t)
-			terms := metric(t, in.reg, "hearth_leader_transitions_total", "acquired")
+			terms := promtest.Value(t, in.reg, "hearth_leader_transitions_total", "result", "acquired")
 			if err := tc.do(client, key); err != nil {
 				t.Fatal(err)
 			}
@@ -217,7 +218,7 @@ func TestTamperState(t *testing.T) {
 				// The old term writes until its renewal finds the lease
 				// gone: only a new term proves the takeover.
 				testenv.Eventually(t, 10*time.Second, "a new term after "+tc.name, func() bool {
-					return metric(t, in.reg, "hearth_leader_transitions_total", "acquired") > terms
+					return promtest.Value(t, in.reg, "hearth_leader_transitions_total", "result", "acquired") > terms
 				})
 			}
 			client.Del(ctx, value)
@@ -237,7 +238,7 @@ func TestTamperState(t *testing.T) {
 				t.Errorf("%g campaign attempts during the repair, want ≤ 30", n)
 			}
 			if tc.kind == "fence" || tc.kind == "epoch" {
-				epoch := int64(metric(t, in.reg, "hearth_leader_epoch"))
+				epoch := int64(promtest.Value(t, in.reg, "hearth_leader_epoch"))
 				if limit := redisMillis(t, client) + leader.MaxEpochAhead.Milliseconds(); epoch > limit {
 					t.Errorf("epoch %d after the repair, beyond Redis time + bound %d", epoch, limit)
 				}
@@ -342,8 +343,8 @@ func TestCampaignDoesNotSpinWhenFenced(t *testing.T) {
 		}()
 	}
 	testenv.Eventually(t, 5*time.Second, "first fenced attempts", func() bool {
-		return metric(t, a.reg, "hearth_lease_campaign_attempts_total", "fenced") >= 1 &&
-			metric(t, b.reg, "hearth_lease_campaign_attempts_total", "fenced") >= 1
+		return promtest.Value(t, a.reg, "hearth_lease_campaign_attempts_total", "result", "fenced") >= 1 &&
+			promtest.Value(t, b.reg, "hearth_lease_campaign_attempts_total", "result", "fenced") >= 1
 	})
 	start := time.Now()
 	n0 := a.attempts(t) + b.attempts(t)
