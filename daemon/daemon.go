@@ -19,6 +19,7 @@ import (
 
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -71,7 +72,10 @@ func (c *cleanups) run(ctx context.Context) error {
 // config on SIGHUP or a file change, and waits for ctx to end. Then it drains
 // in-flight writes within refresh.shutdown_timeout (a second SIGTERM/SIGINT
 // aborts), releases the lease after the last write and closes the rest in
-// reverse order. A listener that fails mid-run ends Run with its error.
+// reverse order. A listener that fails mid-run ends Run with its error. A
+// close step that fails for another reason than running out of the drain
+// deadline (see abandoned) makes Run return its error; abandoning in-flight
+// writes at the deadline is only logged.
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	cfg, log := d.cfg, d.log
 	// A failed HTTP listener ends the run as a signal does, then Run fails.
@@ -116,24 +120,24 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	undo.push(func(context.Context) error { sources.Close(); return nil })
 
-	lead, err := newLeadership(cfg, rdb, reg, log)
+	lead, err := leader.New(cfg, rdb, reg, log)
 	if err != nil {
 		return err
 	}
-	undo.push(lead.close)
+	undo.push(lead.Close)
 	specs := cfg.Specs()
 	w, err := warmer.New(warmer.Options{
-		Store: lead.store, Gate: lead.gate, Sources: sources.Guarded, Specs: specs,
+		Store: lead.Store(), Gate: lead.Gate(), Sources: sources.Guarded, Specs: specs,
 		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: reg, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.leading, reg, log)
+	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.Leading, reg, log)
 	if err != nil {
 		return err
 	}
-	srv, err := listen(cfg.HTTP.Listen, lead.instance(), reg, log)
+	srv, err := listen(cfg.HTTP.Listen, lead.Instance(), reg, log)
 	if err != nil {
 		return err
 	}
@@ -146,12 +150,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	})
 	// After the last write (the steps pushed below run first): a standby takes over at once.
 	undo.push(func(ctx context.Context) error {
-		if err := lead.release(ctx); err != nil {
+		if err := lead.Release(ctx); err != nil {
 			return fmt.Errorf("release lease: %w", err)
 		}
 		return nil
 	})
-	adm := openAdmin(srv, w, lead.leading, pw.startAdmin, reg, log)
+	adm := openAdmin(srv, w, lead.Leading, pw.startAdmin, reg, log)
 	undo.push(adm.Close)
 	watchers.Go(func() {
 		select {
@@ -183,7 +187,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	})
 
 	// Campaign; as leader: start-up load and pre-warm (or takeover catch-up), ready, jobs.
-	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Elector: lead.elector, Logger: log})
+	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Elector: lead.Elector(), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -201,8 +205,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	rl.open()
 	adm.Attach(sched, rl.status)
 	// The campaign's goroutine is waited for before anything it uses closes.
-	lead.start(ctx, w, sched, srv, pw.startup)
-	undo.push(func(context.Context) error { lead.wait(); return nil })
+	lead.Start(ctx, w, sched, srv, pw.startup)
+	undo.push(func(context.Context) error { lead.Wait(); return nil })
 	undo.push(func(context.Context) error { rl.close(); return nil })
 
 	<-ctx.Done()
@@ -218,8 +222,40 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	if cerr != nil {
-		log.Warn().Err(cerr).Msg("shutdown incomplete")
+		if !abandoned(cerr) {
+			log.Error().Err(cerr).Msg("shutdown failed")
+			return fmt.Errorf("shutdown: %w", cerr)
+		}
+		log.Warn().Err(cerr).Dur("deadline", cfg.Refresh.ShutdownTimeout).
+			Msg("shutdown deadline reached: in-flight writes abandoned")
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// abandoned reports whether a shutdown error only says that the drain
+// deadline (refresh.shutdown_timeout, or the lease release's own bound) ran
+// out: every error it joins is, or wraps nothing but, context.DeadlineExceeded.
+// That is expected (in-flight writes abandoned; exit 0). Anything else, such
+// as a lease release Redis refused, a listener that would not close or a
+// scheduler that failed to stop, is a real failure (exit 1).
+func abandoned(err error) bool {
+	switch e := err.(type) {
+	case nil:
+		return true
+	case interface{ Unwrap() []error }:
+		for _, x := range e.Unwrap() {
+			if !abandoned(x) {
+				return false
+			}
+		}
+		return true
+	case interface{ Unwrap() error }:
+		if inner := e.Unwrap(); inner != nil {
+			return abandoned(inner)
+		}
+		return false
+	default:
+		return errors.Is(err, context.DeadlineExceeded)
+	}
 }

@@ -30,10 +30,16 @@ import (
 type failingSchedule struct {
 	*jobs.Scheduler
 	fail atomic.Bool
+	// during, if set, runs inside a failing update: after the warmer's swap,
+	// before its undo.
+	during func()
 }
 
 func (f *failingSchedule) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 	if f.fail.Load() {
+		if f.during != nil {
+			f.during()
+		}
 		return warmer.Changes{}, errors.New("injected schedule failure")
 	}
 	return f.Scheduler.Apply(specs)
@@ -132,5 +138,94 @@ hearth_refresh_interval_seconds{family="a"} 0.2
 	}
 	if got := sched.Jobs(); !slices.Equal(got, []string{"c"}) {
 		t.Errorf("scheduled after the reload = %v, want [c]", got)
+	}
+}
+
+// TestReloadRolledBackRunsNoNewDeclaration: a refresh that starts while a
+// reload may still be rolled back (after the warmer's swap, before its undo)
+// waits, then runs the old declaration: the origin never sees the path of the
+// new declaration that was rolled back.
+func TestReloadRolledBackRunsNoNewDeclaration(t *testing.T) {
+	env := testenv.Redis(t)
+	var loadsOld, loadsNew atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/a":
+			loadsOld.Add(1)
+		case "/a-new":
+			loadsNew.Add(1)
+		}
+		fmt.Fprintf(w, "value of %s", r.URL.Path)
+	}))
+	defer origin.Close()
+	doc := func(path string) []byte {
+		return fmt.Appendf(nil, "sources:\n  - {name: up, type: http, base_url: %q, timeout: 1s}\nkeys:\n"+
+			"  - {name: a, key: \"%sa\", ttl: 1h, source: up, path: %s}\n", origin.URL, env.Prefix, path)
+	}
+	path := filepath.Join(t.TempDir(), "hearth.yaml")
+	if err := os.WriteFile(path, doc("/a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(path, doc("/a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := httpsrc.New(httpsrc.Config{Name: "up", BaseURL: origin.URL, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	w, err := warmer.New(warmer.Options{
+		Store: &warmer.RedisStore{Client: env.Client}, Sources: map[string]warmer.Source{"up": src},
+		Specs: cfg.Specs(), Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not opened: nothing but the refresh below loads.
+	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: cfg.Specs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	type result struct {
+		out warmer.Outcome
+		err error
+	}
+	started := make(chan result, 1)
+	fs := &failingSchedule{Scheduler: sched}
+	fs.fail.Store(true)
+	fs.during = func() {
+		go func() {
+			out, err := w.Refresh(ctx, "a", warmer.RunOptions{})
+			started <- result{out, err}
+		}()
+		// Long enough for the refresh to load, had it not waited.
+		select {
+		case r := <-started:
+			started <- r
+		case <-time.After(time.Second):
+		}
+	}
+	r := newReloader(cfg, make(chan os.Signal, 1), w, fs, reg, zerolog.Nop())
+	if err := os.WriteFile(path, doc("/a-new"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.reload()
+	if got := testutil.ToFloat64(r.metrics.reloads.WithLabelValues("error")); got != 1 {
+		t.Fatalf("reloads{result=error} = %v, want 1", got)
+	}
+	res := <-started
+	if res.err != nil || res.out.Written != 1 {
+		t.Errorf("the refresh started during the reload = %+v, %v; want one key written", res.out, res.err)
+	}
+	if n := loadsNew.Load(); n != 0 {
+		t.Errorf("the origin was asked %d times for /a-new, the path of a declaration that was rolled back", n)
+	}
+	if n := loadsOld.Load(); n != 1 {
+		t.Errorf("the origin was asked %d times for /a, want 1 (the refresh, with the old declaration)", n)
+	}
+	if got := env.Client.Get(ctx, env.Prefix+"a").Val(); got != "value of /a" {
+		t.Errorf("%sa = %q, want the old declaration's value", env.Prefix, got)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/leader"
 )
 
 // Limits of Hearth's own HTTP listener. It serves probes, scrapes and the admin
@@ -71,11 +73,16 @@ type server struct {
 	instance string
 }
 
-// setRole records this instance's role and, for a leader, its epoch.
-func (s *server) setRole(role string, epoch int64) {
+// SetRole records this instance's role and, for a leader, its epoch.
+func (s *server) SetRole(role string, epoch int64) {
 	s.epoch.Store(epoch)
 	s.role.Store(role)
 }
+
+// SetReady sets what /readyz answers: 200 when ready, else 503.
+func (s *server) SetReady(ready bool) { s.ready.Store(ready) }
+
+var _ leader.Status = (*server)(nil)
 
 // listen binds the address now, so that a taken port fails start-up;
 // instance names this instance on /healthz.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
 )
@@ -78,7 +79,7 @@ func TestLocalHitWithoutRedis(t *testing.T) {
 	if n := rdb.sent(func() { v = get() }); n != 0 || v != "value of "+key {
 		t.Errorf("second read: %q with %d Redis commands, want the value with none", v, n)
 	}
-	if got := metric(t, reg, "hearth_readside_local_hits_total", "kind", "value"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_local_hits_total", "kind", "value"); got != 1 {
 		t.Errorf("local hits: %v, want 1", got)
 	}
 	env.Client.Set(ctx, key, "rewritten", time.Hour)
@@ -159,7 +160,7 @@ func TestLocalNegativeBound(t *testing.T) {
 	if n := notFound(hearths) + notFound(loaded); n != 0 {
 		t.Errorf("within NegativeTTL: %d Redis commands, want local hits", n)
 	}
-	if got := metric(t, reg, "hearth_readside_local_hits_total", "kind", "negative"); got != 2 {
+	if got := promtest.Sum(t, reg, "hearth_readside_local_hits_total", "kind", "negative"); got != 2 {
 		t.Errorf("negative local hits: %v, want 2", got)
 	}
 	clock.Add(time.Second)
@@ -238,7 +239,7 @@ func TestLocalHitsStillRefreshEarly(t *testing.T) {
 	if err != nil || string(v) != "v1" {
 		t.Fatalf("read near expiry: %q, %v, want the current value", v, err)
 	}
-	if got := metric(t, reg, "hearth_readside_local_hits_total"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_local_hits_total"); got != 1 {
 		t.Fatalf("local hits: %v, want 1 (the read near expiry came from memory)", got)
 	}
 	select {
@@ -248,7 +249,7 @@ func TestLocalHitsStillRefreshEarly(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, "refresh stored", func() bool {
 		return env.Client.Get(ctx, key).Val() == "v2" &&
-			metric(t, reg, "hearth_readside_early_refreshes_total", "result", "started") == 1
+			promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started") == 1
 	})
 	u.Store(0.999999)
 	testenv.Eventually(t, 10*time.Second, "refreshed value served locally", func() bool {
@@ -256,7 +257,7 @@ func TestLocalHitsStillRefreshEarly(t *testing.T) {
 		n := rdb.sent(func() { v, _ = c.GetOrLoad(ctx, key, load) })
 		return n == 0 && string(v) == "v2"
 	})
-	if got := metric(t, reg, "hearth_readside_hits_total"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_hits_total"); got != 1 {
 		t.Errorf("Redis hits: %v, want 1 (the first read only)", got)
 	}
 }

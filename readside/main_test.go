@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -68,46 +67,6 @@ func newCache(t *testing.T, rdb redis.UniversalClient, reg prometheus.Registerer
 		}
 	})
 	return c
-}
-
-// metric returns the value of the counter (or the sample count of the
-// histogram) name with the given label pairs, summed over other labels.
-func metric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if !hasLabel(m, labels[i], labels[i+1]) {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
-}
-
-func hasLabel(m *dto.Metric, k, v string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == k {
-			return l.GetValue() == v
-		}
-	}
-	return false
 }
 
 // origin counts loads per key in Redis, so that several processes share it.

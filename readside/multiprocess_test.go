@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
 )
@@ -97,12 +98,12 @@ func runHelper(kind string) error {
 		}
 		t := &testing.T{}
 		rep := helperReport{
-			Fallbacks: metric(t, reg, "hearth_readside_fallbacks_total"),
-			Coalesced: metric(t, reg, "hearth_readside_coalesced_total"),
-			LockWaits: metric(t, reg, "hearth_readside_lock_wait_seconds"),
-			Loads:     metric(t, reg, "hearth_readside_loads_total"),
-			Misses:    metric(t, reg, "hearth_readside_misses_total"),
-			LocalHits: metric(t, reg, "hearth_readside_local_hits_total"),
+			Fallbacks: promtest.Sum(t, reg, "hearth_readside_fallbacks_total"),
+			Coalesced: promtest.Sum(t, reg, "hearth_readside_coalesced_total"),
+			LockWaits: promtest.Sum(t, reg, "hearth_readside_lock_wait_seconds"),
+			Loads:     promtest.Sum(t, reg, "hearth_readside_loads_total"),
+			Misses:    promtest.Sum(t, reg, "hearth_readside_misses_total"),
+			LocalHits: promtest.Sum(t, reg, "hearth_readside_local_hits_total"),
 		}
 		return json.NewEncoder(os.Stdout).Encode(rep)
 	case "holder":
@@ -245,7 +246,7 @@ func TestKilledHolderIsReplaced(t *testing.T) {
 		res <- result{v, err}
 	}()
 	testenv.Eventually(t, 10*time.Second, "waiter waiting", func() bool {
-		return metric(t, reg, "hearth_readside_misses_total") == 1
+		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 1
 	})
 	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -257,10 +258,10 @@ func TestKilledHolderIsReplaced(t *testing.T) {
 	if got := o.loads(t, key); got != 2 {
 		t.Errorf("loads: %d, want 2 (the killed holder's, then the waiter's)", got)
 	}
-	if got := metric(t, reg, "hearth_readside_lock_wait_seconds", "result", "acquired"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_lock_wait_seconds", "result", "acquired"); got != 1 {
 		t.Errorf("lock waits ended by acquiring: %v, want 1", got)
 	}
-	if got := metric(t, reg, "hearth_readside_fallbacks_total"); got != 0 {
+	if got := promtest.Sum(t, reg, "hearth_readside_fallbacks_total"); got != 0 {
 		t.Errorf("fallbacks: %v, want 0", got)
 	}
 }

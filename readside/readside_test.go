@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
 )
@@ -47,7 +48,7 @@ func TestMissThenHitAndNegative(t *testing.T) {
 		if n := env.Client.Exists(ctx, readside.LockKey(ns, key)).Val(); n != 0 {
 			t.Error("lock left behind")
 		}
-		if got := metric(t, reg, "hearth_readside_hits_total", "kind", "value"); got != 2 {
+		if got := promtest.Sum(t, reg, "hearth_readside_hits_total", "kind", "value"); got != 2 {
 			t.Errorf("hits: %v, want 2", got)
 		}
 	})
@@ -96,7 +97,7 @@ func TestPanickingLoader(t *testing.T) {
 		wg.Go(func() { _, errs[i] = c.GetOrLoad(ctx, key, panicky) })
 	}
 	testenv.Eventually(t, 10*time.Second, "callers waiting", func() bool {
-		return metric(t, reg, "hearth_readside_misses_total") == 10
+		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 10
 	})
 	close(start)
 	wg.Wait()
@@ -105,7 +106,7 @@ func TestPanickingLoader(t *testing.T) {
 			t.Errorf("caller %d: %v, want ErrPanic", i, err)
 		}
 	}
-	if got := metric(t, reg, "hearth_readside_loads_total", "result", "panic"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_loads_total", "result", "panic"); got != 1 {
 		t.Errorf("panicked loads: %v, want 1", got)
 	}
 	if n := env.Client.Exists(ctx, readside.LockKey(ns, key)).Val(); n != 0 {
@@ -139,12 +140,12 @@ func TestCancelledCaller(t *testing.T) {
 	err1 := make(chan error, 1)
 	go func() { _, err := c.GetOrLoad(ctx1, key, load); err1 <- err }()
 	testenv.Eventually(t, 10*time.Second, "first caller loading", func() bool {
-		return metric(t, reg, "hearth_readside_misses_total") == 1
+		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 1
 	})
 	res2 := make(chan []byte, 1)
 	go func() { v, _ := c.GetOrLoad(context.Background(), key, load); res2 <- v }()
 	testenv.Eventually(t, 10*time.Second, "second caller waiting", func() bool {
-		return metric(t, reg, "hearth_readside_misses_total") == 2
+		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 2
 	})
 	cancel()
 	if err := <-err1; !errors.Is(err, context.Canceled) {
@@ -246,10 +247,10 @@ func TestFallbacks(t *testing.T) {
 			}
 		})
 	}
-	if got := metric(t, reg, "hearth_readside_fallbacks_total", "reason", "lock_timeout"); got != 4 {
+	if got := promtest.Sum(t, reg, "hearth_readside_fallbacks_total", "reason", "lock_timeout"); got != 4 {
 		t.Errorf("fallbacks: %v, want 4", got)
 	}
-	if got := metric(t, reg, "hearth_readside_stale_served_total", "reason", "fallback"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "fallback"); got != 1 {
 		t.Errorf("stale served: %v, want 1", got)
 	}
 }
@@ -274,7 +275,7 @@ func TestStaleOnLoaderError(t *testing.T) {
 	if err != nil || string(v) != "good" {
 		t.Fatalf("got %q, %v; want the stale copy", v, err)
 	}
-	if got := metric(t, reg, "hearth_readside_stale_served_total", "reason", "loader_error"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "loader_error"); got != 1 {
 		t.Errorf("stale served: %v, want 1", got)
 	}
 	env.Client.Del(ctx, readside.StaleKey(ns, key)) // past the bound
@@ -307,7 +308,7 @@ func TestXFetchDistribution(t *testing.T) {
 	block := make(chan struct{})
 	blocked := func(context.Context) ([]byte, error) { <-block; return []byte("refreshed"), nil }
 	decided := func() float64 {
-		return metric(t, reg, "hearth_readside_early_refreshes_total")
+		return promtest.Sum(t, reg, "hearth_readside_early_refreshes_total")
 	}
 	const n = 3000
 	for _, r := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
@@ -327,14 +328,14 @@ func TestXFetchDistribution(t *testing.T) {
 			t.Errorf("r = %s: fraction %.4f, want %.4f ± 4σ", r, got, p)
 		}
 	}
-	if got := metric(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got != 1 {
 		t.Errorf("refreshes started: %v, want 1 (one in flight at a time)", got)
 	}
 	close(block)
 	testenv.Eventually(t, 10*time.Second, "refresh written", func() bool {
 		return env.Client.Get(ctx, key).Val() == "refreshed"
 	})
-	if got := metric(t, reg, "hearth_readside_misses_total"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
 		t.Errorf("misses: %v, want 1", got)
 	}
 }
@@ -365,14 +366,14 @@ func xfetchBeforeExpiry(t *testing.T, local readside.LocalOptions) {
 		}
 		time.Sleep(5 * time.Millisecond) // a reader's pace, not a wait for an outcome
 	}
-	if got := metric(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got < 2 {
+	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got < 2 {
 		t.Errorf("early refreshes: %v, want ≥ 2 in 4 s of a 1.5 s TTL", got)
 	}
-	if got := metric(t, reg, "hearth_readside_misses_total"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
 		t.Errorf("misses: %v, want 1 (the first read): every expiry was pre-empted", got)
 	}
 	if local.Size > 0 {
-		lh, rh := metric(t, reg, "hearth_readside_local_hits_total"), metric(t, reg, "hearth_readside_hits_total")
+		lh, rh := promtest.Sum(t, reg, "hearth_readside_local_hits_total"), promtest.Sum(t, reg, "hearth_readside_hits_total")
 		t.Logf("local hits %v, Redis hits %v", lh, rh)
 		if lh < 10*rh {
 			t.Errorf("local hits %v, Redis hits %v: want most reads from memory", lh, rh)
@@ -396,10 +397,10 @@ func TestForeignDelta(t *testing.T) {
 			t.Fatalf("δ %q: %q, %v", bad, v, err)
 		}
 	}
-	if got := metric(t, reg, "hearth_readside_foreign_values_total", "what", "delta"); got != 5 {
+	if got := promtest.Sum(t, reg, "hearth_readside_foreign_values_total", "what", "delta"); got != 5 {
 		t.Errorf("foreign δ counted: %v, want 5", got)
 	}
-	if got := metric(t, reg, "hearth_readside_early_refreshes_total"); got != 0 {
+	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total"); got != 0 {
 		t.Errorf("early refreshes: %v, want 0", got)
 	}
 }
@@ -500,7 +501,7 @@ func TestEarlyRefreshDoubleChecks(t *testing.T) {
 	if runs != 1 {
 		t.Errorf("loads %d, want 1: a value refreshed meanwhile was loaded again", runs)
 	}
-	if got := metric(t, reg, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got != 1 {
+	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got != 1 {
 		t.Errorf("done_elsewhere: %v, want 1", got)
 	}
 	readside.RefreshEarly(c, key, load, 2*time.Hour) // nothing rewrote it since

@@ -54,7 +54,11 @@ type Swapped struct {
 
 // Swap is Apply that can be undone: it checks specs and changes nothing on
 // error, then swaps in the new declarations. Exactly one of Keep or Undo must
-// follow. Until Keep, a removed declaration's metric series stay.
+// follow. Until Keep, a removed declaration's metric series stay. Until Keep
+// or Undo, refreshes do not start (they wait in lookup, Specs): a refresh
+// that starts while a reload may still be rolled back would run the new
+// declaration once. Refreshes already running finish with their declaration.
+// Swap waits for another swap's Keep or Undo.
 func (w *Warmer) Swap(specs []*Spec) (*Swapped, error) {
 	next := make(map[string]*Spec, len(specs))
 	order := make([]string, 0, len(specs))
@@ -69,6 +73,7 @@ func (w *Warmer) Swap(specs []*Spec) (*Swapped, error) {
 		order = append(order, s.Name)
 	}
 
+	w.swapping.Lock() // until Keep or Undo
 	w.mu.Lock()
 	sw := &Swapped{w: w, old: w.specs, oldOrder: w.order, oldState: w.state}
 	state := make(map[string]*declState, len(specs))
@@ -104,12 +109,14 @@ func (w *Warmer) Swap(specs []*Spec) (*Swapped, error) {
 // Changes is what the swap did.
 func (s *Swapped) Changes() Changes { return s.ch }
 
-// Keep makes the swap final: removed declarations' metric series go.
+// Keep makes the swap final: removed declarations' metric series go, and
+// refreshes start again, with the new declarations.
 func (s *Swapped) Keep() {
 	if s.done {
 		return
 	}
 	s.done = true
+	defer s.w.swapping.Unlock()
 	for _, name := range s.ch.Removed {
 		s.w.forget(name)
 	}
@@ -117,11 +124,13 @@ func (s *Swapped) Keep() {
 
 // Undo puts back the declarations, order and state the warmer had before the
 // swap, and their published schedule; added declarations' series go.
+// Refreshes start again, with the old declarations.
 func (s *Swapped) Undo() {
 	if s.done {
 		return
 	}
 	s.done = true
+	defer s.w.swapping.Unlock()
 	w := s.w
 	w.mu.Lock()
 	w.specs, w.order, w.state = s.old, s.oldOrder, s.oldState
@@ -174,6 +183,8 @@ func patternOf(t Template) string {
 
 // lookup returns a declaration and its state under the lock Apply takes.
 func (w *Warmer) lookup(name string) (*Spec, *declState, bool) {
+	w.swapping.RLock()
+	defer w.swapping.RUnlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s, ok := w.specs[name]
@@ -185,6 +196,8 @@ func (w *Warmer) lookup(name string) (*Spec, *declState, bool) {
 
 // names returns the declaration names in declared order.
 func (w *Warmer) names() []string {
+	w.swapping.RLock()
+	defer w.swapping.RUnlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]string(nil), w.order...)

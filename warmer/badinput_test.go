@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -99,7 +100,7 @@ func TestBadInput(t *testing.T) {
 		{"json", "bad_payload", "json:garbage", []string{p + "json:garbage", `keys[json].json_pointer "/v"`, "body is not JSON"}},
 	} {
 		t.Run(c.decl+" "+c.reason, func(t *testing.T) {
-			if got := promValue(t, rg.reg, "hearth_load_failures_total", "family", c.decl, "reason", c.reason); got < 1 {
+			if got := promtest.Sum(t, rg.reg, "hearth_load_failures_total", "family", c.decl, "reason", c.reason); got < 1 {
 				t.Errorf("hearth_load_failures_total{family=%s,reason=%s} = %g, want >= 1", c.decl, c.reason, got)
 			}
 			_, err := rg.w.Refresh(ctx, c.decl, warmer.RunOptions{})
@@ -119,10 +120,10 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	t.Run("invalid queried members are skipped and counted", func(t *testing.T) {
-		if got, want := promValue(t, rg.reg, "hearth_load_failures_total", "family", "odd", "reason", "bad_member"), 2.0; got != want {
+		if got, want := promtest.Sum(t, rg.reg, "hearth_load_failures_total", "family", "odd", "reason", "bad_member"), 2.0; got != want {
 			t.Errorf("load_failures{family=odd,reason=bad_member} = %g, want %g", got, want)
 		}
-		if got, want := promValue(t, rg.reg, "hearth_members", "family", "odd"), 1.0; got != want {
+		if got, want := promtest.Sum(t, rg.reg, "hearth_members", "family", "odd"), 1.0; got != want {
 			t.Errorf("hearth_members{family=odd} = %g, want %g (de-duplicated, invalid ones skipped)", got, want)
 		}
 		n, err := r.Client.Keys(ctx, p+"odd:*").Result()

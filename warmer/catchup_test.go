@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -75,7 +76,7 @@ func TestCatchUp(t *testing.T) {
 
 	t.Run("a standby catches nothing up", func(t *testing.T) {
 		res, err := w.CatchUp(ctx, warmer.CatchUpOptions{})
-		if !errors.Is(err, warmer.ErrNotLeader) {
+		if !errors.Is(err, leader.ErrNotLeader) {
 			t.Errorf("err = %v, want ErrNotLeader", err)
 		}
 		if got := src.loaded(); len(got) != 0 || res.Refreshed != 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -59,16 +60,16 @@ func TestDrainedRunIsNotOK(t *testing.T) {
 		if out.Written != 5 || out.NotRun != 15 {
 			t.Errorf("written %d, not run %d; want 5 and 15", out.Written, out.NotRun)
 		}
-		if got := metric(t, f.reg, "hearth_refresh_runs_total", "drain", "partial"); got != 1 {
+		if got := promtest.Value(t, f.reg, "hearth_refresh_runs_total", "family", "drain", "result", "partial"); got != 1 {
 			t.Errorf("runs{partial} = %g, want 1", got)
 		}
-		if got := metric(t, f.reg, "hearth_refresh_runs_total", "drain", "ok"); got != 1 {
+		if got := promtest.Value(t, f.reg, "hearth_refresh_runs_total", "family", "drain", "result", "ok"); got != 1 {
 			t.Errorf("runs{ok} = %g, want 1 (the first run only)", got)
 		}
-		if got, want := metric(t, f.reg, "hearth_last_success_timestamp_seconds", "drain"), float64(t0.UnixNano())/1e9; got != want {
+		if got, want := promtest.Value(t, f.reg, "hearth_last_success_timestamp_seconds", "family", "drain"), float64(t0.UnixNano())/1e9; got != want {
 			t.Errorf("last success = %f, want the first run's %f", got, want)
 		}
-		if got := metric(t, f.reg, "hearth_staleness_seconds", "drain"); got != 30 {
+		if got := promtest.Value(t, f.reg, "hearth_staleness_seconds", "family", "drain"); got != 30 {
 			t.Errorf("staleness = %gs, want 30s since the last complete run", got)
 		}
 		if st := f.w.Status()[0]; !st.LastOK.Equal(t0) {
@@ -90,7 +91,7 @@ func TestDrainedRunIsNotOK(t *testing.T) {
 		if !errors.Is(err, warmer.ErrDrained) || out.Written != 0 || out.NotRun != 20 {
 			t.Errorf("written %d, not run %d, err %v; want 0, 20, ErrDrained", out.Written, out.NotRun, err)
 		}
-		if got := metric(t, f.reg, "hearth_refresh_runs_total", "drain", "aborted"); got != 1 {
+		if got := promtest.Value(t, f.reg, "hearth_refresh_runs_total", "family", "drain", "result", "aborted"); got != 1 {
 			t.Errorf("runs{aborted} = %g, want 1", got)
 		}
 		if st := f.w.Status()[0]; !st.LastOK.Equal(t0) {

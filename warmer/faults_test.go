@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/sources/postgres"
@@ -110,7 +111,7 @@ func TestNegativeCaching(t *testing.T) {
 		if got, want := strings.Join(rg.w.Negatives("item"), ","), "3"; got != want {
 			t.Errorf("Negatives = %q, want %q", got, want)
 		}
-		if got, want := promValue(t, rg.reg, "hearth_keys_written_total", "family", "item", "kind", "negative"), 1.0; got != want {
+		if got, want := promtest.Sum(t, rg.reg, "hearth_keys_written_total", "family", "item", "kind", "negative"), 1.0; got != want {
 			t.Errorf("keys_written{kind=negative} = %g, want %g", got, want)
 		}
 	})
@@ -256,13 +257,13 @@ func TestServeStale(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("value kept %s past its last good load (max_stale %s, ttl %s)", gone.Sub(t0).Round(time.Millisecond), s.MaxStale, s.TTL)
-	if got := promValue(t, rg.reg, "hearth_stale_extensions_total", "family", "price"); got < 2 {
+	if got := promtest.Sum(t, rg.reg, "hearth_stale_extensions_total", "family", "price"); got < 2 {
 		t.Errorf("hearth_stale_extensions_total = %g, want >= 2", got)
 	}
-	if got := promValue(t, rg.reg, "hearth_staleness_seconds", "family", "price"); got < 1 {
+	if got := promtest.Sum(t, rg.reg, "hearth_staleness_seconds", "family", "price"); got < 1 {
 		t.Errorf("hearth_staleness_seconds = %g, want >= 1 while the origin fails", got)
 	}
-	if got := promValue(t, rg.reg, "hearth_load_failures_total", "family", "price", "reason", "origin"); got < 2 {
+	if got := promtest.Sum(t, rg.reg, "hearth_load_failures_total", "family", "price", "reason", "origin"); got < 2 {
 		t.Errorf("hearth_load_failures_total{reason=origin} = %g, want >= 2", got)
 	}
 
@@ -272,7 +273,7 @@ func TestServeStale(t *testing.T) {
 		return v == "v1-a"
 	})
 	testenv.Eventually(t, 3*time.Second, "staleness back to 0", func() bool {
-		return promValue(t, rg.reg, "hearth_staleness_seconds", "family", "price") == 0
+		return promtest.Sum(t, rg.reg, "hearth_staleness_seconds", "family", "price") == 0
 	})
 }
 
@@ -305,7 +306,7 @@ func TestBreakerOpenServesStale(t *testing.T) {
 		}
 	}
 	calls := u.total()
-	extended := promValue(t, rg.reg, "hearth_stale_extensions_total", "family", "p")
+	extended := promtest.Sum(t, rg.reg, "hearth_stale_extensions_total", "family", "p")
 	for range 3 {
 		_, err := rg.w.Refresh(ctx, "p", warmer.RunOptions{})
 		if !errors.Is(err, warmer.ErrBreakerOpen) {
@@ -315,10 +316,10 @@ func TestBreakerOpenServesStale(t *testing.T) {
 	if got := u.total(); got != calls {
 		t.Errorf("origin called %d times with the breaker open", got-calls)
 	}
-	if got := promValue(t, rg.reg, "hearth_stale_extensions_total", "family", "p") - extended; got != 6 {
+	if got := promtest.Sum(t, rg.reg, "hearth_stale_extensions_total", "family", "p") - extended; got != 6 {
 		t.Errorf("%g stale extensions in 3 refreshes of 2 members with the breaker open, want 6", got)
 	}
-	if got := promValue(t, rg.reg, "hearth_load_failures_total", "family", "p", "reason", "breaker_open"); got != 6 {
+	if got := promtest.Sum(t, rg.reg, "hearth_load_failures_total", "family", "p", "reason", "breaker_open"); got != 6 {
 		t.Errorf("load_failures{reason=breaker_open} = %g, want 6", got)
 	}
 	if v, _ := get(t, r.Client, r.Prefix+"p:a"); v != "v-a" {

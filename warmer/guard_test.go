@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -106,48 +106,6 @@ func guardSpec(t *testing.T, name, key, path string) *warmer.Spec {
 		NegativeValue: []byte{}, BatchSize: 100, MaxMembers: 1000}
 }
 
-// promValue reads one series from a registry: the counter, gauge or histogram
-// count whose labels include all the given name/value pairs (summed).
-func promValue(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if !hasLabel(m, labels[i], labels[i+1]) {
-					continue series
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				total += m.Counter.GetValue()
-			case m.Gauge != nil:
-				total += m.Gauge.GetValue()
-			case m.Histogram != nil:
-				total += float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return total
-}
-
-func hasLabel(m *dto.Metric, name, value string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name && l.GetValue() == value {
-			return true
-		}
-	}
-	return false
-}
-
 // noLeaks fails the test if a goroutine started during it outlives its
 // cleanups (servers, clients, sources): it runs after all of them.
 func noLeaks(t *testing.T) {
@@ -193,7 +151,7 @@ func TestGuardRetries(t *testing.T) {
 		if got, want := u.count("ok"), 1; got != want {
 			t.Errorf("ok requested %d times, want %d: a good member must not be asked again", got, want)
 		}
-		if got, want := promValue(t, reg, "hearth_origin_retries_total", "source", "api"), 2.0; got != want {
+		if got, want := promtest.Sum(t, reg, "hearth_origin_retries_total", "source", "api"), 2.0; got != want {
 			t.Errorf("hearth_origin_retries_total = %g, want %g", got, want)
 		}
 	})
@@ -311,7 +269,7 @@ func TestGuardBreaker(t *testing.T) {
 			t.Fatalf("load %d: %v (the breaker opened too early)", i, err)
 		}
 	}
-	if got, want := promValue(t, reg, "hearth_origin_breaker_state", "source", "api"), 2.0; got != want {
+	if got, want := promtest.Sum(t, reg, "hearth_origin_breaker_state", "source", "api"), 2.0; got != want {
 		t.Fatalf("breaker state = %g after 3 failed calls, want 2 (open)", got)
 	}
 	before := u.total()
@@ -322,7 +280,7 @@ func TestGuardBreaker(t *testing.T) {
 	if got := u.total(); got != before {
 		t.Errorf("the origin was called %d times with the breaker open", got-before)
 	}
-	if got := promValue(t, reg, "hearth_origin_rejected_total", "source", "api", "reason", "breaker_open"); got < 1 {
+	if got := promtest.Sum(t, reg, "hearth_origin_rejected_total", "source", "api", "reason", "breaker_open"); got < 1 {
 		t.Errorf("hearth_origin_rejected_total{reason=breaker_open} = %g, want >= 1", got)
 	}
 
@@ -341,7 +299,7 @@ func TestGuardBreaker(t *testing.T) {
 		}
 		time.Sleep(openFor / 10)
 	}
-	if got, want := promValue(t, reg, "hearth_origin_breaker_state", "source", "api"), 0.0; got != want {
+	if got, want := promtest.Sum(t, reg, "hearth_origin_breaker_state", "source", "api"), 0.0; got != want {
 		t.Errorf("breaker state = %g after a good trial call, want 0 (closed)", got)
 	}
 
@@ -426,7 +384,7 @@ func TestGuardBoundsCalls(t *testing.T) {
 		if got, want := u.count("one"), 1; got != want {
 			t.Errorf("origin called %d times, want %d", got, want)
 		}
-		if got := promValue(t, reg, "hearth_origin_rejected_total", "reason", "rate_limited"); got != 1 {
+		if got := promtest.Sum(t, reg, "hearth_origin_rejected_total", "reason", "rate_limited"); got != 1 {
 			t.Errorf("rejected{reason=rate_limited} = %g, want 1", got)
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -54,10 +55,10 @@ func TestOneOffStateIsPruned(t *testing.T) {
 	if got, want := statusMembers(t, f.w, "f"), 3; got != want {
 		t.Errorf("status members after loading 500 undeclared ones = %d, want the %d declared", got, want)
 	}
-	if got, want := metric(t, f.reg, "hearth_warmer_state_members", "f", "one_off"), 500.0; got != want {
+	if got, want := promtest.Value(t, f.reg, "hearth_warmer_state_members", "family", "f", "kind", "one_off"), 500.0; got != want {
 		t.Errorf("one_off state = %g, want %g", got, want)
 	}
-	if got, want := metric(t, f.reg, "hearth_warmer_state_members", "f", "declared"), 3.0; got != want {
+	if got, want := promtest.Value(t, f.reg, "hearth_warmer_state_members", "family", "f", "kind", "declared"), 3.0; got != want {
 		t.Errorf("declared state = %g, want %g", got, want)
 	}
 
@@ -66,17 +67,17 @@ func TestOneOffStateIsPruned(t *testing.T) {
 	if _, err := f.w.Refresh(ctx, "f", warmer.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := metric(t, f.reg, "hearth_warmer_state_members", "f", "one_off"); got != 500 {
+	if got := promtest.Value(t, f.reg, "hearth_warmer_state_members", "family", "f", "kind", "one_off"); got != 500 {
 		t.Errorf("one_off state within the horizon = %g, want 500", got)
 	}
 	f.now.Add(31 * time.Second)
 	if _, err := f.w.Refresh(ctx, "f", warmer.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := metric(t, f.reg, "hearth_warmer_state_members", "f", "one_off"); got != 0 {
+	if got := promtest.Value(t, f.reg, "hearth_warmer_state_members", "family", "f", "kind", "one_off"); got != 0 {
 		t.Errorf("one_off state past the horizon = %g, want 0", got)
 	}
-	if got := metric(t, f.reg, "hearth_warmer_state_pruned_total", "f", "expired"); got != 500 {
+	if got := promtest.Value(t, f.reg, "hearth_warmer_state_pruned_total", "family", "f", "reason", "expired"); got != 500 {
 		t.Errorf("pruned expired = %g, want 500", got)
 	}
 	if got := len(f.w.Negatives("f")); got != 0 {
@@ -120,7 +121,7 @@ func TestOneOffStateKeepsMaxStale(t *testing.T) {
 	if got, want := statusMembers(t, f.w, "s"), 2; got != want {
 		t.Errorf("status members after the family shrank = %d, want %d", got, want)
 	}
-	if got := metric(t, f.reg, "hearth_warmer_state_members", "s", "one_off"); got != 2 {
+	if got := promtest.Value(t, f.reg, "hearth_warmer_state_members", "family", "s", "kind", "one_off"); got != 2 {
 		t.Errorf("one_off state = %g, want 2 (adhoc, and 2 that left)", got)
 	}
 	f.now.Add(35 * time.Second) // 55s after their last success
@@ -161,10 +162,10 @@ func TestOneOffStateIsCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := metric(t, f.reg, "hearth_warmer_state_members", "c", "one_off"), float64(warmer.MaxOneOffMembers); got != want {
+	if got, want := promtest.Value(t, f.reg, "hearth_warmer_state_members", "family", "c", "kind", "one_off"), float64(warmer.MaxOneOffMembers); got != want {
 		t.Errorf("one_off state after %d distinct members = %g, want the bound %g", n, got, want)
 	}
-	if got := metric(t, f.reg, "hearth_warmer_state_pruned_total", "c", "evicted"); got != 100 {
+	if got := promtest.Value(t, f.reg, "hearth_warmer_state_pruned_total", "family", "c", "reason", "evicted"); got != 100 {
 		t.Errorf("evicted = %g, want 100", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -113,7 +114,7 @@ func TestPrewarmNeverWritesNamespaceKeys(t *testing.T) {
 	if got, want := rep.Skipped[warmer.SkipNamespace], 4; got != want {
 		t.Errorf("skipped[namespace] = %d, want %d: %v", got, want, rep.Skipped)
 	}
-	if got := metric(t, reg, "hearth_prewarm_keys_total", "skipped_"+warmer.SkipNamespace); got != 4 {
+	if got := promtest.Value(t, reg, "hearth_prewarm_keys_total", "outcome", "skipped_"+warmer.SkipNamespace); got != 4 {
 		t.Errorf("hearth_prewarm_keys_total{outcome=skipped_namespace} = %g, want 4", got)
 	}
 	for _, k := range log[:4] {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/warmer"
@@ -86,13 +87,13 @@ func TestPostgresDownMidRun(t *testing.T) {
 		time.Sleep(25 * time.Millisecond)
 	}
 	t.Logf("values readable for %s after their last good load (ttl %s, max_stale %s)", gone.Sub(t0).Round(time.Millisecond), s.TTL, s.MaxStale)
-	if got := promValue(t, rg.reg, "hearth_stale_extensions_total", "family", "item"); got < 3 {
+	if got := promtest.Sum(t, rg.reg, "hearth_stale_extensions_total", "family", "item"); got < 3 {
 		t.Errorf("hearth_stale_extensions_total = %g, want >= 3", got)
 	}
-	if got := promValue(t, rg.reg, "hearth_staleness_seconds", "family", "item"); got < 2 {
+	if got := promtest.Sum(t, rg.reg, "hearth_staleness_seconds", "family", "item"); got < 2 {
 		t.Errorf("hearth_staleness_seconds = %g, want >= 2", got)
 	}
-	if got := promValue(t, greg, "hearth_origin_rejected_total", "source", "db", "reason", "breaker_open"); got < 1 {
+	if got := promtest.Sum(t, greg, "hearth_origin_rejected_total", "source", "db", "reason", "breaker_open"); got < 1 {
 		t.Errorf("hearth_origin_rejected_total{reason=breaker_open} = %g: the breaker never opened", got)
 	}
 
@@ -104,6 +105,6 @@ func TestPostgresDownMidRun(t *testing.T) {
 		return v == "uno" && w == "two"
 	})
 	testenv.Eventually(t, 5*time.Second, "the breaker closes", func() bool {
-		return promValue(t, greg, "hearth_origin_breaker_state", "source", "db") == 0
+		return promtest.Sum(t, greg, "hearth_origin_breaker_state", "source", "db") == 0
 	})
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/migrations"
 	"github.com/hearth-dev/hearth/sources/postgres"
@@ -217,7 +218,7 @@ func TestPrewarmSkipsHostileKeys(t *testing.T) {
 		if got := rep.Skipped[r]; got != n {
 			t.Errorf("skipped[%s] = %d, want %d (all: %v)", r, got, n, rep.Skipped)
 		}
-		if got := metric(t, e.reg, "hearth_prewarm_keys_total", "skipped_"+r); got != float64(n) {
+		if got := promtest.Value(t, e.reg, "hearth_prewarm_keys_total", "outcome", "skipped_"+r); got != float64(n) {
 			t.Errorf("hearth_prewarm_keys_total{outcome=skipped_%s} = %g, want %d", r, got, n)
 		}
 	}
@@ -339,10 +340,10 @@ func TestPrewarmCoverage(t *testing.T) {
 	if got, want := rep.Coverage, 0.75; got != want {
 		t.Errorf("coverage = %g, want %g", got, want)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_coverage_ratio"), 0.75; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_coverage_ratio"), 0.75; got != want {
 		t.Errorf("hearth_prewarm_coverage_ratio = %g, want %g", got, want)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_runs_total", "partial"), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_runs_total", "result", "partial"), 1.0; got != want {
 		t.Errorf("hearth_prewarm_runs_total{result=partial} = %g, want %g", got, want)
 	}
 }
@@ -365,7 +366,7 @@ func TestPrewarmAccessLogUnreadable(t *testing.T) {
 	if got, want := rep.Written, 1; got != want {
 		t.Errorf("written = %d, want %d", got, want)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_access_log_errors_total"), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_access_log_errors_total"), 1.0; got != want {
 		t.Errorf("hearth_prewarm_access_log_errors_total = %g, want %g", got, want)
 	}
 	// The ranking failed: the run failed, whatever it loaded. The top 10 keys
@@ -376,10 +377,10 @@ func TestPrewarmAccessLogUnreadable(t *testing.T) {
 	if got, want := rep.Coverage, 1.0/11; got != want {
 		t.Errorf("coverage = %g, want %g", got, want)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_coverage_ratio"), 1.0/11; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_coverage_ratio"), 1.0/11; got != want {
 		t.Errorf("hearth_prewarm_coverage_ratio = %g, want %g", got, want)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_runs_total", "error"), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_runs_total", "result", "error"), 1.0; got != want {
 		t.Errorf("hearth_prewarm_runs_total{result=error} = %g, want %g", got, want)
 	}
 }
@@ -428,10 +429,10 @@ func TestPrewarmFromHostileBuckets(t *testing.T) {
 	if got, want := [4]int{res.Buckets, res.Rows, res.Skipped, res.Clamped}, [4]int{3, 9, 12, 3}; got != want {
 		t.Errorf("roll-up buckets, rows, skipped, clamped = %v, want %v", got, want)
 	}
-	if got, want := metric(t, reg, "hearth_access_log_skipped_keys_total", accesslog.SkipTooLong), 3.0; got != want {
+	if got, want := promtest.Value(t, reg, "hearth_access_log_skipped_keys_total", "reason", accesslog.SkipTooLong), 3.0; got != want {
 		t.Errorf("skipped{too_long} = %g, want %g", got, want)
 	}
-	if got, want := metric(t, reg, "hearth_access_log_skipped_keys_total", accesslog.SkipBadScore), 9.0; got != want {
+	if got, want := promtest.Value(t, reg, "hearth_access_log_skipped_keys_total", "reason", accesslog.SkipBadScore), 9.0; got != want {
 		t.Errorf("skipped{bad_score} = %g, want %g", got, want)
 	}
 	if _, err := roller.RankOnce(ctx); err != nil {
@@ -452,7 +453,7 @@ func TestPrewarmFromHostileBuckets(t *testing.T) {
 	if got, want := e.keys(t), []string{"product:11", "product:3", "product:5", "top"}; !slices.Equal(got, want) {
 		t.Errorf("redis keys = %q, want %q", got, want)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_runs_total", "ok"), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_runs_total", "result", "ok"), 1.0; got != want {
 		t.Errorf("hearth_prewarm_runs_total{result=ok} = %g, want %g", got, want)
 	}
 }

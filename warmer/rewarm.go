@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/hearth-dev/hearth/internal/hstate"
 )
 
 // MarkerKey is the key, under Hearth's namespace, whose absence tells the
@@ -27,11 +29,11 @@ func MarkerKey(namespace string) string { return namespace + ":warm" }
 const DefaultRewarmMinGap = 10 * time.Second
 
 // markerScript checks the marker and writes it back when it is absent or
-// foreign (not the decimal unix seconds Hearth writes, at most MaxEpochAhead
+// foreign (not the decimal unix seconds Hearth writes, at most hstate.MaxEpochAhead
 // ahead of Redis TIME; another Redis type; a TTL, which no Hearth sets),
 // or always with ARGV[1] = '1'. KEYS marker. Returns {state, found}: state
 // ok, absent or foreign; found is what a foreign marker held, truncated.
-var markerScript = newScript(`
+var markerScript = hstate.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1])
 local state, found = 'ok', ''
@@ -46,7 +48,7 @@ elseif redis.call('PTTL', KEYS[1]) >= 0 then
   state, found = 'foreign', 'ttl set: ' .. v
 end
 if state ~= 'ok' or ARGV[1] == '1' then redis.call('SET', KEYS[1], t[1]) end
-return {state, string.sub(found, 1, ` + strconv.Itoa(foundMax) + `)}
+return {state, string.sub(found, 1, ` + strconv.Itoa(hstate.FoundMax) + `)}
 `)
 
 // Reasons for a re-warm.
@@ -91,7 +93,7 @@ type Rewarmer struct {
 	rewarms    *prometheus.CounterVec
 	suppressed *prometheus.CounterVec
 	errors     prometheus.Counter
-	repairs    *stateRepairs
+	repairs    *hstate.Repairs
 
 	mu       sync.Mutex
 	runID    string    // "" until a baseline is taken
@@ -126,7 +128,7 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 	r := &Rewarmer{
 		opts:    opts,
 		log:     log,
-		repairs: newStateRepairs(opts.Registerer, log),
+		repairs: hstate.NewRepairs(opts.Registerer, log),
 		rewarms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_rewarms_total",
 			Help: "Re-warms started because Redis lost its data, by reason (restart, flush).",
@@ -274,7 +276,7 @@ func (r *Rewarmer) setMarker(ctx context.Context, force bool) (present bool, err
 	case "ok":
 		return true, nil
 	case "foreign":
-		r.repairs.repaired(stateMarker, marker, reply[1])
+		r.repairs.Repaired(hstate.KindMarker, marker, reply[1])
 	}
 	return false, nil
 }

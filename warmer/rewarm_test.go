@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -79,7 +80,7 @@ func TestRewarmAfterFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	if n := e.rdb.Exists(ctx, warmer.MarkerKey(rewarmNS)).Val(); n != 1 {
@@ -98,10 +99,10 @@ func TestRewarmAfterRestart(t *testing.T) {
 	defer rw.Close(ctx)
 	srv.Restart(t)
 	waitWarm(t, e, 10*time.Second)
-	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush), 0.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g (a restart is not a flush)", got, want)
 	}
 }
@@ -126,7 +127,7 @@ func TestRewarmGated(t *testing.T) {
 	if got := e.keys(t); len(got) != 0 {
 		t.Errorf("a standby re-warmed: keys %q", got)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush), 0.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	leader = true

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -29,21 +30,21 @@ func TestRewarmCoalesced(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush); got != 1 {
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush); got != 1 {
 		t.Fatalf("rewarms{flush} after the first flush = %g, want 1", got)
 	}
 	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, gap, "the second flush counted as suppressed", func() bool {
-		return metric(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", warmer.RewarmFlush) >= 1
+		return promtest.Value(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", "reason", warmer.RewarmFlush) >= 1
 	})
-	if got := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush); got != 1 {
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush); got != 1 {
 		t.Errorf("rewarms{flush} within the gap = %g, want 1 (suppressed)", got)
 	}
 	// Not lost: re-warmed once the gap has passed.
 	testenv.Eventually(t, gap+10*time.Second, "the suppressed flush re-warmed after the gap", func() bool {
-		return metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush) == 2
+		return promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush) == 2
 	})
 	waitWarm(t, e, 10*time.Second)
 }
@@ -67,14 +68,14 @@ func TestRewarmDELLoop(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	got := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush)
+	got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush)
 	if limit := float64(elapsed/gap) + 2; got > limit {
 		t.Errorf("%g full re-warms in %s of DEL %s, want ≤ %g (one per %s gap)", got, elapsed, marker, limit, gap)
 	}
 	if got < 1 {
 		t.Errorf("no re-warm during a DEL loop of %s", elapsed)
 	}
-	if n := metric(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", warmer.RewarmFlush); n < 1 {
+	if n := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", "reason", warmer.RewarmFlush); n < 1 {
 		t.Errorf("suppressed re-warms = %g, want ≥ 1", n)
 	}
 	t.Logf("%g re-warms in %s of DEL loop", got, elapsed)
@@ -116,7 +117,7 @@ func TestRewarmForeignMarker(t *testing.T) {
 			if err != nil || reason != warmer.RewarmFlush {
 				t.Errorf("check over a foreign marker = %q, %v; want a re-warm for %q", reason, err, warmer.RewarmFlush)
 			}
-			if got, want := metric(t, e.reg, "hearth_state_repairs_total", "marker"), float64(i+1); got != want {
+			if got, want := promtest.Value(t, e.reg, "hearth_state_repairs_total", "key", "marker"), float64(i+1); got != want {
 				t.Errorf("repairs{marker} = %g, want %g", got, want)
 			}
 			v, err := e.rdb.Get(ctx, marker).Result()

@@ -54,6 +54,11 @@ type Warmer struct {
 
 	pw  *prewarmer
 	stm *stateMetrics
+
+	// swapping is write-locked from Swap until Keep or Undo. Refresh starts
+	// read the declarations under its read lock (lookup, Specs, names), so
+	// none of them starts with a declaration a rolled-back reload undoes.
+	swapping sync.RWMutex
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -62,7 +67,7 @@ type declState struct {
 	// lastOK holds each declared member's last successful load (unix
 	// nanoseconds, 0 for none yet); a failing member's value is kept alive for
 	// at most MaxStale past it. Its keys are the declared members, as of the
-	// last run that listed them (see declare in state.go).
+	// last run that listed them (see declare in memberstate.go).
 	lastOK map[string]int64
 	// oneOff is lastOK for members loaded outside the declaration (admin
 	// refreshes, access-log pre-warms, members that left): kept only while a
@@ -130,6 +135,8 @@ func New(opts Options) (*Warmer, error) {
 
 // Specs returns the declarations in their declared order.
 func (w *Warmer) Specs() []*Spec {
+	w.swapping.RLock()
+	defer w.swapping.RUnlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]*Spec, 0, len(w.order))

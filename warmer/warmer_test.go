@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -157,7 +158,7 @@ func TestRefreshWritesEveryMemberByteForByte(t *testing.T) {
 			t.Errorf("PTTL %s = %s, want within [%s, %s]", key, ttl, spec.MinTTL(), spec.MaxTTL())
 		}
 	}
-	if got := metric(t, f.reg, "hearth_keys_written_total", "product", "value"); got != 50 {
+	if got := promtest.Value(t, f.reg, "hearth_keys_written_total", "family", "product", "kind", "value"); got != 50 {
 		t.Errorf("hearth_keys_written_total = %g, want 50", got)
 	}
 }
@@ -250,7 +251,7 @@ func TestOriginFailureKeepsValuesAliveUpToMaxStale(t *testing.T) {
 	if ttl := f.env.Client.PTTL(ctx, key).Val(); ttl < 5*time.Second {
 		t.Errorf("PTTL after failure = %s, want extended past 5s", ttl)
 	}
-	if got := metric(t, f.reg, "hearth_stale_extensions_total", "s"); got != 3 {
+	if got := promtest.Value(t, f.reg, "hearth_stale_extensions_total", "family", "s"); got != 3 {
 		t.Errorf("hearth_stale_extensions_total = %g, want 3", got)
 	}
 
@@ -297,10 +298,10 @@ func TestFailedDeclarationDoesNotStopOthers(t *testing.T) {
 	if n := env.Client.Exists(context.Background(), a.Template.Key("0"), a.Template.Key("1"), a.Template.Key("2")).Val(); n != 3 {
 		t.Errorf("healthy declaration wrote %d of 3 keys", n)
 	}
-	if got := metric(t, reg, "hearth_refresh_runs_total", "b", "error"); got != 1 {
+	if got := promtest.Value(t, reg, "hearth_refresh_runs_total", "family", "b", "result", "error"); got != 1 {
 		t.Errorf("runs{b,error} = %g, want 1", got)
 	}
-	if got := metric(t, reg, "hearth_refresh_runs_total", "a", "ok"); got != 1 {
+	if got := promtest.Value(t, reg, "hearth_refresh_runs_total", "family", "a", "result", "ok"); got != 1 {
 		t.Errorf("runs{a,ok} = %g, want 1", got)
 	}
 }
@@ -328,7 +329,7 @@ func TestOversizedValueKeepsOldValue(t *testing.T) {
 	if got, want := env.Client.Get(ctx, spec.Template.Key("0")).Val(), "small"; got != want {
 		t.Errorf("value = %q, want old %q kept", got, want)
 	}
-	if got := metric(t, f.reg, "hearth_load_failures_total", "big", "too_large"); got != 1 {
+	if got := promtest.Value(t, f.reg, "hearth_load_failures_total", "family", "big", "reason", "too_large"); got != 1 {
 		t.Errorf("failures{too_large} = %g, want 1", got)
 	}
 }
@@ -414,35 +415,7 @@ func TestPanickingSourceFailsItsBatchNotTheDaemon(t *testing.T) {
 	if ttl := env.Client.PTTL(ctx, key).Val(); ttl <= 2*time.Second {
 		t.Errorf("PTTL = %s: the old value was not kept alive", ttl)
 	}
-	if got := metric(t, reg, "hearth_loads_in_flight"); got != 0 {
+	if got := promtest.Value(t, reg, "hearth_loads_in_flight"); got != 0 {
 		t.Errorf("hearth_loads_in_flight = %g after the panic, want 0", got)
 	}
-}
-
-// metric reads one counter or gauge series back from a registry.
-func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for i, l := range m.GetLabel() {
-				if l.GetValue() != labels[i] {
-					continue series
-				}
-			}
-			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
 }

@@ -22,9 +22,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hearth-dev/hearth/accesslog"
-	"github.com/hearth-dev/hearth/daemon"
+	"github.com/hearth-dev/hearth/admin"
 	"github.com/hearth-dev/hearth/demo"
 	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -76,11 +77,25 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if _, err := jobs.New(jobs.Options{Refresher: w}); err != nil {
 		t.Fatal(err)
 	}
-	fence := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: rdb, Namespace: "t", Registerer: rec})
-	if _, err := warmer.NewLease(warmer.LeaseOptions{Client: rdb, Namespace: "t", Duration: time.Second, Fence: fence, Registerer: rec}); err != nil {
+	fence := leader.NewFencedStore(leader.FencedStoreOptions{Client: rdb, Namespace: "t", Registerer: rec})
+	if _, err := leader.NewLease(leader.LeaseOptions{Client: rdb, Namespace: "t", Duration: time.Second, Fence: fence, Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
-	daemon.RegisterMetrics(rec)
+	// The admin API's (the daemon builds it with HEARTH_ADMIN_TOKEN set).
+	if err := admin.New(admin.Options{Token: "-", Registerer: rec}).Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon's own parts (config reloader, HTTP listener): the families
+	// the binary exports, pinned by TestMetricFamiliesUnchanged.
+	pinned, err := os.ReadFile(filepath.Join("testdata", "metrics.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(pinned)) {
+		if name, _, ok := strings.Cut(strings.TrimSpace(line), " "); ok {
+			names[name] = true
+		}
+	}
 	// Pre-warm: the warmer above registers hearth_prewarm_*; the re-warm watch
 	// and the access-log roll-up register theirs.
 	if _, err := warmer.NewRewarmer(warmer.RewarmOptions{Client: rdb, Namespace: "t", Warmer: w, Registerer: rec}); err != nil {

@@ -1,4 +1,4 @@
-package warmer_test
+package leader_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -19,8 +20,8 @@ func BenchmarkFencedSet(b *testing.B) {
 	env := testenv.Redis(b)
 	ctx := context.Background()
 	off := false
-	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: env.Client, Namespace: env.Prefix + "hearth", PerSlot: &off, Registerer: prometheus.NewRegistry()})
-	l, err := warmer.NewLease(warmer.LeaseOptions{Client: env.Client, Namespace: env.Prefix + "hearth", Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
+	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: env.Client, Namespace: env.Prefix + "hearth", PerSlot: &off, Registerer: prometheus.NewRegistry()})
+	l, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: env.Prefix + "hearth", Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func BenchmarkFencedSet(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = term.Release(ctx) }()
-	wctx := warmer.WithTerm(ctx, term)
+	wctx := leader.WithTerm(ctx, term)
 	entries := make([]warmer.Entry, 1000)
 	for i := range entries {
 		entries[i] = warmer.Entry{Key: env.Prefix + "k:" + strconv.Itoa(i), Value: []byte("value"), TTL: time.Minute}

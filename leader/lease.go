@@ -1,4 +1,4 @@
-package warmer
+package leader
 
 import (
 	"context"
@@ -21,6 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/internal/hstate"
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // Why a term ended or a write was refused.
@@ -38,12 +41,12 @@ var (
 	ErrReleased = errors.New("lease released")
 )
 
-// Gate admits the writes of one batch. A leader's gate returns a context that
-// carries its term, whose epoch a fenced store attaches to every write; a
-// standby's gate refuses with ErrNotLeader. The check is in memory.
-type Gate interface {
-	Admit(ctx context.Context) (context.Context, error)
-}
+// A Lease is the warmer's Gate.
+var _ warmer.Gate = (*Lease)(nil)
+
+// MaxEpochAhead bounds how far past Redis TIME an epoch read from Hearth's own
+// keys may lie and still count as one Hearth issued (see hstate.MaxEpochAhead).
+const MaxEpochAhead = hstate.MaxEpochAhead
 
 // Fence is raised to a new leader's epoch before its first write, so that the
 // writes of every older leader are refused from then on.
@@ -88,7 +91,7 @@ type Lease struct {
 	safety   time.Duration
 	base     time.Time // monotonic origin of deadlines
 	metrics  *leaseMetrics
-	repairs  *stateRepairs
+	repairs  *hstate.Repairs
 	log      zerolog.Logger
 
 	attempt atomic.Uint64
@@ -145,7 +148,7 @@ func NewLease(opts LeaseOptions) (*Lease, error) {
 		safety:   opts.Duration / 10,
 		base:     time.Now(),
 		metrics:  newLeaseMetrics(opts.Registerer),
-		repairs:  newStateRepairs(opts.Registerer, log),
+		repairs:  hstate.NewRepairs(opts.Registerer, log),
 		log:      log,
 	}, nil
 }
@@ -191,12 +194,12 @@ const maxLeaseTTLFactor = 10
 // KEYS lease, epoch; ARGV token, instance id, lease ms. Returns {epoch, kind,
 // found, kind, found, …}: epoch is "" when another instance leads, and each
 // kind/found pair is one repaired key (lease or epoch).
-var acquireScript = newScript(`
+var acquireScript = hstate.NewScript(`
 local now = hearth_now_ms()
 local out = {''}
 local function repaired(kind, found)
   table.insert(out, kind)
-  table.insert(out, string.sub(found, 1, ` + strconv.Itoa(foundMax) + `))
+  table.insert(out, string.sub(found, 1, ` + strconv.Itoa(hstate.FoundMax) + `))
 end
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' and cur.err then
@@ -414,10 +417,10 @@ func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
 	}
 	for i := 1; i+1 < len(reply); i += 2 {
 		key := l.leaseKey
-		if reply[i] == stateEpoch {
+		if reply[i] == hstate.KindEpoch {
 			key = l.epochKey
 		}
-		l.repairs.repaired(reply[i], key, reply[i+1])
+		l.repairs.Repaired(reply[i], key, reply[i+1])
 	}
 	res := reply[0]
 	if res == "" {

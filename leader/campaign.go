@@ -1,4 +1,4 @@
-package daemon
+package leader
 
 import (
 	"context"
@@ -19,10 +19,18 @@ import (
 // releaseTimeout bounds giving the lease up at shutdown.
 const releaseTimeout = 2 * time.Second
 
-// leadership is the leader side of `hearth run`: the lease, the fenced store,
+// Status is where the campaign reports this instance's role (leader or
+// standby, and the leader's epoch) and its readiness: the daemon's HTTP
+// server, which answers /healthz and /readyz from them.
+type Status interface {
+	SetRole(role string, epoch int64)
+	SetReady(ready bool)
+}
+
+// Leadership is the leader side of `hearth run`: the lease, the fenced store,
 // and the campaign loop that decides when this instance writes.
-type leadership struct {
-	lease   *warmer.Lease // nil when leader.enabled is false
+type Leadership struct {
+	lease   *Lease // nil when leader.enabled is false
 	store   warmer.Store
 	gate    warmer.Gate    // nil without a lease
 	elector gocron.Elector // nil without a lease
@@ -30,12 +38,14 @@ type leadership struct {
 	log     zerolog.Logger
 
 	mu   sync.Mutex
-	term *warmer.Term // the latest term, released at shutdown
+	term *Term // the latest term, released at shutdown
 	done chan struct{}
 }
 
-func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log zerolog.Logger) (*leadership, error) {
-	l := &leadership{spread: cfg.Refresh.Spread, log: log, done: make(chan struct{})}
+// New builds the leadership cfg declares: a lease and a fenced store, or, with
+// leader.enabled false, an unfenced store and no lease.
+func New(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log zerolog.Logger) (*Leadership, error) {
+	l := &Leadership{spread: cfg.Refresh.Spread, log: log, done: make(chan struct{})}
 	if !cfg.Leader.Enabled {
 		l.store = &warmer.RedisStore{Client: rdb}
 		log.Warn().Msg("leader election disabled: this instance writes unfenced; run only one")
@@ -46,8 +56,8 @@ func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus
 		log.Warn().Dur("lease", t.Lease).Dur("retry_period", t.RetryPeriod).Dur("margin", t.Margin).Str("declaration", t.MarginPath).
 			Msg("leader lease + retry period exceed the refresh margin: after a leader crash that key may expire before a standby takes over")
 	}
-	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg, Logger: log})
-	lease, err := warmer.NewLease(warmer.LeaseOptions{
+	store := NewFencedStore(FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg, Logger: log})
+	lease, err := NewLease(LeaseOptions{
 		Client: rdb, Namespace: cfg.Redis.Namespace,
 		Duration: t.Lease, RenewInterval: t.RenewInterval, RetryPeriod: t.RetryPeriod,
 		Fence: store, Registerer: reg, Logger: log,
@@ -61,32 +71,32 @@ func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus
 	return l, nil
 }
 
-// start runs the campaign in a goroutine of its own until ctx ends; wait
+// Start runs the campaign in a goroutine of its own until ctx ends; Wait
 // waits for it. prewarm (if not nil) runs after the start-up load of the first
 // term, before ready.
-func (l *leadership) start(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv *server, prewarm func(context.Context)) {
+func (l *Leadership) Start(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv Status, prewarm func(context.Context)) {
 	go l.run(ctx, w, sched, srv, prewarm)
 }
 
 // run campaigns until ctx ends. On winning: becomeLeader, then the jobs run
 // (gated by the lease, in memory) and /readyz turns 200. On losing: /readyz
 // turns 503 at once (the gate already refuses writes) and it campaigns again.
-func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv *server, prewarm func(context.Context)) {
+func (l *Leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv Status, prewarm func(context.Context)) {
 	defer close(l.done)
 	// The catch-up asks this instance's schedule when it will really write
 	// each key next (jobs.Scheduler.NextRun computes it from the schedule).
 	catchUp := warmer.CatchUpOptions{Schedule: sched, Spread: l.spread}
 	if l.lease == nil {
-		srv.setRole("leader", 0)
+		srv.SetRole("leader", 0)
 		becomeLeader(ctx, w, true, catchUp, prewarm, l.log)
 		l.openJobs(ctx, sched)
-		srv.ready.Store(ctx.Err() == nil)
+		srv.SetReady(ctx.Err() == nil)
 		l.log.Info().Msg("ready")
 		return
 	}
 	loaded, opened := false, false
 	for {
-		srv.setRole("standby", 0)
+		srv.SetRole("standby", 0)
 		term, err := l.lease.Campaign(ctx)
 		if err != nil {
 			return
@@ -94,7 +104,7 @@ func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 		l.mu.Lock()
 		l.term = term
 		l.mu.Unlock()
-		srv.setRole("leader", term.Epoch)
+		srv.SetRole("leader", term.Epoch)
 		if loaded && !opened {
 			// A takeover: open the schedule first, so that the catch-up knows
 			// when it writes next (the jobs are gated by this term).
@@ -111,12 +121,12 @@ func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 			if !opened {
 				opened = l.openJobs(ctx, sched)
 			}
-			srv.ready.Store(true)
+			srv.SetReady(true)
 			l.log.Info().Int64("epoch", term.Epoch).Msg("ready")
 		}
 		select {
 		case <-term.Done():
-			srv.ready.Store(false)
+			srv.SetReady(false)
 			l.log.Warn().Int64("epoch", term.Epoch).AnErr("reason", term.Err()).Msg("not leading: writes stopped; standing by")
 		case <-ctx.Done():
 			return
@@ -124,7 +134,7 @@ func (l *leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 	}
 }
 
-func (l *leadership) openJobs(ctx context.Context, sched *jobs.Scheduler) bool {
+func (l *Leadership) openJobs(ctx context.Context, sched *jobs.Scheduler) bool {
 	if err := sched.Open(ctx); err != nil {
 		if ctx.Err() == nil { // else shutting down: Open scheduled nothing
 			l.log.Error().Err(err).Msg("scheduling failed")
@@ -162,7 +172,7 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp war
 }
 
 // termContext is ctx, also cancelled when the term ends.
-func termContext(ctx context.Context, term *warmer.Term) (context.Context, context.CancelFunc) {
+func termContext(ctx context.Context, term *Term) (context.Context, context.CancelFunc) {
 	tctx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {
@@ -174,12 +184,12 @@ func termContext(ctx context.Context, term *warmer.Term) (context.Context, conte
 	return tctx, cancel
 }
 
-// wait returns once run has returned.
-func (l *leadership) wait() { <-l.done }
+// Wait returns once the campaign started by Start has returned.
+func (l *Leadership) Wait() { <-l.done }
 
-// release gives the lease up after the last write, so that a standby takes
+// Release gives the lease up after the last write, so that a standby takes
 // over at once instead of after the lease expires.
-func (l *leadership) release(ctx context.Context) error {
+func (l *Leadership) Release(ctx context.Context) error {
 	if l.lease == nil {
 		return nil
 	}
@@ -198,10 +208,10 @@ func (l *leadership) release(ctx context.Context) error {
 	return nil
 }
 
-// leading reports whether this instance holds a valid lease term (always, with
+// Leading reports whether this instance holds a valid lease term (always, with
 // leader election disabled): the admin API refreshes only on the leader, whose
 // writes the fence lets through.
-func (l *leadership) leading() bool {
+func (l *Leadership) Leading() bool {
 	if l.lease == nil {
 		return true
 	}
@@ -211,18 +221,28 @@ func (l *leadership) leading() bool {
 	return t != nil && t.Valid()
 }
 
-// close stops the lease's renewal, after release.
-func (l *leadership) close(ctx context.Context) error {
+// Close stops the lease's renewal, after Release.
+func (l *Leadership) Close(ctx context.Context) error {
 	if l.lease == nil {
 		return nil
 	}
 	return l.lease.Close(ctx)
 }
 
-// instance names this instance (its lease id), or "" without a lease.
-func (l *leadership) instance() string {
+// Instance names this instance (its lease id), or "" without a lease.
+func (l *Leadership) Instance() string {
 	if l.lease == nil {
 		return ""
 	}
 	return l.lease.ID()
 }
+
+// Store is the store the warmer writes through: fenced with a lease, else plain.
+func (l *Leadership) Store() warmer.Store { return l.store }
+
+// Gate admits the warmer's writes while this instance leads (nil without a lease).
+func (l *Leadership) Gate() warmer.Gate { return l.gate }
+
+// Elector lets the scheduler run jobs only while this instance leads (nil
+// without a lease).
+func (l *Leadership) Elector() gocron.Elector { return l.elector }

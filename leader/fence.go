@@ -1,4 +1,4 @@
-package warmer
+package leader
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/internal/hstate"
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // FencedStoreOptions configures a FencedStore.
@@ -37,13 +40,13 @@ type FencedStore struct {
 	ns      string
 	perSlot bool
 	fenced  *prometheus.CounterVec
-	repairs *stateRepairs
+	repairs *hstate.Repairs
 }
 
 var (
-	_ Store     = (*FencedStore)(nil)
-	_ Fence     = (*FencedStore)(nil)
-	_ TTLReader = (*FencedStore)(nil)
+	_ warmer.Store     = (*FencedStore)(nil)
+	_ Fence            = (*FencedStore)(nil)
+	_ warmer.TTLReader = (*FencedStore)(nil)
 )
 
 // NewFencedStore builds a FencedStore.
@@ -67,7 +70,7 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 			Help: "Writes Redis refused because a newer leader's epoch fences them, by operation (set, extend).",
 		}, []string{"op"}),
 	}
-	s.repairs = newStateRepairs(opts.Registerer, opts.Logger.With().Str("component", "fence").Logger())
+	s.repairs = hstate.NewRepairs(opts.Registerer, opts.Logger.With().Str("component", "fence").Logger())
 	s.fenced.WithLabelValues("set")
 	s.fenced.WithLabelValues("extend")
 	opts.Registerer.MustRegister(s.fenced)
@@ -80,17 +83,17 @@ func (s *FencedStore) FenceKey(key string) string {
 	if !s.perSlot {
 		return s.ns + ":fence"
 	}
-	return s.slotFence(HashSlot(key))
+	return s.slotFence(warmer.HashSlot(key))
 }
 
 func (s *FencedStore) slotFence(slot int) string {
-	return s.ns + ":fence:{" + SlotTag(slot) + "}"
+	return s.ns + ":fence:{" + warmer.SlotTag(slot) + "}"
 }
 
 // The scripts compare epochs as numbers (epochs stay below 2^53, exact in Lua)
 // and store the fence as the writer's own decimal string. Each is idempotent:
 // run twice (a retransmitted pipeline), it does the same thing or refuses. A
-// fence that holds anything but a valid epoch (see luaState: NaN compares
+// fence that holds anything but a valid epoch (see hstate: NaN compares
 // false both ways, and a far-future number would refuse every write for good)
 // is treated as absent and overwritten with the writer's epoch, and a TTL on a
 // valid fence is removed; the script then replies {code, found} so that the
@@ -99,7 +102,7 @@ func (s *FencedStore) slotFence(slot int) string {
 // epoch, and older epochs are refused from then on.
 
 // setScript: KEYS value, fence; ARGV epoch, value, ttl ms. 1 written, 0 fenced.
-var setScript = newScript(`
+var setScript = hstate.NewScript(`
 local e = tonumber(ARGV[1])
 local f, bad = hearth_epoch(KEYS[2], e)
 if f > e then
@@ -114,7 +117,7 @@ return 1
 
 // extendScript: KEYS value, fence; ARGV epoch, ttl ms. 1 extended (or already
 // longer), 0 key gone, -1 fenced.
-var extendScript = newScript(`
+var extendScript = hstate.NewScript(`
 local e = tonumber(ARGV[1])
 local f, bad = hearth_epoch(KEYS[2], e)
 if f > e then
@@ -129,7 +132,7 @@ return n
 `)
 
 // raiseScript: KEYS fence; ARGV epoch. 1 raised or equal, 0 a newer epoch holds it.
-var raiseScript = newScript(`
+var raiseScript = hstate.NewScript(`
 local e = tonumber(ARGV[1])
 local f, bad = hearth_epoch(KEYS[1], e)
 if f > e then
@@ -146,12 +149,12 @@ return 1
 func (s *FencedStore) replies(cmds []*redis.Cmd, fence func(i int) string) ([]int64, error) {
 	codes := make([]int64, len(cmds))
 	for i, c := range cmds {
-		n, found, repaired, err := scriptReply(c)
+		n, found, repaired, err := hstate.ScriptReply(c)
 		if err != nil {
 			return nil, err
 		}
 		if repaired {
-			s.repairs.repaired(stateFence, fence(i), found)
+			s.repairs.Repaired(hstate.KindFence, fence(i), found)
 		}
 		codes[i] = n
 	}
@@ -167,7 +170,7 @@ func termOf(ctx context.Context, op string, n int) (*Term, error) {
 }
 
 // Set writes each entry with SET … PX through the fence script, pipelined.
-func (s *FencedStore) Set(ctx context.Context, entries []Entry) error {
+func (s *FencedStore) Set(ctx context.Context, entries []warmer.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -244,7 +247,7 @@ func (s *FencedStore) Extend(ctx context.Context, keys []string, ttls []time.Dur
 func (s *FencedStore) Raise(ctx context.Context, epoch int64) error {
 	n := 1
 	if s.perSlot {
-		n = SlotCount
+		n = warmer.SlotCount
 	}
 	e := strconv.FormatInt(epoch, 10)
 	key := func(i int) string {
@@ -273,7 +276,7 @@ func (s *FencedStore) Raise(ctx context.Context, epoch int64) error {
 
 // PTTLs implements TTLReader.
 func (s *FencedStore) PTTLs(ctx context.Context, keys []string) ([]time.Duration, error) {
-	return pttls(ctx, s.client, keys)
+	return (&warmer.RedisStore{Client: s.client}).PTTLs(ctx, keys)
 }
 
 // run sends n invocations of script in one pipeline with EVALSHA; the ones that

@@ -1,4 +1,8 @@
-package warmer
+// Package hstate holds what the leader package and the warmer share about
+// Hearth's own keys in Redis (fence, lease, epoch counter, re-warm marker): the
+// Lua prelude that validates the epochs they hold, and the counter and log of
+// the foreign values found there and repaired.
+package hstate
 
 import (
 	"errors"
@@ -20,15 +24,15 @@ import (
 // well-formed but future epoch planted in the fence can hold writes off.
 const MaxEpochAhead = time.Minute
 
-// foundMax truncates what a foreign value is logged as.
-const foundMax = 64
+// FoundMax truncates what a foreign value is logged as.
+const FoundMax = 64
 
 // Kinds of Hearth state, the values of hearth_state_repairs_total's key label.
 const (
-	stateFence  = "fence"
-	stateLease  = "lease"
-	stateEpoch  = "epoch"
-	stateMarker = "marker"
+	KindFence  = "fence"
+	KindLease  = "lease"
+	KindEpoch  = "epoch"
+	KindMarker = "marker"
 )
 
 // luaState is prepended to every script that reads Hearth's own keys. An epoch
@@ -62,7 +66,7 @@ local function hearth_epoch(key, e, now)
   local v = redis.pcall('GET', key)
   if type(v) == 'table' and v.err then return 0, hearth_type(key) end
   if not v then return 0, nil end
-  if string.len(v) > 16 or not string.match(v, '^%d+$') then return 0, string.sub(v, 1, ` + strconv.Itoa(foundMax) + `) end
+  if string.len(v) > 16 or not string.match(v, '^%d+$') then return 0, string.sub(v, 1, ` + strconv.Itoa(FoundMax) + `) end
   local n = tonumber(v)
   if e and n < e then return n, nil end
   if n ~= e and n > (now or hearth_now_ms()) + HEARTH_AHEAD_MS then return 0, v end
@@ -74,18 +78,20 @@ local function hearth_epoch(key, e, now)
 end
 `
 
-// newScript builds a script that may use the luaState helpers.
-func newScript(body string) *redis.Script { return redis.NewScript(luaState + body) }
+// NewScript builds a script that may use the luaState helpers.
+func NewScript(body string) *redis.Script { return redis.NewScript(luaState + body) }
 
-// stateRepairs counts and logs the foreign values Hearth found in its own keys
+// Repairs counts and logs the foreign values Hearth found in its own keys
 // and repaired. The fence store, the lease and the re-warm watch share one
 // counter per registry.
-type stateRepairs struct {
+type Repairs struct {
 	count *prometheus.CounterVec
 	log   zerolog.Logger
 }
 
-func newStateRepairs(reg prometheus.Registerer, log zerolog.Logger) *stateRepairs {
+// NewRepairs registers hearth_state_repairs_total on reg, or shares the one
+// already registered there.
+func NewRepairs(reg prometheus.Registerer, log zerolog.Logger) *Repairs {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hearth_state_repairs_total",
 		Help: "Foreign values (not an integer epoch in range, wrong format or Redis type, no TTL) found in Hearth's own keys and repaired, by kind of key (fence, lease, epoch, marker).",
@@ -97,26 +103,26 @@ func newStateRepairs(reg prometheus.Registerer, log zerolog.Logger) *stateRepair
 		}
 		c = are.ExistingCollector.(*prometheus.CounterVec)
 	}
-	for _, k := range []string{stateFence, stateLease, stateEpoch, stateMarker} {
+	for _, k := range []string{KindFence, KindLease, KindEpoch, KindMarker} {
 		c.WithLabelValues(k)
 	}
-	return &stateRepairs{count: c, log: log}
+	return &Repairs{count: c, log: log}
 }
 
-// repaired records one repair: kind is the label, key the Redis key, found
+// Repaired records one repair: kind is the label, key the Redis key, found
 // what it held (already truncated by the script).
-func (r *stateRepairs) repaired(kind, key, found string) {
+func (r *Repairs) Repaired(kind, key, found string) {
 	r.count.WithLabelValues(kind).Inc()
-	if len(found) > foundMax {
-		found = found[:foundMax]
+	if len(found) > FoundMax {
+		found = found[:FoundMax]
 	}
 	r.log.Warn().Str("state", kind).Str("key", key).Str("found", found).
 		Msg("foreign value in hearth's own key: treated as absent and repaired")
 }
 
-// scriptReply splits the reply of a fence script: an integer code, or
+// ScriptReply splits the reply of a fence script: an integer code, or
 // {code, found} when the script repaired a foreign fence value.
-func scriptReply(c *redis.Cmd) (code int64, found string, repaired bool, err error) {
+func ScriptReply(c *redis.Cmd) (code int64, found string, repaired bool, err error) {
 	v, err := c.Result()
 	if err != nil {
 		return 0, "", false, err

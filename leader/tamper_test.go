@@ -1,4 +1,4 @@
-package warmer_test
+package leader_test
 
 import (
 	"bytes"
@@ -16,7 +16,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -57,8 +59,8 @@ func newTamperEnv(t *testing.T, client *redis.Client, ns string) *tamperEnv {
 }
 
 type tamperInstance struct {
-	lease *warmer.Lease
-	store *warmer.FencedStore
+	lease *leader.Lease
+	store *leader.FencedStore
 	reg   *prometheus.Registry
 	logs  *syncBuffer
 }
@@ -69,8 +71,8 @@ func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	logs := &syncBuffer{}
 	log := zerolog.New(logs)
 	perSlot := e.perSlot
-	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg, Logger: log})
-	l, err := warmer.NewLease(warmer.LeaseOptions{
+	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg, Logger: log})
+	l, err := leader.NewLease(leader.LeaseOptions{
 		Client: e.client, Namespace: e.ns, Duration: lease, RetryPeriod: retry, Fence: store, Registerer: reg, Logger: log,
 	})
 	if err != nil {
@@ -80,7 +82,7 @@ func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	return &tamperInstance{lease: l, store: store, reg: reg, logs: logs}
 }
 
-// lead runs what the daemon (daemon/leader.go) does with a lease: campaign, write key every
+// lead runs what the daemon (leader/campaign.go) does with a lease: campaign, write key every
 // 50ms while the term lasts, campaign again when it ends; until the test ends.
 func (in *tamperInstance) lead(t *testing.T, key string) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -95,7 +97,7 @@ func (in *tamperInstance) lead(t *testing.T, key string) {
 				return
 			}
 			for term.Valid() {
-				_ = in.store.Set(warmer.WithTerm(ctx, term), []warmer.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
+				_ = in.store.Set(leader.WithTerm(ctx, term), []warmer.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
 				select {
 				case <-ctx.Done():
 					_ = term.Release(context.Background())
@@ -112,14 +114,14 @@ func (in *tamperInstance) attempts(t *testing.T) float64 {
 	t.Helper()
 	n := 0.0
 	for _, r := range []string{"acquired", "held", "fenced", "error"} {
-		n += metric(t, in.reg, "hearth_lease_campaign_attempts_total", r)
+		n += promtest.Value(t, in.reg, "hearth_lease_campaign_attempts_total", "result", r)
 	}
 	return n
 }
 
 func (in *tamperInstance) repairs(t *testing.T, kind string) float64 {
 	t.Helper()
-	return metric(t, in.reg, "hearth_state_repairs_total", kind)
+	return promtest.Value(t, in.reg, "hearth_state_repairs_total", "key", kind)
 }
 
 // tamper is one foreign value written into one of Hearth's keys.
@@ -170,7 +172,7 @@ func redisMillis(t *testing.T, c *redis.Client) int64 {
 func TestTamperState(t *testing.T) {
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
-	farFuture := strconv.FormatInt(redisMillis(t, client)+2*warmer.MaxEpochAhead.Milliseconds(), 10)
+	farFuture := strconv.FormatInt(redisMillis(t, client)+2*leader.MaxEpochAhead.Milliseconds(), 10)
 	cases := []tamper{
 		{"fence huge", "fence", ":fence", set("99999999999999999"), "99999999999999999"},
 		{"fence nan", "fence", ":fence", set("nan"), "nan"},
@@ -204,7 +206,7 @@ func TestTamperState(t *testing.T) {
 
 			key := env.ns + tc.key
 			before := in.attempts(t)
-			terms := metric(t, in.reg, "hearth_leader_transitions_total", "acquired")
+			terms := promtest.Value(t, in.reg, "hearth_leader_transitions_total", "result", "acquired")
 			if err := tc.do(client, key); err != nil {
 				t.Fatal(err)
 			}
@@ -216,7 +218,7 @@ func TestTamperState(t *testing.T) {
 				// The old term writes until its renewal finds the lease
 				// gone: only a new term proves the takeover.
 				testenv.Eventually(t, 10*time.Second, "a new term after "+tc.name, func() bool {
-					return metric(t, in.reg, "hearth_leader_transitions_total", "acquired") > terms
+					return promtest.Value(t, in.reg, "hearth_leader_transitions_total", "result", "acquired") > terms
 				})
 			}
 			client.Del(ctx, value)
@@ -236,8 +238,8 @@ func TestTamperState(t *testing.T) {
 				t.Errorf("%g campaign attempts during the repair, want ≤ 30", n)
 			}
 			if tc.kind == "fence" || tc.kind == "epoch" {
-				epoch := int64(metric(t, in.reg, "hearth_leader_epoch"))
-				if limit := redisMillis(t, client) + warmer.MaxEpochAhead.Milliseconds(); epoch > limit {
+				epoch := int64(promtest.Value(t, in.reg, "hearth_leader_epoch"))
+				if limit := redisMillis(t, client) + leader.MaxEpochAhead.Milliseconds(); epoch > limit {
 					t.Errorf("epoch %d after the repair, beyond Redis time + bound %d", epoch, limit)
 				}
 				if f, err := client.Get(ctx, env.ns+":fence").Int64(); err != nil || f > epoch {
@@ -277,7 +279,7 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 			key := env.ns + ":value"
 			fence := b.store.FenceKey(key)
 			ta := campaign(t, a.lease, 5*time.Second)
-			actx := warmer.WithTerm(ctx, ta) // admitted, then paused
+			actx := leader.WithTerm(ctx, ta) // admitted, then paused
 			client.Del(ctx, env.ns+":{lease}")
 			tb := campaign(t, b.lease, 5*time.Second)
 			if tb.Epoch <= ta.Epoch {
@@ -286,20 +288,20 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 			if err := tc.do(client, fence); err != nil {
 				t.Fatal(err)
 			}
-			bctx := warmer.WithTerm(ctx, tb)
+			bctx := leader.WithTerm(ctx, tb)
 			if err := b.store.Set(bctx, []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
 				t.Fatalf("new leader's write over a foreign fence: %v", err)
 			}
 			if got := b.repairs(t, "fence"); got != 1 {
 				t.Errorf("repairs{fence} = %g, want 1", got)
 			}
-			if err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, warmer.ErrFenced) {
+			if err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's write after the repair: err = %v, want ErrFenced", err)
 			}
-			if _, err := a.store.Extend(actx, []string{key}, []time.Duration{time.Hour}); !errors.Is(err, warmer.ErrFenced) {
+			if _, err := a.store.Extend(actx, []string{key}, []time.Duration{time.Hour}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's extend after the repair: err = %v, want ErrFenced", err)
 			}
-			if err := a.store.Raise(ctx, ta.Epoch); !errors.Is(err, warmer.ErrFenced) {
+			if err := a.store.Raise(ctx, ta.Epoch); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("raise to the ex-leader's epoch after the repair: err = %v, want ErrFenced", err)
 			}
 			if got := client.Get(ctx, key).Val(); got != "b" {
@@ -322,7 +324,7 @@ func TestCampaignDoesNotSpinWhenFenced(t *testing.T) {
 	client := srv.Client(t)
 	ctx := context.Background()
 	env := newTamperEnv(t, client, "spin")
-	future := redisMillis(t, client) + warmer.MaxEpochAhead.Milliseconds()/2
+	future := redisMillis(t, client) + leader.MaxEpochAhead.Milliseconds()/2
 	if err := client.Set(ctx, env.ns+":fence", future, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -341,8 +343,8 @@ func TestCampaignDoesNotSpinWhenFenced(t *testing.T) {
 		}()
 	}
 	testenv.Eventually(t, 5*time.Second, "first fenced attempts", func() bool {
-		return metric(t, a.reg, "hearth_lease_campaign_attempts_total", "fenced") >= 1 &&
-			metric(t, b.reg, "hearth_lease_campaign_attempts_total", "fenced") >= 1
+		return promtest.Value(t, a.reg, "hearth_lease_campaign_attempts_total", "result", "fenced") >= 1 &&
+			promtest.Value(t, b.reg, "hearth_lease_campaign_attempts_total", "result", "fenced") >= 1
 	})
 	start := time.Now()
 	n0 := a.attempts(t) + b.attempts(t)

@@ -1,4 +1,4 @@
-package warmer_test
+package leader_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -88,7 +90,7 @@ func testFencing(t *testing.T, perSlot bool) {
 	t.Run("old leader's write is refused", func(t *testing.T) {
 		// other is a key b never wrote: the fence raised at takeover guards it.
 		err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a2"), TTL: time.Minute}, {Key: other, Value: []byte("a2"), TTL: time.Minute}})
-		if !errors.Is(err, warmer.ErrFenced) {
+		if !errors.Is(err, leader.ErrFenced) {
 			t.Fatalf("stale write: err = %v, want ErrFenced", err)
 		}
 		if got, want := env.client.Get(ctx, key).Val(), "b1"; got != want {
@@ -97,10 +99,10 @@ func testFencing(t *testing.T, perSlot bool) {
 		if n := env.client.Exists(ctx, other).Val(); n != 0 {
 			t.Errorf("%s written by the fenced leader", other)
 		}
-		if got, want := metric(t, a.reg, "hearth_fenced_writes_total", "set"), 2.0; got != want {
+		if got, want := promtest.Value(t, a.reg, "hearth_fenced_writes_total", "op", "set"), 2.0; got != want {
 			t.Errorf("hearth_fenced_writes_total = %g, want %g", got, want)
 		}
-		if !errors.Is(ta.Err(), warmer.ErrFenced) {
+		if !errors.Is(ta.Err(), leader.ErrFenced) {
 			t.Errorf("old term ended with %v, want ErrFenced", ta.Err())
 		}
 	})
@@ -108,7 +110,7 @@ func testFencing(t *testing.T, perSlot bool) {
 	t.Run("old leader's stale extension is refused", func(t *testing.T) {
 		before := env.client.PTTL(ctx, key).Val()
 		_, err := a.store.Extend(actx, []string{key}, []time.Duration{time.Hour})
-		if !errors.Is(err, warmer.ErrFenced) {
+		if !errors.Is(err, leader.ErrFenced) {
 			t.Fatalf("stale extend: err = %v, want ErrFenced", err)
 		}
 		if after := env.client.PTTL(ctx, key).Val(); after > before {
@@ -131,7 +133,7 @@ func testFencing(t *testing.T, perSlot bool) {
 
 	t.Run("a write without a term is refused before it is sent", func(t *testing.T) {
 		err := b.store.Set(ctx, []warmer.Entry{{Key: other, Value: []byte("x"), TTL: time.Minute}})
-		if !errors.Is(err, warmer.ErrNotLeader) {
+		if !errors.Is(err, leader.ErrNotLeader) {
 			t.Fatalf("err = %v, want ErrNotLeader", err)
 		}
 		if n := env.client.Exists(ctx, other).Val(); n != 0 {
@@ -145,9 +147,9 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
-	newInstance := func() (*warmer.Lease, *warmer.FencedStore) {
-		store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: client, Namespace: "hearth"})
-		l, err := warmer.NewLease(warmer.LeaseOptions{Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 20 * time.Millisecond, Fence: store, Registerer: prometheus.NewRegistry()})
+	newInstance := func() (*leader.Lease, *leader.FencedStore) {
+		store := leader.NewFencedStore(leader.FencedStoreOptions{Client: client, Namespace: "hearth"})
+		l, err := leader.NewLease(leader.LeaseOptions{Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 20 * time.Millisecond, Fence: store, Registerer: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +175,7 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 	if err := bstore.Set(bctx, []warmer.Entry{{Key: "k", Value: []byte("b"), TTL: time.Minute}}); err != nil {
 		t.Fatalf("write after restart (EVALSHA falls back to EVAL): %v", err)
 	}
-	if err := astore.Set(actx, []warmer.Entry{{Key: "k", Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, warmer.ErrFenced) {
+	if err := astore.Set(actx, []warmer.Entry{{Key: "k", Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 		t.Fatalf("old leader after restart: err = %v, want ErrFenced", err)
 	}
 	if got := client.Get(ctx, "k").Val(); got != "b" {

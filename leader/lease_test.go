@@ -1,4 +1,4 @@
-package warmer_test
+package leader_test
 
 import (
 	"context"
@@ -11,8 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/leader"
 )
 
 // leaseEnv is one Hearth namespace on a Redis, with helpers to build
@@ -30,16 +31,16 @@ func newLeaseEnv(t *testing.T) *leaseEnv {
 }
 
 type instance struct {
-	lease *warmer.Lease
-	store *warmer.FencedStore
+	lease *leader.Lease
+	store *leader.FencedStore
 	reg   *prometheus.Registry
 }
 
 func (e *leaseEnv) instance(lease, retry time.Duration, perSlot bool) *instance {
 	e.t.Helper()
 	reg := prometheus.NewRegistry()
-	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg})
-	l, err := warmer.NewLease(warmer.LeaseOptions{
+	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg})
+	l, err := leader.NewLease(leader.LeaseOptions{
 		Client: e.client, Namespace: e.ns, Duration: lease, RetryPeriod: retry, Fence: store, Registerer: reg,
 	})
 	if err != nil {
@@ -49,7 +50,7 @@ func (e *leaseEnv) instance(lease, retry time.Duration, perSlot bool) *instance 
 	return &instance{lease: l, store: store, reg: reg}
 }
 
-func campaign(t *testing.T, l *warmer.Lease, within time.Duration) *warmer.Term {
+func campaign(t *testing.T, l *leader.Lease, within time.Duration) *leader.Term {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -60,7 +61,7 @@ func campaign(t *testing.T, l *warmer.Lease, within time.Duration) *warmer.Term 
 	return term
 }
 
-func waitDone(t *testing.T, term *warmer.Term, within time.Duration) {
+func waitDone(t *testing.T, term *leader.Term, within time.Duration) {
 	t.Helper()
 	select {
 	case <-term.Done():
@@ -86,13 +87,13 @@ func TestLeaseOneLeader(t *testing.T) {
 		if term, err := b.lease.Campaign(ctx); err == nil {
 			t.Fatalf("b won epoch %d while a leads", term.Epoch)
 		}
-		if err := b.lease.IsLeader(context.Background()); !errors.Is(err, warmer.ErrNotLeader) {
+		if err := b.lease.IsLeader(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
 			t.Errorf("b.IsLeader = %v, want ErrNotLeader", err)
 		}
 		if !ta.Valid() {
 			t.Errorf("a's term ended: %v", ta.Err())
 		}
-		if _, err := b.lease.Admit(context.Background()); !errors.Is(err, warmer.ErrNotLeader) {
+		if _, err := b.lease.Admit(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
 			t.Errorf("b.Admit = %v, want ErrNotLeader", err)
 		}
 	})
@@ -100,7 +101,7 @@ func TestLeaseOneLeader(t *testing.T) {
 	t.Run("release hands over at once, with a greater epoch", func(t *testing.T) {
 		// b retries only every minute: winning sooner proves the announcement.
 		slow := env.instance(2*time.Second, time.Minute, false)
-		won := make(chan *warmer.Term, 1)
+		won := make(chan *leader.Term, 1)
 		go func() {
 			term, err := slow.lease.Campaign(context.Background())
 			if err == nil {
@@ -119,7 +120,7 @@ func TestLeaseOneLeader(t *testing.T) {
 		if err := ta.Release(context.Background()); err != nil {
 			t.Fatalf("release: %v", err)
 		}
-		if !errors.Is(ta.Err(), warmer.ErrReleased) {
+		if !errors.Is(ta.Err(), leader.ErrReleased) {
 			t.Errorf("a's term ended with %v, want ErrReleased", ta.Err())
 		}
 		select {
@@ -149,13 +150,13 @@ func TestLeaseStepsDown(t *testing.T) {
 		// Another party deleted the lease (as an expiry during a pause would).
 		env.client.Del(context.Background(), env.ns+":{lease}")
 		waitDone(t, ta, 5*time.Second)
-		if !errors.Is(ta.Err(), warmer.ErrLeaseLost) {
+		if !errors.Is(ta.Err(), leader.ErrLeaseLost) {
 			t.Errorf("term ended with %v, want ErrLeaseLost", ta.Err())
 		}
 		if err := a.lease.IsLeader(context.Background()); err == nil {
 			t.Error("still leader after losing the lease")
 		}
-		if got := metric(t, a.reg, "hearth_leader"); got != 0 {
+		if got := promtest.Value(t, a.reg, "hearth_leader"); got != 0 {
 			t.Errorf("hearth_leader = %g, want 0", got)
 		}
 	})
@@ -164,7 +165,7 @@ func TestLeaseStepsDown(t *testing.T) {
 		srv := testenv.PrivateRedis(t)
 		client := srv.Client(t)
 		reg := prometheus.NewRegistry()
-		l, err := warmer.NewLease(warmer.LeaseOptions{Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 50 * time.Millisecond, Registerer: reg})
+		l, err := leader.NewLease(leader.LeaseOptions{Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 50 * time.Millisecond, Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +174,7 @@ func TestLeaseStepsDown(t *testing.T) {
 		srv.Pause(t)
 		defer srv.Resume(t)
 		waitDone(t, term, 5*time.Second)
-		if !errors.Is(term.Err(), warmer.ErrLeaseExpired) {
+		if !errors.Is(term.Err(), leader.ErrLeaseExpired) {
 			t.Errorf("term ended with %v, want ErrLeaseExpired", term.Err())
 		}
 		if err := l.IsLeader(context.Background()); err == nil {
@@ -187,8 +188,8 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 	client := srv.Client(t)
 	reg := prometheus.NewRegistry()
 	logs := &syncBuffer{}
-	store := warmer.NewFencedStore(warmer.FencedStoreOptions{Client: client, Namespace: "hearth", Registerer: reg})
-	l, err := warmer.NewLease(warmer.LeaseOptions{
+	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: client, Namespace: "hearth", Registerer: reg})
+	l, err := leader.NewLease(leader.LeaseOptions{
 		Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 50 * time.Millisecond, Fence: store, Registerer: reg,
 		Logger: zerolog.New(logs),
 	})
@@ -204,7 +205,7 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 		_, err := l.Campaign(ctx)
 		errs <- err
 	}()
-	for metric(t, reg, "hearth_lease_campaign_errors_total") < 2 {
+	for promtest.Value(t, reg, "hearth_lease_campaign_errors_total") < 2 {
 		if ctx.Err() != nil {
 			t.Fatal("campaign errors against a stopped Redis were not counted")
 		}

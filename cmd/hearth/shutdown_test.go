@@ -1,0 +1,79 @@
+package main_test
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+)
+
+// TestShutdownFailureExitsNonZero: a close step that fails for a real reason
+// makes `hearth run` exit 1, naming it. Here Redis is gone when SIGTERM comes,
+// while the leader's term is still valid (a 30s lease), so giving the lease up
+// is refused by the network, not cut short by a deadline: the standby would
+// have to wait for the lease to expire, and the exit code says so.
+func TestShutdownFailureExitsNonZero(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	up := newUpstream(t)
+	tm := timing{ttl: 120 * time.Second, interval: 60 * time.Second, loadTimeout: time.Second, lease: 30 * time.Second, retry: 250 * time.Millisecond}
+	s := newSetup(t, srv.Addr, srv.Client(t), "", up, tm)
+	a := s.start(t, "a")
+	leading(t, a, 30*time.Second)
+
+	srv.Stop(t)
+	a.proc.Signal(t, syscall.SIGTERM)
+	if code := a.proc.Wait(t, 30*time.Second); code != 1 {
+		t.Errorf("exit code %d after SIGTERM with the lease release refused, want 1", code)
+	}
+	srv.Start(t) // for the namespace's cleanup
+	out := a.proc.Output()
+	if !strings.Contains(out, "hearth: shutdown: release lease") || !strings.Contains(out, "shutdown failed") {
+		t.Errorf("the error does not name the failed release:\n%s", out)
+	}
+}
+
+// TestShutdownDeadlineExitsZero: a write still in flight at
+// refresh.shutdown_timeout is abandoned, which is expected: logged, exit 0.
+func TestShutdownDeadlineExitsZero(t *testing.T) {
+	env := testenv.Redis(t)
+	up := newUpstream(t)
+	// The load timeout outlasts the 1s shutdown timeout: only the drain
+	// deadline ends the held load.
+	tm := timing{ttl: 30 * time.Second, interval: 6 * time.Second, loadTimeout: 5 * time.Second, lease: 2 * time.Second, retry: 250 * time.Millisecond}
+	s := newSetup(t, env.Addr, env.Client, env.Prefix, up, tm)
+	cfg, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := strings.Replace(string(cfg), "shutdown_timeout: 5s", "shutdown_timeout: 1s", 1)
+	if short == string(cfg) {
+		t.Fatal("no shutdown_timeout in the test config")
+	}
+	if err := os.WriteFile(s.config, []byte(short), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := s.start(t, "a")
+	leading(t, a, 30*time.Second)
+
+	arrived, release := up.holdNext()
+	defer release()
+	select {
+	case <-arrived:
+	case <-time.After(3 * tm.interval):
+		t.Fatal("no scheduled load reached the origin")
+	}
+	a.proc.Signal(t, syscall.SIGTERM)
+	if code := a.proc.Wait(t, 30*time.Second); code != 0 {
+		t.Errorf("exit code %d after SIGTERM with a write in flight past the deadline, want 0", code)
+	}
+	out := a.proc.Output()
+	if !strings.Contains(out, "in-flight writes abandoned") {
+		t.Errorf("the abandoned write is not logged:\n%s", out)
+	}
+	if strings.Contains(out, "shutdown failed") {
+		t.Errorf("an abandoned write was reported as a failure:\n%s", out)
+	}
+}
