@@ -152,6 +152,7 @@ func (w *Warmer) forget(name string) {
 	w.decl.ttl.DeletePartialMatch(family)
 	w.stm.members.DeletePartialMatch(family)
 	w.stm.pruned.DeletePartialMatch(family)
+	w.hot.forget(name)
 }
 
 // sameSpec reports whether two declarations would refresh identically.

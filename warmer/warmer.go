@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -54,6 +55,7 @@ type Warmer struct {
 
 	pw  *prewarmer
 	stm *stateMetrics
+	hot *hotMetrics
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -79,6 +81,8 @@ type declState struct {
 	// negative holds the members last written as the not-found sentinel,
 	// re-checked every NegativeInterval (see negative.go).
 	negative map[string]bool
+	// hot is the family's hot set (see hotset.go), nil until ranked.
+	hot hotState
 }
 
 // New builds a Warmer.
@@ -112,6 +116,7 @@ func New(opts Options) (*Warmer, error) {
 		state:   make(map[string]*declState, len(opts.Specs)),
 		pw:      newPrewarmer(opts.Registerer),
 		stm:     newStateMetrics(opts.Registerer),
+		hot:     newHotMetrics(opts.Registerer),
 	}
 	for _, s := range opts.Specs {
 		if _, dup := w.specs[s.Name]; dup {
@@ -361,6 +366,18 @@ func (w *Warmer) members(ctx context.Context, spec *Spec, st *declState) ([]stri
 		st.mu.Lock()
 		st.members = out
 		st.mu.Unlock()
+	}
+	// The hot set's members, validated when they were promoted.
+	st.mu.Lock()
+	hot := st.hotMembers(spec)
+	st.mu.Unlock()
+	if len(hot) > 0 {
+		out = slices.Clip(out) // the cached list stays the query's own
+	}
+	for _, m := range hot {
+		if _, dup := seen[m]; !dup {
+			out = append(out, m)
+		}
 	}
 	return out, skipped, listErr
 }
