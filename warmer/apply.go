@@ -97,6 +97,7 @@ func (w *Warmer) Swap(specs []*Spec) (*Swapped, error) {
 
 	for _, name := range append(sw.ch.Added, sw.ch.Changed...) {
 		w.decl.set(next[name])
+		w.hot.declare(next[name])
 	}
 	return sw, nil
 }
@@ -131,6 +132,7 @@ func (s *Swapped) Undo() {
 	}
 	for _, name := range append(s.ch.Removed, s.ch.Changed...) {
 		w.decl.set(s.old[name])
+		w.hot.declare(s.old[name])
 	}
 }
 

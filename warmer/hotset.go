@@ -300,6 +300,18 @@ func newHotMetrics(reg prometheus.Registerer) *hotMetrics {
 	return m
 }
 
+// declare starts a hot set's series at zero (so that rate() sees the first
+// promotions), or drops them when the declaration has no hot set (any more).
+func (m *hotMetrics) declare(s *Spec) {
+	if s.HotSet == nil {
+		m.forget(s.Name)
+		return
+	}
+	m.size.WithLabelValues(s.Name)
+	m.promotions.WithLabelValues(s.Name)
+	m.demotions.WithLabelValues(s.Name)
+}
+
 func (m *hotMetrics) forget(name string) {
 	family := prometheus.Labels{"family": name}
 	m.size.DeletePartialMatch(family)

@@ -129,6 +129,7 @@ func New(opts Options) (*Warmer, error) {
 		w.order = append(w.order, s.Name)
 		w.state[s.Name] = newDeclState(s)
 		w.decl.set(s)
+		w.hot.declare(s)
 	}
 	return w, nil
 }
