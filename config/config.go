@@ -132,6 +132,9 @@ type Key struct {
 	NegativeValue *string        `mapstructure:"negative_value"`
 	MaxStale      *time.Duration `mapstructure:"max_stale"`
 	MaxValueBytes int            `mapstructure:"max_value_bytes"`
+
+	// MembersFrom adds members taken from traffic (see config/hotset.go).
+	MembersFrom *MembersFrom `mapstructure:"members_from"`
 }
 
 // Default returns the configuration every file starts from.

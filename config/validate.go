@@ -481,8 +481,8 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 	}
 	if t.IsFamily() {
 		switch {
-		case len(k.Members) == 0 && k.MembersQuery == "":
-			add("members", "a family needs members or members_query")
+		case len(k.Members) == 0 && k.MembersQuery == "" && k.MembersFrom == nil:
+			add("members", "a family needs members, members_query or members_from")
 		case len(k.Members) > 0 && k.MembersQuery != "":
 			add("members", "set members or members_query, not both")
 		}
@@ -499,9 +499,12 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 			seen[m] = true
 		}
 	} else {
-		for _, f := range setFields(field{"members", len(k.Members) > 0}, field{"members_query", k.MembersQuery != ""}, field{"param_pattern", k.ParamPattern != ""}) {
+		for _, f := range setFields(field{"members", len(k.Members) > 0}, field{"members_query", k.MembersQuery != ""}, field{"param_pattern", k.ParamPattern != ""}, field{"members_from", k.MembersFrom != nil}) {
 			add(f, "is only valid for a family (a key with a {parameter})")
 		}
+	}
+	if t.IsFamily() && k.MembersFrom != nil {
+		s.HotSet = cfg.hotSet(k.MembersFrom, s, add)
 	}
 	return s, ps
 }

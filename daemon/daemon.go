@@ -201,6 +201,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	undo.push(func(ctx context.Context) error { pw.close(ctx); return nil })
+	hot, err := newHotSets(cfg, w, sources, lead.Leading, log)
+	if err != nil {
+		return err
+	}
+	hot.open(ctx)
+	undo.push(hot.close)
 	rl := newReloader(cfg, hup, w, sched, reg, log)
 	rl.open()
 	adm.Attach(sched, rl.status)

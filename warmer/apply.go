@@ -102,6 +102,7 @@ func (w *Warmer) Swap(specs []*Spec) (*Swapped, error) {
 
 	for _, name := range append(sw.ch.Added, sw.ch.Changed...) {
 		w.decl.set(next[name])
+		w.hot.declare(next[name])
 	}
 	return sw, nil
 }
@@ -140,6 +141,7 @@ func (s *Swapped) Undo() {
 	}
 	for _, name := range append(s.ch.Removed, s.ch.Changed...) {
 		w.decl.set(s.old[name])
+		w.hot.declare(s.old[name])
 	}
 }
 
@@ -161,6 +163,7 @@ func (w *Warmer) forget(name string) {
 	w.decl.ttl.DeletePartialMatch(family)
 	w.stm.members.DeletePartialMatch(family)
 	w.stm.pruned.DeletePartialMatch(family)
+	w.hot.forget(name)
 }
 
 // sameSpec reports whether two declarations would refresh identically.

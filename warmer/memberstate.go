@@ -99,7 +99,7 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 	now := w.now().UnixNano()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !sameMembers(st.lastOK, members) {
+	if !sameSlice(st.declared, members) && !sameMembers(st.lastOK, members) {
 		next := make(map[string]int64, len(members))
 		for _, m := range members {
 			v, ok := st.lastOK[m]
@@ -120,8 +120,15 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 		}
 		st.lastOK = next
 	}
+	st.declared = members
 	w.pruneOneOffs(spec, st, now)
 	w.noteState(spec.Name, st)
+}
+
+// sameSlice reports whether a and b are the same slice (not only equal):
+// a members query's reused list, declared again.
+func sameSlice(a, b []string) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
 func sameMembers(declared map[string]int64, members []string) bool {

@@ -35,6 +35,9 @@ type Spec struct {
 	MaxMembers int
 	// BatchSize is how many members one load asks the origin for.
 	BatchSize int
+	// HotSet, when set, adds the family's hottest keys in the access log to
+	// its members (see RankHotSet).
+	HotSet *HotSet
 
 	// Query is the SQL a postgres source runs: no parameter for a single key,
 	// $1 = text[] of members for a family, returning (member, value) rows.

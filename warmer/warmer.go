@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -59,6 +60,8 @@ type Warmer struct {
 	// read the declarations under its read lock (lookup, Specs, names), so
 	// none of them starts with a declaration a rolled-back reload undoes.
 	swapping sync.RWMutex
+
+	hot *hotMetrics
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -77,6 +80,12 @@ type declState struct {
 	evicted int
 	// members is the last member list that loaded, reused if listing fails.
 	members []string
+	// membersClean: members is the listing as it came, nothing skipped or
+	// repeated, so that an equal listing can reuse it as it is.
+	membersClean bool
+	// declared is the member list last declared (see declare), so that the
+	// same list again is recognised without a lookup per member.
+	declared []string
 	// lastRunOK is the end of the last run in which every member loaded.
 	lastRunOK time.Time
 	errors    int64
@@ -84,6 +93,8 @@ type declState struct {
 	// negative holds the members last written as the not-found sentinel,
 	// re-checked every NegativeInterval (see negative.go).
 	negative map[string]bool
+	// hot is the family's hot set (see hotset.go), nil until ranked.
+	hot hotState
 }
 
 // New builds a Warmer.
@@ -117,6 +128,7 @@ func New(opts Options) (*Warmer, error) {
 		state:   make(map[string]*declState, len(opts.Specs)),
 		pw:      newPrewarmer(opts.Registerer),
 		stm:     newStateMetrics(opts.Registerer),
+		hot:     newHotMetrics(opts.Registerer),
 	}
 	for _, s := range opts.Specs {
 		if _, dup := w.specs[s.Name]; dup {
@@ -129,6 +141,7 @@ func New(opts Options) (*Warmer, error) {
 		w.order = append(w.order, s.Name)
 		w.state[s.Name] = newDeclState(s)
 		w.decl.set(s)
+		w.hot.declare(s)
 	}
 	return w, nil
 }
@@ -207,9 +220,15 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	}
 
 	batches := w.batches(spec, members)
-	var gap time.Duration
-	if len(batches) > 1 && ro.Spread > 0 {
-		gap = ro.Spread / time.Duration(len(batches))
+	// Batches are paced from when the members are known, over what is left
+	// of the spread: listing a large family takes a while (a second for a
+	// million rows), and planning from the run's start made every batch of
+	// that second late before it could begin.
+	paced := w.now()
+	gap := w.paceGap(spec, ro.Spread-paced.Sub(start), len(batches))
+	if gap > 0 && spec.Interval > 0 && gap*time.Duration(len(batches)) > spec.Interval {
+		w.log.Warn().Str("family", name).Int("batches", len(batches)).Dur("gap", gap).Dur("interval", spec.Interval).
+			Msg("the origin's rate bound cannot fit this family's batches in one interval: raise the source's rate or batch_size")
 	}
 	var (
 		mu      sync.Mutex
@@ -217,7 +236,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		started int
 	)
 	for i, batch := range batches {
-		planned := start.Add(time.Duration(i) * gap)
+		planned := paced.Add(time.Duration(i) * gap)
 		if draining(ro.Drain) {
 			break
 		}
@@ -348,6 +367,17 @@ func (w *Warmer) members(ctx context.Context, spec *Spec, st *declState) ([]stri
 			raw = list
 		}
 	}
+	// A members query that lists what it listed last time (the usual case)
+	// reuses that validated list: no set of a million members is rebuilt and
+	// collected every run.
+	if listErr == nil && spec.MembersQuery != "" {
+		st.mu.Lock()
+		prev, clean := st.members, st.membersClean
+		st.mu.Unlock()
+		if clean && len(prev) > 0 && slices.Equal(prev, raw) {
+			return w.withHot(spec, st, prev, nil), 0, nil
+		}
+	}
 	seen := make(map[string]struct{}, len(raw))
 	out := make([]string, 0, len(raw))
 	skipped := 0
@@ -367,9 +397,35 @@ func (w *Warmer) members(ctx context.Context, spec *Spec, st *declState) ([]stri
 	if listErr == nil && spec.MembersQuery != "" {
 		st.mu.Lock()
 		st.members = out
+		st.membersClean = len(out) == len(raw)
 		st.mu.Unlock()
 	}
-	return out, skipped, listErr
+	return w.withHot(spec, st, out, seen), skipped, listErr
+}
+
+// withHot adds the hot set's members (validated when they were promoted) to
+// a family's other members; seen, when not nil, holds those (else they are
+// looked up in a set built here, only when there is a hot set).
+func (w *Warmer) withHot(spec *Spec, st *declState, out []string, seen map[string]struct{}) []string {
+	st.mu.Lock()
+	hot := st.hotMembers(spec)
+	st.mu.Unlock()
+	if len(hot) == 0 {
+		return out
+	}
+	if seen == nil {
+		seen = make(map[string]struct{}, len(out))
+		for _, m := range out {
+			seen[m] = struct{}{}
+		}
+	}
+	out = slices.Clip(out) // the cached list stays the query's own
+	for _, m := range hot {
+		if _, dup := seen[m]; !dup {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (w *Warmer) batches(spec *Spec, members []string) [][]string {

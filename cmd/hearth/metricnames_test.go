@@ -22,13 +22,14 @@ import (
 var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics.txt from the running binary")
 
 // TestMetricFamiliesUnchanged runs the binary (leader, admin API on, an HTTP
-// source, a single key and a family) and compares the hearth_* metric families
+// source, a single key, a family and a traffic-driven one) and compares the hearth_* metric families
 // it exports, with their types, to testdata/metrics.txt, written from the binary
 // before the daemon moved to its own package: metric names are an external
 // contract (dashboards, alert rules). A deliberate change reruns the test with
 // -update-metrics.
 func TestMetricFamiliesUnchanged(t *testing.T) {
 	rd := testenv.Redis(t)
+	pg := testenv.Postgres(t)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "v"+r.URL.Path)
 	}))
@@ -39,11 +40,13 @@ func TestMetricFamiliesUnchanged(t *testing.T) {
 redis: {addrs: [%q], namespace: %q}
 http: {listen: %q}
 leader: {lease: 2s}
-sources: [{name: api, type: http, base_url: %q, timeout: 1s}]
+sources: [{name: api, type: http, base_url: %q, timeout: 1s}, {name: db, type: postgres, dsn: %q}]
+access_log: {source: db, rollup_interval: 0, rank_interval: 0}
 keys:
   - {name: page, key: "%spage", source: api, ttl: 1h, path: /p}
   - {name: item, key: "%sitem:{id}", source: api, ttl: 1h, members: [a, b], path: "/i/{id}"}
-`, rd.Addr, e2e.Namespace(t, rd.Client), listen, upstream.URL, rd.Prefix, rd.Prefix)), 0o600); err != nil {
+  - {name: hot, key: "%shot:{id}", source: api, ttl: 1h, path: "/h/{id}", members_from: {access_log: {top_n: 10}}}
+`, rd.Addr, e2e.Namespace(t, rd.Client), listen, upstream.URL, pg.DSN, rd.Prefix, rd.Prefix, rd.Prefix)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := e2e.Start(t, []string{"run", "--config", path}, "HEARTH_ADMIN_TOKEN=tok")

@@ -1,0 +1,47 @@
+package warmer
+
+import (
+	"math"
+	"time"
+)
+
+// callRater is a source that bounds its calls per second (origin protection).
+type callRater interface {
+	// CallRate is the most calls per second the source admits; 0 or +Inf
+	// for no bound.
+	CallRate() float64
+}
+
+// CallRate is the origin protection's bound on calls per second (0: none).
+func (g *Guarded) CallRate() float64 {
+	r := float64(g.limiter.Limit())
+	if math.IsInf(r, 0) || !(r > 0) {
+		return 0
+	}
+	return r
+}
+
+// rateHeadroom is the share of an origin's rate bound a paced run plans to
+// use: a plan at the bound itself has no slack, and a batch delayed once (a
+// slow query, a GC pause, a starved CPU) leaves every later one as late.
+const rateHeadroom = 0.8
+
+// paceGap is the gap between a paced run's batches: the spread left divided
+// among them, but never less than the origin admits between two calls (with
+// rateHeadroom to catch up). A plan
+// faster than the origin's rate bound cannot be kept: every batch would wait
+// for the limiter longer than the last, and the lag would grow through the
+// whole run (2,000 batches of a million members planned over 15 s against
+// 100 calls/s: seconds late by the end).
+func (w *Warmer) paceGap(spec *Spec, left time.Duration, batches int) time.Duration {
+	if batches <= 1 || left <= 0 {
+		return 0
+	}
+	gap := left / time.Duration(batches)
+	if r, ok := w.sources[spec.Source].(callRater); ok {
+		if cr := r.CallRate(); cr > 0 {
+			gap = max(gap, time.Duration(float64(time.Second)/(cr*rateHeadroom)))
+		}
+	}
+	return gap
+}
