@@ -172,6 +172,11 @@ type Outcome struct {
 	// drained (shutdown) or its context ended first. Their keys were not
 	// written and their staleness is not reset.
 	NotRun int
+	// Present is how many keys a set-if-absent store (PrewarmStore) found
+	// holding a value and left alone; Fenced how many of the Failed it
+	// refused because a newer leader's epoch fences the writer.
+	Present int
+	Fenced  int
 }
 
 // Refresh runs one refresh of a declaration: list members, load them in batches,
@@ -255,6 +260,8 @@ func (o *Outcome) add(b Outcome) {
 	o.Failed += b.Failed
 	o.Extended += b.Extended
 	o.Skipped += b.Skipped
+	o.Present += b.Present
+	o.Fenced += b.Fenced
 	if b.LastError != nil {
 		o.LastError = b.LastError
 	}
@@ -470,13 +477,14 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	}
 
 	if len(entries) > 0 {
-		if werr := w.store.Set(ctx, entries); werr != nil {
+		if res, werr := w.write(ctx, entries); werr != nil {
 			w.metrics.redisErrors.WithLabelValues("set").Inc()
 			out.LastError = fmt.Errorf("write %s: %w", spec.Name, werr)
 			out.Written, out.Negative = 0, 0
 			out.Failed += len(okm)
 			okm, negm = nil, nil
 		} else {
+			okm, negm, _ = settle(&out, spec, entries, res, okm, negm)
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "value").Add(float64(out.Written))
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "negative").Add(float64(out.Negative))
 		}
