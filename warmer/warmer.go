@@ -79,6 +79,8 @@ type declState struct {
 	// negative holds the members last written as the not-found sentinel,
 	// re-checked every NegativeInterval (see negative.go).
 	negative map[string]bool
+	// failing is true while the last run did not end ok (see recover.go).
+	failing bool
 }
 
 // New builds a Warmer.
@@ -125,6 +127,7 @@ func New(opts Options) (*Warmer, error) {
 		w.state[s.Name] = newDeclState(s)
 		w.decl.set(s)
 	}
+	w.watchRecoveries(opts.Sources)
 	return w, nil
 }
 
@@ -302,6 +305,7 @@ func (w *Warmer) finishRun(spec *Spec, st *declState, out *Outcome) {
 	w.metrics.runDuration.WithLabelValues(spec.Name).Observe(out.Duration.Seconds())
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.failing = result == "error" || result == "partial"
 	if result == "ok" {
 		st.lastRunOK = end
 		w.metrics.lastSuccess.WithLabelValues(spec.Name).Set(float64(end.UnixNano()) / 1e9)
