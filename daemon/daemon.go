@@ -115,6 +115,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	undo.push(func(context.Context) error { sources.Close(); return nil })
+	warnPlans(ctx, cfg, sources, log)
 
 	lead, err := newLeadership(cfg, rdb, reg, log)
 	if err != nil {
