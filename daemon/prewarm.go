@@ -179,6 +179,7 @@ func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalCli
 	w, err := warmer.New(warmer.Options{
 		Store: store, Sources: sources.Guarded, Specs: cfg.Specs(),
 		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: prometheus.NewRegistry(), Logger: log,
+		OneShot: true,
 	})
 	if err != nil {
 		sources.Close()

@@ -346,14 +346,16 @@ func (r *prewarmRun) add(key string) {
 	}
 	b := r.pending[spec.Name]
 	if b == nil {
-		b = &pendingBatch{spec: spec, seen: map[string]struct{}{}}
+		b = &pendingBatch{spec: spec, seen: make(map[string]struct{}, max(spec.BatchSize, 64))}
 		r.pending[spec.Name] = b
 		r.order = append(r.order, spec.Name)
 	}
-	if _, dup := b.seen[member]; dup {
+	// One map operation per key: a duplicate leaves the size unchanged.
+	n := len(b.seen)
+	b.seen[member] = struct{}{}
+	if len(b.seen) == n {
 		return
 	}
-	b.seen[member] = struct{}{}
 	b.members = append(b.members, member)
 	if size := spec.BatchSize; size > 0 && len(b.members) >= size {
 		r.pushLocked(prewarmJob{spec: spec, members: b.members})

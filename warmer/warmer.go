@@ -32,6 +32,10 @@ type Options struct {
 	// Gate, when set, admits every batch before its load (the leader lease);
 	// the context it returns carries the writes' fencing token.
 	Gate Gate
+	// OneShot is a warmer that runs once and exits (`hearth prewarm`): it
+	// keeps no per-member state (last success, one-off members), which only
+	// later runs of a long-lived warmer would read.
+	OneShot bool
 }
 
 // Warmer refreshes declarations: load from the origin, write to Redis.
@@ -54,6 +58,8 @@ type Warmer struct {
 
 	pw  *prewarmer
 	stm *stateMetrics
+
+	oneShot bool
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -114,6 +120,7 @@ func New(opts Options) (*Warmer, error) {
 		state:   make(map[string]*declState, len(opts.Specs)),
 		pw:      newPrewarmer(opts.Registerer),
 		stm:     newStateMetrics(opts.Registerer),
+		oneShot: opts.OneShot,
 	}
 	for _, s := range opts.Specs {
 		if _, dup := w.specs[s.Name]; dup {
@@ -495,6 +502,9 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	}
 	st.mu.Lock()
 	for _, m := range okm {
+		if w.oneShot {
+			break
+		}
 		st.setLastOK(spec, m, now.UnixNano())
 	}
 	st.noteNegatives(okm, negm)
