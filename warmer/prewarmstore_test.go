@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -224,4 +225,54 @@ func newLeader(t *testing.T, c *redis.Client, ns string, perSlot bool) *warmer.L
 	}
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
+}
+
+// TestPrewarmReportsPresent: a pre-warm through the set-if-absent store
+// counts a key that already held a value as present (warm, not written,
+// covered), and leaves its value; a one-shot warmer keeps no member state.
+func TestPrewarmReportsPresent(t *testing.T) {
+	rd := testenv.Redis(t)
+	ctx := context.Background()
+	tp, err := warmer.ParseTemplate(rd.Prefix + "p:{id}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &warmer.Spec{Name: "p", Template: tp, Source: "s", TTL: time.Minute, Interval: 30 * time.Second, LoadTimeout: time.Second,
+		NegativeTTL: time.Second, NegativeValue: []byte{}, BatchSize: 2, MaxMembers: 100, MaxStale: time.Minute}
+	if err := rd.Client.Set(ctx, rd.Prefix+"p:2", "fresher", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, oneShot := range []bool{true, false} {
+		reg := prometheus.NewRegistry()
+		store := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: rd.Prefix + "hearth"})
+		if _, err := store.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w, err := warmer.New(warmer.Options{Store: store, Sources: map[string]warmer.Source{"s": staticSource{}},
+			Specs: []*warmer.Spec{s}, Registerer: reg, OneShot: oneShot})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := w.Prewarm(ctx, warmer.PrewarmOptions{AccessLog: keyList{rd.Prefix + "p:1", rd.Prefix + "p:2", rd.Prefix + "p:3"}, TopN: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantWritten := 2
+		if !oneShot {
+			wantWritten = 0 // the first run filled p:1 and p:3
+		}
+		if rep.Wanted != 3 || rep.Written != wantWritten || rep.Present != 3-wantWritten || rep.Failed != 0 || rep.Coverage != 1 {
+			t.Errorf("one-shot %v: report %+v, want wanted 3, written %d, present %d, coverage 1", oneShot, rep, wantWritten, 3-wantWritten)
+		}
+		if got := rd.Client.Get(ctx, rd.Prefix+"p:2").Val(); got != "fresher" {
+			t.Fatalf("present value replaced: %q", got)
+		}
+		oneOff := promValue(t, reg, "hearth_warmer_state_members", "family", "p", "kind", "one_off")
+		if oneShot && oneOff != 0 {
+			t.Errorf("a one-shot warmer keeps state for %g one-off members, want 0", oneOff)
+		}
+		if !oneShot && oneOff != 3 {
+			t.Errorf("a long-lived warmer keeps state for %g one-off members, want 3", oneOff)
+		}
+	}
 }
