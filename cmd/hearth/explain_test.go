@@ -63,6 +63,7 @@ keys:
 	if code != 4 {
 		t.Fatalf("cast form: exit %d, want 4\n%s", code, out)
 	}
+	t.Logf("hearth validate --explain:\n%s", out)
 	for _, want := range []string{"keys[product].query: Seq Scan on", "products", "id = ANY($1::bigint[])"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
