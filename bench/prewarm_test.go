@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
@@ -31,19 +32,24 @@ const (
 	prewarmTTL   = 10 * time.Minute
 )
 
-// BenchmarkPrewarm pre-warms 100,000 keys of 512 bytes from PostgreSQL into
-// Redis three ways, on the same data in one run, and prints keys/s of each:
+// BenchmarkPrewarm pre-warms 100,000 keys of 512 bytes from PostgreSQL
+// (items: bigint id, the typed query id = ANY($1::bigint[])) into Redis, on the
+// same data in one run, and prints keys/s of each:
 //
-//	(a) `hearth prewarm`: the real binary, reading the top 100,000 keys of the
-//	    access log, matching and validating each, loading in batches of 1,000
-//	    with 4 loads in flight, writing pipelined SET … PX with jittered TTLs;
-//	(b) the raw ceiling: the same rows read with = ANY($1) in chunks of 1,000
-//	    and written with pipelined SET … PX by 4 workers, nothing else;
-//	(c) the naive loop: one SELECT and one SET per key.
+//	(a)  `hearth prewarm`, the real binary, reading the ranking a running leader
+//	     stores every access_log.rank_interval: every key matched and validated,
+//	     loaded in batches of 1,000 with 4 loads in flight, written with
+//	     pipelined SET … NX PX with jittered TTLs;
+//	(a') the same command when no leader has stored a ranking: it ranks the
+//	     access log itself;
+//	(b)  the honest ceiling for (a): plain Go reading the same top 100,000 keys
+//	     of the stored ranking, cutting the ids out of the keys, and copying
+//	     the rows in chunks of 1,000 with pipelined SET … PX, 4 workers, while
+//	     the ranking is still being read;
+//	(b') the same ceiling ranking the access log live, the ceiling for (a');
+//	(c)  the naive loop: one SELECT and one SET per key.
 //
-// (a) reads the ranking a running leader stores every access_log.rank_interval;
-// (a') is the same command when no leader has stored one, ranking the access log
-// itself. Targets: a ≥ 0.8 × b and a ≥ 25 × c. Run with `make bench`.
+// Targets: a ≥ 0.9 × b, a' ≥ 0.9 × b', a ≥ 25 × c. Run with `make bench`.
 func BenchmarkPrewarm(b *testing.B) {
 	pg := testenv.Postgres(b)
 	rd := testenv.Redis(b)
@@ -76,12 +82,19 @@ func BenchmarkPrewarm(b *testing.B) {
 		checkKeys(b, rd.Client, ids, keyOf)
 		return d, wall
 	}
+	ceiling := func(stored bool) time.Duration {
+		b.Helper()
+		clearKeys(b, rd.Client, ids, keyOf)
+		d := rawPrewarm(b, pg.DSN, rd.Addr, rd.Prefix+"item:", stored, keyOf)
+		checkKeys(b, rd.Client, ids, keyOf)
+		return d
+	}
 	log := accesslog.New(pg.Pool)
 
 	for b.Loop() {
-		// The machine is shared: each of (a'), (a) and (b) runs three times,
-		// interleaved, and the best run counts. (c) is too slow to repeat.
-		var liveDur, liveWall, hearthDur, wall, rankDur, rawDur time.Duration
+		// The machine is shared: each of (a'), (b'), (a) and (b) runs three
+		// times, interleaved, and the best run counts. (c) is too slow to repeat.
+		var liveDur, liveWall, hearthDur, wall, rankDur, rawDur, rawLiveDur time.Duration
 		best := func(cur *time.Duration, d time.Duration) {
 			if *cur == 0 || d < *cur {
 				*cur = d
@@ -96,6 +109,8 @@ func BenchmarkPrewarm(b *testing.B) {
 			d, w := prewarm(accesslog.RankingLive)
 			best(&liveDur, d)
 			best(&liveWall, w)
+			// (b') its ceiling
+			best(&rawLiveDur, ceiling(false))
 
 			// (a) hearth prewarm as it runs in production: the leader stores
 			// the ranking every access_log.rank_interval (this same call).
@@ -107,11 +122,8 @@ func BenchmarkPrewarm(b *testing.B) {
 			d, w = prewarm(accesslog.RankingStored)
 			best(&hearthDur, d)
 			best(&wall, w)
-
-			// (b) raw ceiling
-			clearKeys(b, rd.Client, ids, keyOf)
-			best(&rawDur, rawPrewarm(b, pg.DSN, rd.Addr, ids, keyOf))
-			checkKeys(b, rd.Client, ids, keyOf)
+			// (b) its ceiling
+			best(&rawDur, ceiling(true))
 		}
 
 		// (c) naive loop
@@ -121,26 +133,29 @@ func BenchmarkPrewarm(b *testing.B) {
 		clearKeys(b, rd.Client, ids, keyOf)
 
 		rate := func(d time.Duration) float64 { return prewarmKeys / d.Seconds() }
-		a, aw, live, raw, naive := rate(hearthDur), rate(wall), rate(liveDur), rate(rawDur), rate(naiveDur)
+		a, aw, live, raw, rawLive, naive := rate(hearthDur), rate(wall), rate(liveDur), rate(rawDur), rate(rawLiveDur), rate(naiveDur)
 		fmt.Printf("\npre-warm of %d keys x %d-byte values, PostgreSQL -> Redis (GOMAXPROCS %d)\n", prewarmKeys, prewarmValue, runtime.GOMAXPROCS(0))
 		fmt.Printf("  (a)  hearth prewarm, stored ranking  %7.0f keys/s  %s (whole process %s = %.0f keys/s; the leader's ranking took %s)\n",
 			a, hearthDur.Round(time.Millisecond), wall.Round(time.Millisecond), aw, rankDur.Round(time.Millisecond))
+		fmt.Printf("  (b)  ceiling, stored ranking         %7.0f keys/s  %s\n", raw, rawDur.Round(time.Millisecond))
 		fmt.Printf("  (a') hearth prewarm, live ranking    %7.0f keys/s  %s (whole process %s)\n",
 			live, liveDur.Round(time.Millisecond), liveWall.Round(time.Millisecond))
-		fmt.Printf("  (b)  raw ceiling                     %7.0f keys/s  %s\n", raw, rawDur.Round(time.Millisecond))
+		fmt.Printf("  (b') ceiling, live ranking           %7.0f keys/s  %s\n", rawLive, rawLiveDur.Round(time.Millisecond))
 		fmt.Printf("  (c)  naive loop                      %7.0f keys/s  %s\n", naive, naiveDur.Round(time.Millisecond))
-		fmt.Printf("  a/b = %.2f (target >= 0.8)   a/c = %.1f (target >= 25)   a'/b = %.2f   b/c = %.1f\n\n",
-			a/raw, a/naive, live/raw, raw/naive)
+		fmt.Printf("  a/b = %.2f (target >= 0.9)   a'/b' = %.2f (target >= 0.9)   a/c = %.1f (target >= 25)\n\n",
+			a/raw, live/rawLive, a/naive)
 		b.ReportMetric(a, "hearth-keys/s")
 		b.ReportMetric(live, "hearth-live-keys/s")
-		b.ReportMetric(raw, "raw-keys/s")
+		b.ReportMetric(raw, "ceiling-keys/s")
+		b.ReportMetric(rawLive, "ceiling-live-keys/s")
 		b.ReportMetric(naive, "naive-keys/s")
 		b.ReportMetric(a/raw, "a/b")
+		b.ReportMetric(live/rawLive, "a'/b'")
 		b.ReportMetric(a/naive, "a/c")
 	}
 }
 
-// setupPrewarmData fills items (id text, v text of 512 bytes) and an access log
+// setupPrewarmData fills items (id bigint, v text of 512 bytes) and an access log
 // that ranks every item (keys under prefix), in the benchmark's own schema.
 func setupPrewarmData(b *testing.B, pool *pgxpool.Pool, prefix string) {
 	b.Helper()
@@ -155,8 +170,8 @@ func setupPrewarmData(b *testing.B, pool *pgxpool.Pool, prefix string) {
 		b.Fatal(err)
 	}
 	for _, q := range []string{
-		`CREATE TABLE items (id text PRIMARY KEY, v text NOT NULL)`,
-		fmt.Sprintf(`INSERT INTO items SELECT i::text, repeat(md5(i::text), %d) FROM generate_series(1, %d) i`, prewarmValue/32, prewarmKeys),
+		`CREATE TABLE items (id bigint PRIMARY KEY, v text NOT NULL)`,
+		fmt.Sprintf(`INSERT INTO items SELECT i, repeat(md5(i::text), %d) FROM generate_series(1, %d) i`, prewarmValue/32, prewarmKeys),
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			b.Fatalf("%s: %v", q, err)
@@ -204,7 +219,7 @@ keys:
     batch_size: %d
     param_pattern: "[0-9]{1,9}"
     members: ["1"]
-    query: "SELECT id, v FROM items WHERE id = ANY($1)"
+    query: "SELECT id::text, v FROM items WHERE id = ANY($1::bigint[])"
 `, redisAddr, "bench-"+strings.Trim(strings.NewReplacer(":", "-").Replace(prefix), "-"), dsn, prewarmKeys,
 		prefix+"item:{id}", prewarmTTL, prewarmChunk)
 	path := filepath.Join(b.TempDir(), "config.yaml")
@@ -233,8 +248,11 @@ func summaryDuration(b *testing.B, out string) time.Duration {
 	return d
 }
 
-// rawPrewarm is the ceiling: chunks of = ANY($1), pipelined SET … PX, 4 workers.
-func rawPrewarm(b *testing.B, dsn, redisAddr string, ids []string, keyOf func(string) string) time.Duration {
+// rawPrewarm is the ceiling: plain Go reading the top keys of the access log
+// (the stored ranking, or ranked live with the same query), cutting the ids
+// out of the keys, and copying the rows in chunks of 1,000 (= ANY($1::bigint[]))
+// with pipelined SET … PX, 4 workers, which start while the keys are read.
+func rawPrewarm(b *testing.B, dsn, redisAddr, keyPrefix string, stored bool, keyOf func(string) string) time.Duration {
 	b.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dsn)
@@ -251,7 +269,7 @@ func rawPrewarm(b *testing.B, dsn, redisAddr string, ids []string, keyOf func(st
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
-	chunks := make(chan []string)
+	chunks := make(chan []string, 4)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -271,20 +289,83 @@ func rawPrewarm(b *testing.B, dsn, redisAddr string, ids []string, keyOf func(st
 			}
 		}()
 	}
-	for i := 0; i < len(ids); i += prewarmChunk {
-		chunks <- ids[i:min(i+prewarmChunk, len(ids))]
-	}
+	readErr := readTopKeys(ctx, pool, stored, func(key string, chunk *[]string) {
+		if id, ok := strings.CutPrefix(key, keyPrefix); ok {
+			*chunk = append(*chunk, id)
+			if len(*chunk) == prewarmChunk {
+				chunks <- *chunk
+				*chunk = make([]string, 0, prewarmChunk)
+			}
+		}
+	}, func(rest []string) {
+		if len(rest) > 0 {
+			chunks <- rest
+		}
+	})
 	close(chunks)
 	wg.Wait()
 	d := time.Since(t0)
+	if readErr != nil {
+		b.Fatal(readErr)
+	}
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
 	return d
 }
 
+// readTopKeys reads the top prewarmKeys keys of the access log, the stored
+// ranking's chunks or the live ranking's rows, as they arrive.
+func readTopKeys(ctx context.Context, pool *pgxpool.Pool, stored bool, each func(string, *[]string), done func([]string)) error {
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var rows pgx.Rows
+	if stored {
+		rows, err = tx.Query(ctx, `SELECT keys FROM `+accesslog.RankTable+` ORDER BY chunk LIMIT $1`, (prewarmKeys+999)/1000)
+	} else {
+		if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '64MB'"); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT key, sum(hits)::bigint AS h FROM `+accesslog.Table+`
+			WHERE bucket >= now() - interval '1 hour' GROUP BY key ORDER BY h DESC, key COLLATE "C" LIMIT $1`, prewarmKeys)
+	}
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	chunk := make([]string, 0, prewarmChunk)
+	for rows.Next() {
+		if stored {
+			var keys []string
+			if err := rows.Scan(&keys); err != nil {
+				return err
+			}
+			for _, k := range keys {
+				each(k, &chunk)
+			}
+			continue
+		}
+		var (
+			k string
+			h int64
+		)
+		if err := rows.Scan(&k, &h); err != nil {
+			return err
+		}
+		each(k, &chunk)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	done(chunk)
+	return nil
+}
+
 func rawChunk(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, chunk []string, keyOf func(string) string) error {
-	rows, err := pool.Query(ctx, "SELECT id, v FROM items WHERE id = ANY($1)", chunk)
+	rows, err := pool.Query(ctx, "SELECT id::text, v FROM items WHERE id = ANY($1::bigint[])", chunk)
 	if err != nil {
 		return err
 	}
@@ -315,7 +396,7 @@ func naivePrewarm(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, ids []str
 	t0 := time.Now()
 	for _, id := range ids {
 		var v []byte
-		if err := pool.QueryRow(ctx, "SELECT v FROM items WHERE id = $1", id).Scan(&v); err != nil {
+		if err := pool.QueryRow(ctx, "SELECT v FROM items WHERE id = $1::bigint", id).Scan(&v); err != nil {
 			b.Fatal(err)
 		}
 		if err := rdb.Set(ctx, keyOf(id), v, prewarmTTL).Err(); err != nil {

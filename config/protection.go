@@ -33,6 +33,10 @@ type Breaker struct {
 	Failures *int `mapstructure:"failures"`
 	// OpenFor is how long it stays open before one trial call.
 	OpenFor time.Duration `mapstructure:"open_for"`
+	// ProbeInterval is how often the origin is pinged while the breaker is
+	// open: the first answer closes it and refreshes the declarations that
+	// went stale, without waiting out open_for (default 1s).
+	ProbeInterval time.Duration `mapstructure:"probe_interval"`
 }
 
 // Protection defaults.
@@ -44,6 +48,8 @@ const (
 	DefaultRetryMaxBackoff = 2 * time.Second
 	DefaultBreakerFailures = 5
 	DefaultBreakerOpenFor  = 30 * time.Second
+	// DefaultBreakerProbeInterval is breaker.probe_interval's default.
+	DefaultBreakerProbeInterval = time.Second
 )
 
 func (p Protection) resolved() warmer.GuardConfig {
@@ -76,6 +82,10 @@ func (p Protection) resolved() warmer.GuardConfig {
 	}
 	if g.BreakerOpenFor == 0 {
 		g.BreakerOpenFor = DefaultBreakerOpenFor
+	}
+	g.ProbeInterval = p.Breaker.ProbeInterval
+	if g.ProbeInterval == 0 {
+		g.ProbeInterval = DefaultBreakerProbeInterval
 	}
 	return g
 }
@@ -119,5 +129,8 @@ func (p Protection) validate(c *checker, path string) {
 		c.add(path+".breaker.open_for", "must be > 0 (got %s)", p.Breaker.OpenFor)
 	} else if p.Breaker.OpenFor > 0 && p.Breaker.OpenFor < 100*time.Millisecond {
 		c.add(path+".breaker.open_for", "must be at least 100ms (got %s)", p.Breaker.OpenFor)
+	}
+	if pi := p.Breaker.ProbeInterval; pi < 0 || (pi > 0 && pi < 100*time.Millisecond) {
+		c.add(path+".breaker.probe_interval", "must be at least 100ms (got %s)", pi)
 	}
 }

@@ -44,7 +44,7 @@ keys:
 		want := warmer.GuardConfig{Name: "plain", MaxInFlight: config.DefaultMaxInFlight, Rate: config.DefaultRate,
 			Burst: config.DefaultMaxInFlight, Retries: config.DefaultRetries, RetryBackoff: config.DefaultRetryBackoff,
 			RetryMaxBackoff: config.DefaultRetryMaxBackoff, BreakerFailures: config.DefaultBreakerFailures,
-			BreakerOpenFor: config.DefaultBreakerOpenFor}
+			BreakerOpenFor: config.DefaultBreakerOpenFor, ProbeInterval: config.DefaultBreakerProbeInterval}
 		got.Metrics, got.Logger = nil, zerolog.Logger{}
 		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 			t.Errorf("guard = %+v\nwant    %+v", got, want)

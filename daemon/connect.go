@@ -67,10 +67,14 @@ type Sources struct {
 	Guarded  map[string]warmer.Source
 	postgres map[string]*postgres.Source
 	closers  []closer
+	guards   []closer // the protections' probers, stopped before the sources close
 }
 
-// Close closes every source's connections.
+// Close stops the origin probes and closes every source's connections.
 func (s *Sources) Close() {
+	for _, c := range s.guards {
+		c.Close()
+	}
 	for _, c := range s.closers {
 		c.Close()
 	}
@@ -119,7 +123,11 @@ func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 			out.Close()
 			return nil, fmt.Errorf("source %s unreachable: %w", sc.Name, err)
 		}
-		out.Guarded[sc.Name] = warmer.Guard(src, sc.Guard(guards, log))
+		g := warmer.Guard(src, sc.Guard(guards, log))
+		if c, ok := g.(closer); ok {
+			out.guards = append(out.guards, c)
+		}
+		out.Guarded[sc.Name] = g
 	}
 	return out, nil
 }

@@ -119,6 +119,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	undo.push(func(context.Context) error { sources.Close(); return nil })
+	warnPlans(ctx, cfg, sources, log)
 
 	lead, err := leader.New(cfg, rdb, reg, log)
 	if err != nil {

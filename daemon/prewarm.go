@@ -151,25 +151,35 @@ func (p *daemonPrewarm) startAdmin(ctx context.Context) (<-chan warmer.PrewarmRe
 }
 
 // Prewarm is `hearth prewarm`'s engine: the config's sources, opened and
-// protected as the daemon opens them, an unfenced warmer writing into a given
-// Redis, and the access log, for one pre-warm with the daemon's options.
+// protected as the daemon opens them, a warmer writing into a given Redis
+// through a warmer.PrewarmStore (set-if-absent unless overwrite, fenced by the
+// newest epoch when a Hearth leader's state is in that Redis), and the access
+// log, for one pre-warm with the daemon's options.
 type Prewarm struct {
 	w       *warmer.Warmer
 	al      *accesslog.Log
 	po      warmer.PrewarmOptions
 	sources *Sources
+	fence   warmer.PrewarmFence
 }
 
-// OpenPrewarm connects to every source of cfg (failing fast) and builds the
-// warmer that pre-warms rdb; Close closes the sources.
-func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, log zerolog.Logger) (*Prewarm, error) {
+// OpenPrewarm connects to every source of cfg (failing fast), reads the
+// leader state of rdb (see warmer.PrewarmStore.Prepare) and builds the warmer
+// that pre-warms rdb; overwrite replaces present values. Close closes the sources.
+func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool, log zerolog.Logger) (*Prewarm, error) {
+	store := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite, Logger: log})
+	fence, err := store.Prepare(ctx)
+	if err != nil {
+		return nil, err
+	}
 	sources, err := OpenSources(ctx, cfg, prometheus.NewRegistry(), log)
 	if err != nil {
 		return nil, err
 	}
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rdb}, Sources: sources.Guarded, Specs: cfg.Specs(),
+		Store: store, Sources: sources.Guarded, Specs: cfg.Specs(),
 		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: prometheus.NewRegistry(), Logger: log,
+		OneShot: true,
 	})
 	if err != nil {
 		sources.Close()
@@ -180,8 +190,11 @@ func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalCli
 		sources.Close()
 		return nil, err
 	}
-	return &Prewarm{w: w, al: al, po: PrewarmOptions(cfg, al, "cli"), sources: sources}, nil
+	return &Prewarm{w: w, al: al, po: PrewarmOptions(cfg, al, "cli"), sources: sources, fence: fence}, nil
 }
+
+// Fence is the leader state the pre-warm found: whether its writes are fenced, and by which epoch.
+func (p *Prewarm) Fence() warmer.PrewarmFence { return p.fence }
 
 // Options are the pre-warm options Run uses.
 func (p *Prewarm) Options() warmer.PrewarmOptions { return p.po }

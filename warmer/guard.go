@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,6 +57,15 @@ type GuardConfig struct {
 	// BreakerOpenFor; then one trial call decides whether it closes (0: no breaker).
 	BreakerFailures int
 	BreakerOpenFor  time.Duration
+	// ProbeInterval, when set, pings the origin (Source.Ping) this often
+	// while the breaker is open or half-open, instead of waiting out
+	// BreakerOpenFor for a trial call: a ping that answers closes the breaker
+	// half-open style (the first failed call re-opens it) and calls the
+	// OnRecover callbacks, which refresh what went stale. A recovery that
+	// re-opens before any call succeeded doubles the interval, up to
+	// BreakerOpenFor, so an origin that answers pings but not loads sees no
+	// more than one load per interval. 0: no probes.
+	ProbeInterval time.Duration
 	// Retryable classifies errors; nil means the package's Retryable.
 	Retryable func(error) bool
 	// Metrics is shared by every guarded source of a process (nil: unregistered).
@@ -69,10 +80,23 @@ type Guarded struct {
 	cfg       GuardConfig
 	sem       *semaphore.Weighted
 	limiter   *rate.Limiter
-	breaker   *gobreaker.TwoStepCircuitBreaker[struct{}]
 	retryable func(error) bool
 	metrics   *GuardMetrics
 	log       zerolog.Logger
+
+	// breaker is replaced by a fresh one when a probe finds the origin back
+	// (gobreaker has no way to close a breaker from outside); gen numbers
+	// them, so that a late verdict on a replaced one changes nothing.
+	breaker atomic.Pointer[gobreaker.TwoStepCircuitBreaker[struct{}]]
+	gen     atomic.Uint64
+	// probe state: one prober at a time, owned by Close.
+	probeMu   sync.Mutex
+	probing   bool
+	falseRecs int // recoveries in a row that re-opened before any call succeeded
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	onRecover []func(context.Context)
 }
 
 // guardedLister is a Guarded source whose origin can list members.
@@ -111,29 +135,145 @@ func newGuarded(src Source, cfg GuardConfig) *Guarded {
 	if cfg.Rate > 0 {
 		g.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(1, cfg.Burst))
 	}
-	state := g.metrics.breakerState.WithLabelValues(cfg.Name)
-	state.Set(float64(gobreaker.StateClosed))
+	g.metrics.breakerState.WithLabelValues(cfg.Name).Set(float64(gobreaker.StateClosed))
+	g.metrics.probes.WithLabelValues(cfg.Name, "ok")
+	g.metrics.probes.WithLabelValues(cfg.Name, "error")
+	g.ctx, g.cancel = context.WithCancel(context.Background())
 	if cfg.BreakerFailures > 0 {
-		g.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:        cfg.Name,
-			MaxRequests: 1,
-			Timeout:     cfg.BreakerOpenFor,
-			ReadyToTrip: func(c gobreaker.Counts) bool {
-				return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures)
-			},
-			IsExcluded: func(err error) bool { return errors.Is(err, errExcluded) },
-			OnStateChange: func(_ string, from, to gobreaker.State) {
-				state.Set(float64(to))
-				ev := g.log.Info()
-				if to == gobreaker.StateOpen {
-					ev = g.log.Warn()
-				}
-				ev.Str("from", from.String()).Str("to", to.String()).Dur("open_for", cfg.BreakerOpenFor).
-					Msg("origin circuit breaker " + to.String())
-			},
-		})
+		g.breaker.Store(g.newBreaker(false))
 	}
 	return g
+}
+
+// newBreaker builds the breaker of the next generation. afterProbe: a probe
+// closed the previous one, and this one trips on the first failure until a
+// call succeeds (the half-open rule, for as many calls as the refresh needs).
+func (g *Guarded) newBreaker(afterProbe bool) *gobreaker.TwoStepCircuitBreaker[struct{}] {
+	gen := g.gen.Add(1)
+	state := g.metrics.breakerState.WithLabelValues(g.cfg.Name)
+	state.Set(float64(gobreaker.StateClosed))
+	return gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        g.cfg.Name,
+		MaxRequests: 1,
+		Timeout:     g.cfg.BreakerOpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			if afterProbe && c.TotalSuccesses == 0 {
+				if c.ConsecutiveFailures < 1 {
+					return false
+				}
+				g.probeMu.Lock()
+				g.falseRecs++
+				g.probeMu.Unlock()
+				return true
+			}
+			return c.ConsecutiveFailures >= uint32(g.cfg.BreakerFailures)
+		},
+		IsExcluded: func(err error) bool { return errors.Is(err, errExcluded) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if g.gen.Load() != gen {
+				return // replaced: its state is no longer the source's
+			}
+			state.Set(float64(to))
+			ev := g.log.Info()
+			if to == gobreaker.StateOpen {
+				ev = g.log.Warn()
+			}
+			ev.Str("from", from.String()).Str("to", to.String()).Dur("open_for", g.cfg.BreakerOpenFor).
+				Msg("origin circuit breaker " + to.String())
+			switch to {
+			case gobreaker.StateOpen:
+				g.startProbe(gen)
+			case gobreaker.StateClosed:
+				g.probeMu.Lock()
+				g.falseRecs = 0
+				g.probeMu.Unlock()
+			}
+		},
+	})
+}
+
+// OnRecover registers fn to be called when a probe finds the origin back
+// after an outage (the breaker was open); the warmer refreshes the
+// declarations that went stale. fn runs on the prober's goroutine, with a
+// context that Close cancels.
+func (g *Guarded) OnRecover(fn func(ctx context.Context)) {
+	g.probeMu.Lock()
+	g.onRecover = append(g.onRecover, fn)
+	g.probeMu.Unlock()
+}
+
+// Close stops the prober, waiting for it (and a recovery refresh it runs).
+func (g *Guarded) Close() {
+	g.cancel()
+	g.wg.Wait()
+}
+
+// startProbe starts the prober of breaker generation gen, unless probes are
+// off or one runs.
+func (g *Guarded) startProbe(gen uint64) {
+	if g.cfg.ProbeInterval <= 0 || g.ctx.Err() != nil {
+		return
+	}
+	g.probeMu.Lock()
+	defer g.probeMu.Unlock()
+	if g.probing {
+		return
+	}
+	g.probing = true
+	g.wg.Add(1)
+	go g.probe(gen)
+}
+
+// probe pings the origin every probe interval while breaker generation gen is
+// open or half-open; a ping that answers replaces it with a fresh breaker
+// and runs the OnRecover callbacks.
+func (g *Guarded) probe(gen uint64) {
+	defer g.wg.Done()
+	g.probeMu.Lock()
+	every := g.cfg.ProbeInterval << min(g.falseRecs, 16)
+	g.probeMu.Unlock()
+	if g.cfg.BreakerOpenFor > 0 {
+		every = min(every, g.cfg.BreakerOpenFor)
+	}
+	timeout := g.cfg.AttemptTimeout
+	if timeout <= 0 {
+		timeout = max(every, time.Second)
+	}
+	t := time.NewTimer(every)
+	defer t.Stop()
+	recovered := false
+	for !recovered {
+		select {
+		case <-g.ctx.Done():
+		case <-t.C:
+		}
+		if g.ctx.Err() != nil || g.gen.Load() != gen || g.breaker.Load().State() == gobreaker.StateClosed {
+			break
+		}
+		pctx, cancel := context.WithTimeout(g.ctx, timeout)
+		err := g.src.Ping(pctx)
+		cancel()
+		if err != nil {
+			g.metrics.probes.WithLabelValues(g.cfg.Name, "error").Inc()
+			g.log.Debug().Err(err).Msg("origin probe: still down")
+			t.Reset(every)
+			continue
+		}
+		g.metrics.probes.WithLabelValues(g.cfg.Name, "ok").Inc()
+		recovered = true
+	}
+	g.probeMu.Lock()
+	g.probing = false
+	fns := g.onRecover
+	g.probeMu.Unlock()
+	if !recovered {
+		return
+	}
+	g.breaker.Store(g.newBreaker(true))
+	g.log.Info().Msg("origin probe answered: circuit breaker closed, refreshing what went stale")
+	for _, fn := range fns {
+		fn(g.ctx)
+	}
 }
 
 // Ping checks the origin directly: it is a start-up check, not load.
@@ -236,7 +376,8 @@ func (g guardedLister) ListMembers(ctx context.Context, spec *Spec) ([]string, e
 // call makes one origin call: breaker, call slot, rate token, attempt timeout.
 func call[T any](g *Guarded, ctx context.Context, fn func(context.Context) (T, error), verdict func(context.Context, T, error) error) (T, error) {
 	var zero T
-	if g.breaker != nil && g.breaker.State() == gobreaker.StateOpen {
+	breaker := g.breaker.Load()
+	if breaker != nil && breaker.State() == gobreaker.StateOpen {
 		return zero, g.reject("breaker_open", ErrBreakerOpen, nil)
 	}
 	if g.sem != nil {
@@ -249,9 +390,9 @@ func call[T any](g *Guarded, ctx context.Context, fn func(context.Context) (T, e
 		return zero, g.reject("rate_limited", ErrOverloaded, err)
 	}
 	var done func(error)
-	if g.breaker != nil {
+	if breaker != nil {
 		var err error
-		if done, err = g.breaker.Allow(); err != nil {
+		if done, err = breaker.Allow(); err != nil {
 			return zero, g.reject("breaker_open", ErrBreakerOpen, nil)
 		}
 	}
@@ -326,7 +467,7 @@ func (g *Guarded) wait(ctx context.Context, bo **backoff.ExponentialBackOff, att
 	if attempt >= g.cfg.Retries || ctx.Err() != nil {
 		return false
 	}
-	if g.breaker != nil && g.breaker.State() == gobreaker.StateOpen {
+	if b := g.breaker.Load(); b != nil && b.State() == gobreaker.StateOpen {
 		return false
 	}
 	if *bo == nil {
@@ -374,6 +515,7 @@ type GuardMetrics struct {
 	breakerState *prometheus.GaugeVec
 	retries      *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
+	probes       *prometheus.CounterVec
 }
 
 // NewGuardMetrics registers the origin protection metrics with reg (nil: not
@@ -392,9 +534,13 @@ func NewGuardMetrics(reg prometheus.Registerer) *GuardMetrics {
 			Name: "hearth_origin_rejected_total",
 			Help: "Origin calls not made, by reason (breaker_open, in_flight, rate_limited).",
 		}, []string{"source", "reason"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_origin_probes_total",
+			Help: "Pings of an origin while its circuit breaker was open, by result (ok: the breaker closed and the stale declarations were refreshed; error: still down).",
+		}, []string{"source", "result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.breakerState, m.retries, m.rejected)
+		reg.MustRegister(m.breakerState, m.retries, m.rejected, m.probes)
 	}
 	return m
 }

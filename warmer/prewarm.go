@@ -64,7 +64,7 @@ const (
 // MaxLogKeyBytes bounds an access-log key before it is matched at all.
 const MaxLogKeyBytes = 4096
 
-// PrewarmReport is what a pre-warm did. Wanted = Written + Negative + Failed.
+// PrewarmReport is what a pre-warm did. Wanted = Written + Negative + Present + Failed.
 type PrewarmReport struct {
 	// Reason the run was started (see PrewarmOptions.Reason).
 	Reason string `json:"reason,omitempty"`
@@ -80,9 +80,15 @@ type PrewarmReport struct {
 	Written  int `json:"written"`
 	Negative int `json:"negative"`
 	Failed   int `json:"failed"`
+	// Present found the key already holding a value and left it alone (a
+	// set-if-absent store, `hearth prewarm` without --overwrite): warm, not
+	// written. Fenced is how many of Failed were refused by the fence: a
+	// leader took over during the run.
+	Present int `json:"present"`
+	Fenced  int `json:"fenced,omitempty"`
 	// Skipped counts access-log keys not loaded, by reason.
 	Skipped map[string]int `json:"skipped"`
-	// Coverage is (Written + Negative) / Wanted, 1 when nothing was wanted.
+	// Coverage is (Written + Negative + Present) / Wanted, 1 when nothing was wanted.
 	// When the access log could not be read (AccessLogFailed), the keys it did
 	// not deliver are wanted and not loaded: Coverage is (Written + Negative) /
 	// (Wanted + max(1, TopN − Candidates)), always below 1.
@@ -112,11 +118,12 @@ type PrewarmProgress struct {
 	Reason  string    `json:"reason,omitempty"`
 	Started time.Time `json:"started"`
 	Wanted  int       `json:"wanted"`
-	// Done = Written + Negative + Failed so far.
+	// Done = Written + Negative + Present + Failed so far.
 	Done     int `json:"done"`
 	Written  int `json:"written"`
 	Negative int `json:"negative"`
 	Failed   int `json:"failed"`
+	Present  int `json:"present"`
 	Skipped  int `json:"skipped"`
 	// Reading is true while the access log is still being read (Wanted grows).
 	Reading bool `json:"reading_access_log"`
@@ -281,12 +288,12 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	for reason, n := range rep.Skipped {
 		w.pw.metrics.keys.WithLabelValues("skipped_" + reason).Add(float64(n))
 	}
-	rep.Failed = rep.Wanted - rep.Written - rep.Negative
+	rep.Failed = rep.Wanted - rep.Written - rep.Negative - rep.Present
 	rep.AccessLogFailed = logErr != nil
 	rep.Coverage = coverage(rep, po.TopN)
 	rep.Started, rep.Duration = start, w.now().Sub(start)
 	if s := rep.Duration.Seconds(); s > 0 {
-		rep.KeysPerSecond = float64(rep.Written+rep.Negative) / s
+		rep.KeysPerSecond = float64(rep.Written+rep.Negative+rep.Present) / s
 	}
 	err := logErr
 	if err == nil && ctx.Err() != nil {
@@ -306,7 +313,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 // coverage is the share of the keys asked for that the run loaded (see
 // PrewarmReport.Coverage).
 func coverage(rep PrewarmReport, topN int) float64 {
-	loaded, wanted := rep.Written+rep.Negative, rep.Wanted
+	loaded, wanted := rep.Written+rep.Negative+rep.Present, rep.Wanted
 	if rep.AccessLogFailed {
 		// The ranking failed: what it did not deliver was asked for, not loaded.
 		wanted += max(1, topN-rep.Candidates)
@@ -339,14 +346,16 @@ func (r *prewarmRun) add(key string) {
 	}
 	b := r.pending[spec.Name]
 	if b == nil {
-		b = &pendingBatch{spec: spec, seen: map[string]struct{}{}}
+		b = &pendingBatch{spec: spec, seen: make(map[string]struct{}, max(spec.BatchSize, 64))}
 		r.pending[spec.Name] = b
 		r.order = append(r.order, spec.Name)
 	}
-	if _, dup := b.seen[member]; dup {
+	// One map operation per key: a duplicate leaves the size unchanged.
+	n := len(b.seen)
+	b.seen[member] = struct{}{}
+	if len(b.seen) == n {
 		return
 	}
-	b.seen[member] = struct{}{}
 	b.members = append(b.members, member)
 	if size := spec.BatchSize; size > 0 && len(b.members) >= size {
 		r.pushLocked(prewarmJob{spec: spec, members: b.members})
@@ -441,9 +450,11 @@ func (r *prewarmRun) dispatch(ctx context.Context, loads *errgroup.Group) {
 			}
 			r.rep.Written += o.Written
 			r.rep.Negative += o.Negative
-			r.prog.Written, r.prog.Negative = r.rep.Written, r.rep.Negative
-			r.prog.Failed += len(j.members) - o.Written - o.Negative
-			r.prog.Done = r.prog.Written + r.prog.Negative + r.prog.Failed
+			r.rep.Present += o.Present
+			r.rep.Fenced += o.Fenced
+			r.prog.Written, r.prog.Negative, r.prog.Present = r.rep.Written, r.rep.Negative, r.rep.Present
+			r.prog.Failed += len(j.members) - o.Written - o.Negative - o.Present
+			r.prog.Done = r.prog.Written + r.prog.Negative + r.prog.Present + r.prog.Failed
 			r.mu.Unlock()
 			r.progress()
 			return nil
@@ -474,7 +485,7 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 	case rep.AccessLogFailed:
 		// The hot keys are what a pre-warm is for: without them it failed.
 		result = "error"
-	case err != nil && rep.Written+rep.Negative == 0 && rep.Wanted > 0:
+	case err != nil && rep.Written+rep.Negative+rep.Present == 0 && rep.Wanted > 0:
 		result = "error"
 	case err != nil || rep.Failed > 0:
 		result = "partial"
@@ -485,6 +496,7 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 	m.keys.WithLabelValues("written").Add(float64(rep.Written))
 	m.keys.WithLabelValues("negative").Add(float64(rep.Negative))
 	m.keys.WithLabelValues("failed").Add(float64(rep.Failed))
+	m.keys.WithLabelValues("present").Add(float64(rep.Present))
 	w.pw.mu.Lock()
 	w.pw.current = PrewarmProgress{}
 	last := rep
@@ -496,7 +508,7 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 	}
 	ev.Str("reason", rep.Reason).Str("result", result).Int("candidates", rep.Candidates).
 		Int("wanted", rep.Wanted).Int("written", rep.Written).
-		Int("negative", rep.Negative).Int("failed", rep.Failed).Int("skipped", rep.SkippedTotal()).
+		Int("negative", rep.Negative).Int("present", rep.Present).Int("failed", rep.Failed).Int("fenced", rep.Fenced).Int("skipped", rep.SkippedTotal()).
 		Float64("coverage", rep.Coverage).Dur("took", rep.Duration).Func(func(e *zerolog.Event) {
 		if rep.Error != "" {
 			e.Str("error", rep.Error)
@@ -573,7 +585,7 @@ func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
 		}, []string{"result"}),
 		keys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_keys_total",
-			Help: "Keys handled by pre-warms, by outcome (written, negative, failed, skipped_<reason>).",
+			Help: "Keys handled by pre-warms, by outcome (written, negative, present: left alone by a set-if-absent pre-warm, failed, skipped_<reason>).",
 		}, []string{"outcome"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hearth_prewarm_duration_seconds",
@@ -589,7 +601,7 @@ func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
 			Help: "Pre-warms that could not read the access log to its end (they loaded the declared single keys and the keys read before the error; result error, coverage below 1).",
 		}),
 	}
-	for _, o := range []string{"written", "negative", "failed", "skipped_" + SkipTooLong, "skipped_" + SkipMalformed,
+	for _, o := range []string{"written", "negative", "present", "failed", "skipped_" + SkipTooLong, "skipped_" + SkipMalformed,
 		"skipped_" + SkipUnknown, "skipped_" + SkipInvalidMember, "skipped_" + SkipNamespace} {
 		m.keys.WithLabelValues(o)
 	}

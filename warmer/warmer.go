@@ -33,6 +33,10 @@ type Options struct {
 	// Gate, when set, admits every batch before its load (the leader lease);
 	// the context it returns carries the writes' fencing token.
 	Gate Gate
+	// OneShot is a warmer that runs once and exits (`hearth prewarm`): it
+	// keeps no per-member state (last success, one-off members), which only
+	// later runs of a long-lived warmer would read.
+	OneShot bool
 }
 
 // Warmer refreshes declarations: load from the origin, write to Redis.
@@ -61,7 +65,8 @@ type Warmer struct {
 	// none of them starts with a declaration a rolled-back reload undoes.
 	swapping sync.RWMutex
 
-	hot *hotMetrics
+	hot     *hotMetrics
+	oneShot bool
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -95,6 +100,8 @@ type declState struct {
 	negative map[string]bool
 	// hot is the family's hot set (see hotset.go), nil until ranked.
 	hot hotState
+	// failing is true while the last run did not end ok (see recover.go).
+	failing bool
 }
 
 // New builds a Warmer.
@@ -129,6 +136,7 @@ func New(opts Options) (*Warmer, error) {
 		pw:      newPrewarmer(opts.Registerer),
 		stm:     newStateMetrics(opts.Registerer),
 		hot:     newHotMetrics(opts.Registerer),
+		oneShot: opts.OneShot,
 	}
 	for _, s := range opts.Specs {
 		if _, dup := w.specs[s.Name]; dup {
@@ -143,6 +151,7 @@ func New(opts Options) (*Warmer, error) {
 		w.decl.set(s)
 		w.hot.declare(s)
 	}
+	w.watchRecoveries(opts.Sources)
 	return w, nil
 }
 
@@ -192,6 +201,11 @@ type Outcome struct {
 	// drained (shutdown) or its context ended first. Their keys were not
 	// written and their staleness is not reset.
 	NotRun int
+	// Present is how many keys a set-if-absent store (PrewarmStore) found
+	// holding a value and left alone; Fenced how many of the Failed it
+	// refused because a newer leader's epoch fences the writer.
+	Present int
+	Fenced  int
 }
 
 // Refresh runs one refresh of a declaration: list members, load them in batches,
@@ -281,6 +295,8 @@ func (o *Outcome) add(b Outcome) {
 	o.Failed += b.Failed
 	o.Extended += b.Extended
 	o.Skipped += b.Skipped
+	o.Present += b.Present
+	o.Fenced += b.Fenced
 	if b.LastError != nil {
 		o.LastError = b.LastError
 	}
@@ -321,6 +337,7 @@ func (w *Warmer) finishRun(spec *Spec, st *declState, out *Outcome) {
 	w.metrics.runDuration.WithLabelValues(spec.Name).Observe(out.Duration.Seconds())
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.failing = result == "error" || result == "partial"
 	if result == "ok" {
 		st.lastRunOK = end
 		w.metrics.lastSuccess.WithLabelValues(spec.Name).Set(float64(end.UnixNano()) / 1e9)
@@ -533,19 +550,23 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	}
 
 	if len(entries) > 0 {
-		if werr := w.store.Set(ctx, entries); werr != nil {
+		if res, werr := w.write(ctx, entries); werr != nil {
 			w.metrics.redisErrors.WithLabelValues("set").Inc()
 			out.LastError = fmt.Errorf("write %s: %w", spec.Name, werr)
 			out.Written, out.Negative = 0, 0
 			out.Failed += len(okm)
 			okm, negm = nil, nil
 		} else {
+			okm, negm, _ = settle(&out, spec, entries, res, okm, negm)
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "value").Add(float64(out.Written))
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "negative").Add(float64(out.Negative))
 		}
 	}
 	st.mu.Lock()
 	for _, m := range okm {
+		if w.oneShot {
+			break
+		}
 		st.setLastOK(spec, m, now.UnixNano())
 	}
 	st.noteNegatives(okm, negm)

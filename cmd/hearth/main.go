@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/sources/postgres"
 )
 
 // Set at build time with -ldflags "-X main.version=… -X main.commit=…".
@@ -28,6 +29,9 @@ const (
 	exitConfig = 2
 	// exitCoverage: `hearth prewarm` loaded less than --min-coverage of the keys.
 	exitCoverage = 3
+	// exitFindings: `hearth validate --explain` found a query that scans a
+	// large table sequentially.
+	exitFindings = 4
 )
 
 // exitError carries an exit code out of a command.
@@ -103,19 +107,41 @@ func (g *globals) load() (*config.Config, error) {
 }
 
 func newValidateCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:     "validate",
-		Short:   "Check a config file and exit",
-		Long:    "Validate loads the config, expands ${VAR} references and HEARTH_… overrides, and\nreports every problem with its field path. Exit code 0 if valid, 2 if not.",
-		Example: `  hearth validate --config /etc/hearth/config.yaml`,
-		Args:    cobra.NoArgs,
+	var (
+		explain bool
+		minRows int64
+	)
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Check a config file and exit",
+		Long: "Validate loads the config, expands ${VAR} references and HEARTH_… overrides, and\nreports every problem with its field path. Exit code 0 if valid, 2 if not." + `
+
+With --explain it also connects to every postgres source and runs EXPLAIN of
+each declaration's query (a family's with a sample batch of members, bound as
+loads bind them; nothing is executed) and reports every sequential scan of a
+table of at least --explain-min-rows rows, naming the declaration and the
+index-friendly form (WHERE id = ANY($1::bigint[])). Exit code 4 when it found
+one, 1 when a source is unreachable or a query could not be explained.`,
+		Example: `  hearth validate --config /etc/hearth/config.yaml
+  hearth validate --config config.yaml --explain`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "%s: ok (%d sources, %d declarations)\n", g.configPath, len(cfg.Sources), len(cfg.Keys))
-			return nil
+			if !explain {
+				return nil
+			}
+			if minRows < 1 {
+				return fail(exitConfig, fmt.Errorf("--explain-min-rows must be >= 1 (got %d)", minRows))
+			}
+			return explainPlans(cmd.Context(), g, cfg, minRows)
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
+	cmd.Flags().BoolVar(&explain, "explain", false, "check every postgres query's plan for sequential scans of large tables")
+	cmd.Flags().Int64Var(&minRows, "explain-min-rows", postgres.DefaultExplainMinRows, "with --explain, the table size (rows) from which a sequential scan is reported")
+	return cmd
 }

@@ -27,6 +27,7 @@ func newPrewarmCmd(g *globals) *cobra.Command {
 		top         int
 		minCoverage float64
 		timeout     time.Duration
+		overwrite   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "prewarm",
@@ -37,6 +38,13 @@ daemon pre-warms with at start-up: each logged key is matched to its declaration
 and validated (unknown or invalid keys are skipped and counted, never loaded),
 loads are batched per declaration and bounded by prewarm.concurrency and
 prewarm.rate. Use it before a blue-green cutover, against the green Redis.
+
+By default it fills only absent keys (SET ... NX PX): a value already in Redis,
+perhaps fresher than the one loaded, is left alone and counted as present.
+--overwrite replaces present values. When a Hearth leader's state (lease, epoch
+counter, fence) is in that Redis, every write is fenced by the newest epoch
+issued there: if a leader takes over during the run, its fence refuses the
+pre-warm's later writes (counted as failed, fenced).
 
 It shows a progress bar on a terminal (progress logs otherwise) and prints a
 summary. Exit codes: 0 when the coverage (keys loaded, values or not-found
@@ -63,7 +71,7 @@ access log unreadable); 2 for a bad config or flag.`,
 			if timeout < 0 {
 				return fail(exitConfig, fmt.Errorf("--timeout must be >= 0 (got %s)", timeout))
 			}
-			return prewarmOnce(cmd.Context(), g, cfg, redisURL, minCoverage, timeout)
+			return prewarmOnce(cmd.Context(), g, cfg, redisURL, minCoverage, timeout, overwrite)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
@@ -71,12 +79,13 @@ access log unreadable); 2 for a bad config or flag.`,
 	cmd.Flags().IntVar(&top, "top", 0, "access-log keys to load (default prewarm.top_n)")
 	cmd.Flags().Float64Var(&minCoverage, "min-coverage", 0.99, "exit 3 unless at least this share of the wanted keys was loaded")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: no limit); what was loaded stays loaded")
+	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace values already present (default: fill absent keys only)")
 	return cmd
 }
 
 // prewarmOnce is `hearth prewarm`: connect, pre-warm, print the summary, map
 // the coverage to the exit code.
-func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration) error {
+func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration, overwrite bool) error {
 	log := newLogger(g.stderr, cfg.Log)
 	rdb, target, err := daemon.RedisURL(cfg.Redis, redisURL)
 	if err != nil {
@@ -86,7 +95,7 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 	if err := daemon.PingRedis(ctx, rdb, target); err != nil {
 		return fail(exitFail, err)
 	}
-	pw, err := daemon.OpenPrewarm(ctx, cfg, rdb, log)
+	pw, err := daemon.OpenPrewarm(ctx, cfg, rdb, overwrite, log)
 	if err != nil {
 		return fail(exitFail, err)
 	}
@@ -104,7 +113,7 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 	rep, err := pw.Run(runCtx, progress.update)
 	progress.finish()
 	ranking := pw.Ranking()
-	printSummary(g.stdout, target, rep, ranking, minCoverage)
+	printSummary(g.stdout, target, rep, ranking, minCoverage, pw.Fence(), overwrite)
 
 	timedOut := timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	if err != nil && !timedOut {
@@ -181,7 +190,7 @@ func (p *progress) finish() {
 	}
 }
 
-func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking string, minCoverage float64) {
+func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking string, minCoverage float64, fence warmer.PrewarmFence, overwrite bool) {
 	reasons := make([]string, 0, len(r.Skipped))
 	for k, n := range r.Skipped {
 		if n > 0 {
@@ -194,6 +203,17 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking st
 		skipped += " (" + strings.Join(reasons, ", ") + ")"
 	}
 	fmt.Fprintf(w, "pre-warm of %s\n", target)
+	mode := "fill absent keys only"
+	if overwrite {
+		mode = "overwrite"
+	}
+	switch {
+	case fence.Leader != "":
+		mode += fmt.Sprintf(", fenced by epoch %d (leader %s)", fence.Epoch, fence.Leader)
+	case fence.Fenced:
+		mode += fmt.Sprintf(", fenced by epoch %d (no leader now)", fence.Epoch)
+	}
+	fmt.Fprintf(w, "  mode                  %s\n", mode)
 	if ranking == "" {
 		ranking = "none"
 	}
@@ -201,7 +221,12 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking st
 	fmt.Fprintf(w, "  wanted                %d\n", r.Wanted)
 	fmt.Fprintf(w, "  written               %d\n", r.Written)
 	fmt.Fprintf(w, "  negative              %d\n", r.Negative)
-	fmt.Fprintf(w, "  failed                %d\n", r.Failed)
+	fmt.Fprintf(w, "  already present       %d\n", r.Present)
+	if r.Fenced > 0 {
+		fmt.Fprintf(w, "  failed                %d (fenced %d)\n", r.Failed, r.Fenced)
+	} else {
+		fmt.Fprintf(w, "  failed                %d\n", r.Failed)
+	}
 	fmt.Fprintf(w, "  skipped               %s\n", skipped)
 	fmt.Fprintf(w, "  coverage              %s (minimum %s)\n", pct(r.Coverage), pct(minCoverage))
 	fmt.Fprintf(w, "  duration              %s\n", r.Duration.Round(time.Millisecond))

@@ -306,3 +306,71 @@ func TestRewarmAfterFlushE2E(t *testing.T) {
 		t.Fatal("hearth exited")
 	}
 }
+
+// TestPrewarmCommandLeavesPresentValues: a pre-warm into a serving Redis never
+// replaces a value already there (fresher than the origin's, here) unless
+// --overwrite is given, and reports the keys it found present; against a
+// Redis where a Hearth leader holds the lease it says it is fenced.
+func TestPrewarmCommandLeavesPresentValues(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	c := newCatalogue(t, rdb, "pp:", 10, 0, "")
+	c.record(t, products(2, 3, 4)...)
+	if err := rdb.Set(ctx, "pp:product:2", "fresher", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out := runHearth(t, "prewarm", "--config", c.config, "--top", "10")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"mode                  fill absent keys only\n", "wanted                4",
+		"written               3", "already present       1", "coverage              100.000%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if got := rdb.Get(ctx, "pp:product:2").Val(); got != "fresher" {
+		t.Errorf("present value replaced without --overwrite: %q", got)
+	}
+	if got := rdb.Get(ctx, "pp:product:3").Val(); got != "p3" {
+		t.Errorf("absent key = %q, want p3", got)
+	}
+
+	// A leader's lease in that Redis: the writes are fenced by its epoch.
+	if err := rdb.Set(ctx, c.ns+":{lease}", "1700000000000:other/1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runHearth(t, "prewarm", "--config", c.config, "--top", "10", "--overwrite")
+	if code != 0 {
+		t.Fatalf("--overwrite: exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"mode                  overwrite, fenced by epoch 1700000000000 (leader other)",
+		"written               4", "already present       0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if got := rdb.Get(ctx, "pp:product:2").Val(); got != "p2" {
+		t.Errorf("--overwrite left %q, want p2", got)
+	}
+
+	// A newer leader's fence: every write is refused and counted.
+	if err := rdb.Set(ctx, c.ns+":fence", "1700000000001", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, "pp:product:2", "newer leader's", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runHearth(t, "prewarm", "--config", c.config, "--top", "10", "--overwrite")
+	if code != 3 {
+		t.Fatalf("fenced: exit %d, want 3\n%s", code, out)
+	}
+	if !strings.Contains(out, "failed                4 (fenced 4)") {
+		t.Errorf("summary lacks the fenced count:\n%s", out)
+	}
+	if got := rdb.Get(ctx, "pp:product:2").Val(); got != "newer leader's" {
+		t.Errorf("a fenced pre-warm replaced the value: %q", got)
+	}
+}

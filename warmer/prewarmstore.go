@@ -1,0 +1,405 @@
+package warmer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// ErrPrewarmFenced: a pre-warm write was refused because a leader took over
+// after the pre-warm read the epoch.
+var ErrPrewarmFenced = errors.New("pre-warm write fenced by a newer leader")
+
+// SetOutcome is what a store did with one entry of a write.
+type SetOutcome uint8
+
+const (
+	// SetWritten: the value was written.
+	SetWritten SetOutcome = iota
+	// SetPresent: the key already held a value, which was left alone
+	// (set-if-absent).
+	SetPresent
+	// SetFenced: the fence holds a newer epoch than the writer's: a leader
+	// took over after the writer read the epoch; nothing was written.
+	SetFenced
+)
+
+// EachStore is a Store that tells, per entry, what a write did. The warmer
+// writes through SetEach when its store has it, and counts present keys
+// (Outcome.Present) and fenced ones apart from the written.
+type EachStore interface {
+	Store
+	SetEach(ctx context.Context, entries []Entry) ([]SetOutcome, error)
+}
+
+// PrewarmStoreOptions configures a PrewarmStore.
+type PrewarmStoreOptions struct {
+	Client redis.UniversalClient
+	// Namespace is redis.namespace: where the leader keeps its lease, epoch
+	// counter and fences.
+	Namespace string
+	// PerSlot: one fence key per hash slot (Redis Cluster). The default is
+	// on for a *redis.ClusterClient, as for the leader's FencedStore.
+	PerSlot *bool
+	// Overwrite replaces present values; the default fills absent keys only.
+	Overwrite bool
+	Logger    zerolog.Logger
+}
+
+// PrewarmStore is the Store of `hearth prewarm`, a one-shot writer into a
+// Redis that may be serving. By default it fills only absent keys (SET … NX
+// PX), so a fresher value already in Redis is never replaced; Overwrite
+// replaces them (SET … PX).
+//
+// When Hearth's leader state is present in that Redis (its lease, epoch
+// counter or fence), every write is fenced: Prepare reads the newest epoch
+// Hearth issued there, and each write is a script that refuses it if the
+// fence (in the value key's hash slot) holds a newer one, that is, if a leader
+// took over after the pre-warm started. The pre-warm never raises the fence:
+// it is not a leader. Without leader state the writes are plain pipelined SETs.
+type PrewarmStore struct {
+	client    redis.UniversalClient
+	ns        string
+	perSlot   bool
+	overwrite bool
+	log       zerolog.Logger
+
+	fenced  bool  // leader state found: writes go through the script
+	epoch   int64 // the writer's epoch when fenced
+	foreign atomic.Int64
+}
+
+var _ EachStore = (*PrewarmStore)(nil)
+
+// NewPrewarmStore builds a PrewarmStore; call Prepare before writing.
+func NewPrewarmStore(opts PrewarmStoreOptions) *PrewarmStore {
+	perSlot := false
+	if _, ok := opts.Client.(*redis.ClusterClient); ok {
+		perSlot = true
+	}
+	if opts.PerSlot != nil {
+		perSlot = *opts.PerSlot
+	}
+	return &PrewarmStore{client: opts.Client, ns: opts.Namespace, perSlot: perSlot, overwrite: opts.Overwrite,
+		log: opts.Logger.With().Str("component", "prewarm-store").Logger()}
+}
+
+// PrewarmFence is what Prepare found of Hearth's leader state.
+type PrewarmFence struct {
+	// Fenced is true when leader state was found: writes carry Epoch.
+	Fenced bool
+	// Epoch is the newest epoch issued in this Redis (the epoch counter, or
+	// the lease's if newer).
+	Epoch int64
+	// Leader is the instance id holding the lease, "" when none does.
+	Leader string
+}
+
+// leaseValue is what a lease holds: <epoch>:<instance id>/<attempt>.
+var leaseValue = regexp.MustCompile(`^([0-9]{1,16}):([^:/]+)/[0-9]+$`)
+
+// epochValue is a valid epoch: digits only (no sign, exponent, nan, inf), at
+// most 16 of them, as the leader's scripts accept.
+var epochValue = regexp.MustCompile(`^[0-9]{1,16}$`)
+
+// Prepare reads the lease, the epoch counter and (on a single node) the fence
+// to decide whether writes are fenced and with which epoch. Values that are
+// not Hearth's (a foreign string, another type) are logged and ignored: the
+// epoch comes from the valid ones, and a fence the epoch cannot pass refuses
+// the writes, never the reverse.
+func (s *PrewarmStore) Prepare(ctx context.Context) (PrewarmFence, error) {
+	leaseKey, epochKey := s.ns+":{lease}", s.ns+":{lease}:epoch"
+	get := func(key string) (string, bool, error) {
+		v, err := s.client.Get(ctx, key).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return "", false, nil
+		case err != nil && redis.HasErrorPrefix(err, "WRONGTYPE"):
+			s.log.Warn().Str("key", key).Msg("pre-warm: foreign value (wrong type) in hearth's own key ignored")
+			return "", true, nil
+		case err != nil:
+			return "", false, fmt.Errorf("read %s: %w", key, err)
+		}
+		return v, true, nil
+	}
+	var pf PrewarmFence
+	present := false
+	lease, ok, err := get(leaseKey)
+	if err != nil {
+		return pf, err
+	}
+	present = present || ok
+	if m := leaseValue.FindStringSubmatch(lease); m != nil {
+		if e, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+			pf.Epoch, pf.Leader = e, m[2]
+		}
+	} else if ok && lease != "" {
+		s.log.Warn().Str("key", leaseKey).Str("found", quoteKey(lease)).Msg("pre-warm: foreign lease value ignored")
+	}
+	counter, ok, err := get(epochKey)
+	if err != nil {
+		return pf, err
+	}
+	present = present || ok
+	if epochValue.MatchString(counter) {
+		if e, err := strconv.ParseInt(counter, 10, 64); err == nil && e > pf.Epoch {
+			pf.Epoch = e
+		}
+	} else if ok && counter != "" {
+		s.log.Warn().Str("key", epochKey).Str("found", quoteKey(counter)).Msg("pre-warm: foreign epoch counter ignored")
+	}
+	if !present && !s.perSlot {
+		// A fence without lease or counter: a leader ran here and its
+		// counter was lost. Write fenced with epoch 0, which that fence refuses.
+		n, err := s.client.Exists(ctx, s.ns+":fence").Result()
+		if err != nil {
+			return pf, fmt.Errorf("read %s: %w", s.ns+":fence", err)
+		}
+		present = n > 0
+	}
+	pf.Fenced = present
+	s.fenced, s.epoch = pf.Fenced, pf.Epoch
+	return pf, nil
+}
+
+// fenceKey is the fence guarding key, as the leader's FencedStore names it.
+func (s *PrewarmStore) fenceKey(key string) string {
+	if !s.perSlot {
+		return s.ns + ":fence"
+	}
+	return s.ns + ":fence:{" + SlotTag(HashSlot(key)) + "}"
+}
+
+// prewarmSetScript: KEYS value, fence; ARGV epoch, value, ttl ms, overwrite
+// ("1" or "0"). Replies 1 written, 2 present (left alone), 0 fenced; {code,
+// found} when the fence held a foreign value, which counts as absent (as in
+// the leader's scripts) and is left for the leader to repair. A fence is a
+// newer epoch only when it is digits only: NaN, inf or 1e999 never compare.
+var prewarmSetScript = redis.NewScript(`
+local e = tonumber(ARGV[1])
+local f = redis.pcall('GET', KEYS[2])
+local bad = nil
+if type(f) == 'table' and f.err then
+  bad = 'wrong type'
+elseif f then
+  if string.len(f) > 16 or not string.match(f, '^%d+$') then
+    bad = string.sub(f, 1, 64)
+  elseif tonumber(f) > e then
+    return 0
+  end
+end
+local r
+if ARGV[4] == '1' then
+  r = redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+else
+  r = redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3], 'NX')
+end
+local code = 1
+if not r then code = 2 end
+if bad then return {code, bad} end
+return code
+`)
+
+// Set implements Store: present keys are left alone (unless Overwrite) and
+// fenced writes are an error wrapping ErrPrewarmFenced.
+func (s *PrewarmStore) Set(ctx context.Context, entries []Entry) error {
+	res, err := s.SetEach(ctx, entries)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r == SetFenced {
+			return fmt.Errorf("write %d keys with epoch %d: %w", len(entries), s.epoch, ErrPrewarmFenced)
+		}
+	}
+	return nil
+}
+
+// SetEach implements EachStore.
+func (s *PrewarmStore) SetEach(ctx context.Context, entries []Entry) ([]SetOutcome, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out := make([]SetOutcome, len(entries))
+	if !s.fenced {
+		return out, s.setPlain(ctx, entries, out)
+	}
+	epoch := strconv.FormatInt(s.epoch, 10)
+	overwrite := "0"
+	if s.overwrite {
+		overwrite = "1"
+	}
+	cmds := make([]*redis.Cmd, len(entries))
+	send := func(idx []int, eval bool) {
+		pipe := s.client.Pipeline()
+		for _, i := range idx {
+			e := entries[i]
+			keys := []string{e.Key, s.fenceKey(e.Key)}
+			if eval {
+				cmds[i] = prewarmSetScript.Eval(ctx, pipe, keys, epoch, e.Value, max(1, e.TTL.Milliseconds()), overwrite)
+			} else {
+				cmds[i] = prewarmSetScript.EvalSha(ctx, pipe, keys, epoch, e.Value, max(1, e.TTL.Milliseconds()), overwrite)
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	all := make([]int, len(entries))
+	for i := range all {
+		all[i] = i
+	}
+	send(all, false)
+	var retry []int
+	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			if !redis.HasErrorPrefix(err, "NOSCRIPT") {
+				return nil, fmt.Errorf("write %d keys: %w", len(entries), err)
+			}
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		send(retry, true) // EVAL also caches the script for the next batch
+	}
+	for i, c := range cmds {
+		code, found, foreign, err := scriptCode(c)
+		if err != nil {
+			return nil, fmt.Errorf("write %d keys: %w", len(entries), err)
+		}
+		if foreign && s.foreign.Add(1) == 1 {
+			s.log.Warn().Str("key", s.fenceKey(entries[i].Key)).Str("found", quoteKey(found)).
+				Msg("pre-warm: foreign value in the fence treated as absent; the leader's next write repairs it")
+		}
+		switch code {
+		case 1:
+			out[i] = SetWritten
+		case 2:
+			out[i] = SetPresent
+		case 0:
+			out[i] = SetFenced
+		default:
+			return nil, fmt.Errorf("write %s: unexpected script reply %d", quoteKey(entries[i].Key), code)
+		}
+	}
+	return out, nil
+}
+
+// setPlain writes with pipelined SET … [NX] PX: no leader state to fence against.
+func (s *PrewarmStore) setPlain(ctx context.Context, entries []Entry, out []SetOutcome) error {
+	pipe := s.client.Pipeline()
+	var cmds []*redis.BoolCmd
+	if !s.overwrite {
+		cmds = make([]*redis.BoolCmd, len(entries))
+	}
+	for i, e := range entries {
+		ttl := max(time.Millisecond, e.TTL)
+		if s.overwrite {
+			pipe.Set(ctx, e.Key, e.Value, ttl)
+		} else {
+			cmds[i] = pipe.SetNX(ctx, e.Key, e.Value, ttl)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("write %d keys: %w", len(entries), err)
+	}
+	for i, c := range cmds {
+		if !c.Val() {
+			out[i] = SetPresent
+		}
+	}
+	return nil
+}
+
+// Extend implements Store like RedisStore (PEXPIRE … GT never shortens a TTL
+// and never creates a key); a pre-warm extends only keys it failed to load.
+func (s *PrewarmStore) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {
+	return (&RedisStore{Client: s.client}).Extend(ctx, keys, ttls)
+}
+
+// scriptCode reads an integer reply, or {code, found}.
+func scriptCode(c *redis.Cmd) (code int64, found string, foreign bool, err error) {
+	v, err := c.Result()
+	if err != nil {
+		return 0, "", false, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v, "", false, nil
+	case []any:
+		if len(v) == 2 {
+			n, ok1 := v[0].(int64)
+			s, ok2 := v[1].(string)
+			if ok1 && ok2 {
+				return n, s, true, nil
+			}
+		}
+	}
+	return 0, "", false, fmt.Errorf("unexpected script reply %v", v)
+}
+
+// write writes entries through the store: per entry when it is an EachStore,
+// else all written or none.
+func (w *Warmer) write(ctx context.Context, entries []Entry) ([]SetOutcome, error) {
+	if es, ok := w.store.(EachStore); ok {
+		return es.SetEach(ctx, entries)
+	}
+	return nil, w.store.Set(ctx, entries)
+}
+
+// settle applies a conditional write's outcomes to a batch's counts: a
+// present key is warm but was not written (Present), a fenced one failed.
+// It returns the members whose write was fenced, and the written-or-present
+// and negative member lists without them.
+func settle(out *Outcome, spec *Spec, entries []Entry, res []SetOutcome, okm, negm []string) (ok, neg, fenced []string) {
+	if res == nil {
+		return okm, negm, nil
+	}
+	isNeg := make(map[string]bool, len(negm))
+	for _, m := range negm {
+		isNeg[spec.Template.Key(m)] = true
+	}
+	drop := map[string]bool{}
+	for i, r := range res {
+		if r == SetWritten {
+			continue
+		}
+		if isNeg[entries[i].Key] {
+			out.Negative--
+		} else {
+			out.Written--
+		}
+		switch r {
+		case SetPresent:
+			out.Present++
+		case SetFenced:
+			out.Failed++
+			out.Fenced++
+			drop[entries[i].Key] = true
+		}
+	}
+	if len(drop) == 0 {
+		return okm, negm, nil
+	}
+	out.LastError = fmt.Errorf("write %s: %d keys: %w", spec.Name, len(drop), ErrPrewarmFenced)
+	keep := func(ms []string) []string {
+		var kept []string
+		for _, m := range ms {
+			if !drop[spec.Template.Key(m)] {
+				kept = append(kept, m)
+			}
+		}
+		return kept
+	}
+	for _, m := range okm {
+		if drop[spec.Template.Key(m)] {
+			fenced = append(fenced, m)
+		}
+	}
+	return keep(okm), keep(negm), fenced
+}
