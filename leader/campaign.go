@@ -88,8 +88,7 @@ func (l *Leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 	catchUp := warmer.CatchUpOptions{Schedule: sched, Spread: l.spread}
 	if l.lease == nil {
 		srv.SetRole("leader", 0)
-		becomeLeader(ctx, w, true, catchUp, prewarm, l.log)
-		l.openJobs(ctx, sched)
+		becomeLeader(ctx, w, true, catchUp, func() bool { return l.openJobs(ctx, sched) }, prewarm, l.log)
 		srv.SetReady(ctx.Err() == nil)
 		l.log.Info().Msg("ready")
 		return
@@ -111,7 +110,13 @@ func (l *Leadership) run(ctx context.Context, w *warmer.Warmer, sched *jobs.Sche
 			opened = l.openJobs(ctx, sched)
 		}
 		tctx, cancel := termContext(ctx, term)
-		becomeLeader(tctx, w, !loaded, catchUp, prewarm, l.log)
+		open := func() bool {
+			if !opened {
+				opened = l.openJobs(ctx, sched)
+			}
+			return opened
+		}
+		becomeLeader(tctx, w, !loaded, catchUp, open, prewarm, l.log)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -144,13 +149,22 @@ func (l *Leadership) openJobs(ctx context.Context, sched *jobs.Scheduler) bool {
 	return true
 }
 
-// becomeLeader is what a new leader does before it reports ready: the start-up
-// load in its first term, the takeover catch-up in later ones (then the
-// schedule resumes), then in the first term the pre-warm from the access log
-// (prewarm, if not nil). ctx ends with the term.
+// becomeLeader is what a new leader does before it reports ready: in its
+// first term the start-up load, then the pre-warm from the access log
+// (prewarm, if not nil), then the schedule opens (open) and a catch-up
+// rewrites every key that would expire before its first scheduled write; in
+// later terms (the schedule already open) the takeover catch-up. ctx ends with
+// the term.
+//
+// The start-up catch-up matters for large declarations: a start-up load that
+// takes a while leaves the keys it wrote first waiting for their batch of the
+// first scheduled run, which falls at the declaration's phase, up to one
+// interval plus its pacing later — longer than the smallest jittered TTL
+// allows when the load itself took long. Usually it finds nothing due.
 func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp warmer.CatchUpOptions,
-	prewarm func(context.Context), log zerolog.Logger) {
+	open func() bool, prewarm func(context.Context), log zerolog.Logger) {
 	t0 := time.Now()
+	what := "takeover catch-up finished"
 	if first {
 		if err := w.RefreshAll(ctx); err != nil {
 			log.Error().Err(err).Msg("start-up load incomplete; the failed declarations are retried on schedule")
@@ -159,7 +173,10 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp war
 		if prewarm != nil {
 			prewarm(ctx)
 		}
-		return
+		if !open() || ctx.Err() != nil {
+			return
+		}
+		t0, what = time.Now(), "start-up catch-up finished"
 	}
 	res, err := w.CatchUp(ctx, catchUp)
 	ev := log.Info()
@@ -168,7 +185,7 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp war
 	}
 	ev.Int("checked", res.Checked).Int("due", res.Due).Int("refreshed", res.Refreshed).Int("failed", res.Failed).
 		Int("unscheduled", res.Unscheduled).Dur("horizon", res.Horizon).
-		Dur("took", time.Since(t0)).Msg("takeover catch-up finished")
+		Dur("took", time.Since(t0)).Msg(what)
 }
 
 // termContext is ctx, also cancelled when the term ends.
