@@ -132,6 +132,12 @@ type Key struct {
 	NegativeValue *string        `mapstructure:"negative_value"`
 	MaxStale      *time.Duration `mapstructure:"max_stale"`
 	MaxValueBytes int            `mapstructure:"max_value_bytes"`
+
+	// VersionColumn names the query's last column, the row's version (see
+	// docs/freshness.md); a postgres source only.
+	VersionColumn string `mapstructure:"version_column"`
+	// Notify subscribes the declaration to change notifications.
+	Notify *Notify `mapstructure:"notify"`
 }
 
 // Default returns the configuration every file starts from.

@@ -38,6 +38,7 @@ type FencedStore struct {
 	perSlot bool
 	fenced  *prometheus.CounterVec
 	repairs *stateRepairs
+	ver     *versionMetrics
 }
 
 var (
@@ -71,6 +72,8 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 	s.fenced.WithLabelValues("set")
 	s.fenced.WithLabelValues("extend")
 	opts.Registerer.MustRegister(s.fenced)
+	s.ver = newVersionMetrics(opts.Registerer)
+	s.repairs.count.WithLabelValues(stateVersion)
 	return s
 }
 
@@ -174,6 +177,9 @@ func (s *FencedStore) Set(ctx context.Context, entries []Entry) error {
 	t, err := termOf(ctx, "write", len(entries))
 	if err != nil {
 		return err
+	}
+	if _, some := stamped(entries); some {
+		return s.setStamped(ctx, t, entries)
 	}
 	epoch := strconv.FormatInt(t.Epoch, 10)
 	cmds, err := s.run(ctx, setScript, len(entries), func(i int) ([]string, []any) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,11 @@ type Warmer struct {
 
 	pw  *prewarmer
 	stm *stateMetrics
+
+	// seq numbers loads in the order they start; writes carry it so that the
+	// store refuses one whose load started before a later one's that already
+	// wrote (see version.go).
+	seq atomic.Int64
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -409,6 +415,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	if spec.Template.IsFamily() {
 		req = batch
 	}
+	seq := w.seq.Add(1)
 	t0 := w.now()
 	results, err := w.load(ctx, spec, req)
 	w.metrics.loadDuration.WithLabelValues(spec.Source, loadResult(err)).Observe(w.now().Sub(t0).Seconds())
@@ -470,6 +477,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	}
 
 	if len(entries) > 0 {
+		w.stamp(spec, entries, seq, results)
 		if werr := w.store.Set(ctx, entries); werr != nil {
 			w.metrics.redisErrors.WithLabelValues("set").Inc()
 			out.LastError = fmt.Errorf("write %s: %w", spec.Name, werr)
