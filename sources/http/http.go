@@ -141,7 +141,7 @@ func New(cfg Config) (*Source, error) {
 		base: u,
 		// One warning per member would flood the log when a whole family
 		// redirects: a burst, then one per period.
-		log:     cfg.Log.With().Str("component", "source").Str("source", cfg.Name).Logger().Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
+		log:         cfg.Log.With().Str("component", "source").Str("source", cfg.Name).Logger().Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
 		refused:     cfg.Metrics.redirectsRefused.WithLabelValues(cfg.Name),
 		cond:        newCondCache(),
 		notModified: cfg.Metrics.notModified.WithLabelValues(cfg.Name),
