@@ -71,9 +71,9 @@ func TestVersionColumn(t *testing.T) {
 		}
 	})
 	for name, tc := range map[string]struct{ query, col, want string }{
-		"wrong name":   {`SELECT id::text, name, version FROM vers WHERE id = ANY($1::bigint[])`, "updated_at", `last column is "version", not "updated_at"`},
-		"wrong type":   {`SELECT id::text, name, label FROM vers WHERE id = ANY($1::bigint[])`, "label", "must be bigint, integer, timestamptz or timestamp"},
-		"missing":      {`SELECT id::text, name FROM vers WHERE id = ANY($1::bigint[])`, "version", "must return 3 column(s) (member, value, version)"},
+		"wrong name": {`SELECT id::text, name, version FROM vers WHERE id = ANY($1::bigint[])`, "updated_at", `last column is "version", not "updated_at"`},
+		"wrong type": {`SELECT id::text, name, label FROM vers WHERE id = ANY($1::bigint[])`, "label", "must be bigint, integer, timestamptz or timestamp"},
+		"missing":    {`SELECT id::text, name FROM vers WHERE id = ANY($1::bigint[])`, "version", "must return 3 column(s) (member, value, version)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := load(tc.query, tc.col, "1")
