@@ -27,21 +27,35 @@ DECLARE
   chunk   text := '';
   item    text;
   id      text;
+  has     boolean;
 BEGIN
   IF TG_NARGS <> 2 THEN
     RAISE EXCEPTION 'hearth_notify(channel, member_column): got % arguments', TG_NARGS;
   END IF;
+  -- Static queries (planned once per session, unlike EXECUTE): the member is
+  -- read as the row's JSON field, which for integers and text is the same
+  -- string as column::text.
   IF TG_OP = 'INSERT' THEN
-    EXECUTE format('SELECT array_agg(DISTINCT %I::text) FROM hearth_new', col) INTO ids;
+    SELECT bool_and(r.j ? col), array_agg(DISTINCT r.j ->> col) INTO has, ids
+    FROM (SELECT to_jsonb(n) AS j FROM hearth_new AS n) AS r;
   ELSIF TG_OP = 'DELETE' THEN
-    EXECUTE format('SELECT array_agg(DISTINCT %I::text) FROM hearth_old', col) INTO ids;
+    SELECT bool_and(r.j ? col), array_agg(DISTINCT r.j ->> col) INTO has, ids
+    FROM (SELECT to_jsonb(o) AS j FROM hearth_old AS o) AS r;
   ELSE
-    EXECUTE format('SELECT array_agg(DISTINCT m) FROM (SELECT %1$I::text AS m FROM hearth_new UNION SELECT %1$I::text FROM hearth_old) AS c', col) INTO ids;
+    SELECT bool_and(r.j ? col), array_agg(DISTINCT r.j ->> col) INTO has, ids
+    FROM (SELECT to_jsonb(n) AS j FROM hearth_new AS n UNION ALL SELECT to_jsonb(o) FROM hearth_old AS o) AS r;
   END IF;
   IF ids IS NULL THEN
     RETURN NULL;
   END IF;
   head := '{"hearth":1,"ts":' || ts || ',';
+  IF NOT has THEN
+    -- A wrongly attached trigger must not fail the application's write:
+    -- warn, and have Hearth re-read the declaration.
+    RAISE WARNING 'hearth_notify: table %.% has no column %; notifying "all"', TG_TABLE_SCHEMA, TG_TABLE_NAME, col;
+    PERFORM pg_notify(channel, head || '"all":true}');
+    RETURN NULL;
+  END IF;
   IF cardinality(ids) > 10000 THEN
     PERFORM pg_notify(channel, head || '"all":true}');
     RETURN NULL;
