@@ -169,11 +169,31 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 		version int64
 		at      time.Time
 	}
+	type sighting struct {
+		version int64
+		at      time.Time
+	}
 	var (
 		mu      sync.Mutex
 		pending = map[int64][]commit{}
+		seen    = map[int64]sighting{} // the newest version read per key
 		lags    []float64
 	)
+	// settle records the lag of every pending commit of id that version
+	// covers. Call with mu held.
+	settle := func(id, version int64, at time.Time) {
+		keep := pending[id][:0]
+		for _, c := range pending[id] {
+			if c.version <= version {
+				// A write can land before the updater got its commit
+				// acknowledged: that is a lag of 0.
+				lags = append(lags, max(0, at.Sub(c.at).Seconds()))
+			} else {
+				keep = append(keep, c)
+			}
+		}
+		pending[id] = keep
+	}
 	// The observer: woken by every SET, reads the key and settles the
 	// commits it covers.
 	sub := rdb.Subscribe(ctx, "__keyevent@0__:set")
@@ -190,12 +210,6 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 			if err != nil {
 				continue
 			}
-			mu.Lock()
-			waiting := len(pending[id]) > 0
-			mu.Unlock()
-			if !waiting {
-				continue
-			}
 			s, err := reader.Get(ctx, msg.Payload).Result()
 			now := time.Now()
 			if err != nil {
@@ -206,15 +220,10 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 				continue
 			}
 			mu.Lock()
-			keep := pending[id][:0]
-			for _, c := range pending[id] {
-				if c.version <= v.Version {
-					lags = append(lags, now.Sub(c.at).Seconds())
-				} else {
-					keep = append(keep, c)
-				}
+			if v.Version > seen[id].version {
+				seen[id] = sighting{v.Version, now}
 			}
-			pending[id] = keep
+			settle(id, v.Version, now)
 			mu.Unlock()
 		}
 	})
@@ -247,6 +256,9 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 				}
 				mu.Lock()
 				pending[id] = append(pending[id], commit{v, time.Now()})
+				if sn := seen[id]; sn.version >= v {
+					settle(id, sn.version, sn.at)
+				}
 				mu.Unlock()
 				umu.Lock()
 				updates++
