@@ -111,7 +111,10 @@ func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*C
 			l = &listener{
 				source: s.Source, conn: cc, channels: map[string][]*queue{},
 				w: w, m: c.m, leading: opts.Leading, now: opts.Now,
-				log: opts.Logger.With().Str("component", "changes").Str("source", s.Source).Logger(),
+				// A flood of foreign payloads would log one line each: a
+				// burst, then one per period (every one is counted).
+				log: opts.Logger.With().Str("component", "changes").Str("source", s.Source).Logger().
+					Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute}),
 			}
 			bySource[s.Source] = l
 			names = append(names, s.Source)

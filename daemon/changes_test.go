@@ -40,6 +40,8 @@ type changeEnv struct {
 	reg     *prometheus.Registry
 	term    *warmer.Term
 	chg     *daemon.Changes
+	// standby, when set, makes the listener see this instance as not leading.
+	standby atomic.Bool
 }
 
 // notifyFunctionSQL is the Up section of the migration that creates hearth_notify().
@@ -132,7 +134,7 @@ FROM products WHERE id = ANY($1::bigint[])`,
 	cctx, cancel := context.WithCancel(ctx)
 	e.chg, err = daemon.OpenChanges(cctx, e.w, daemon.ChangeOptions{
 		Specs: cfg.Specs(), DSNs: map[string]string{"db": listenDSN},
-		Leading: e.term.Valid, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		Leading: func() bool { return e.term.Valid() && !e.standby.Load() }, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +244,17 @@ func TestChangesRefreshChangedRows(t *testing.T) {
 		})
 		e.exec(`INSERT INTO products (id, name, version) VALUES (6, 'back', 1)`)
 		e.waitName(6, "back")
+	})
+
+	t.Run("leadership lost and regained", func(t *testing.T) {
+		e.standby.Store(true)
+		e.waitConnected(0)
+		e.exec(`UPDATE products SET name = 'while standing by', version = version + 1 WHERE id = 9`)
+		e.standby.Store(false)
+		e.waitConnected(1)
+		// Nobody listened when the row changed: the full refresh of the new
+		// session brings it.
+		e.waitName(9, "while standing by")
 	})
 
 	t.Run("foreign payloads", func(t *testing.T) {
