@@ -30,9 +30,10 @@ import (
 // one that lands. A write with the same version and the same bytes as the
 // record only extends the value's TTL (a conditional extend).
 //
-// The record is untrusted: anything but the exact format, a TTL missing or
-// longer than the declaration ever sets, or an epoch beyond Redis TIME +
-// MaxEpochAhead is treated as absent, overwritten, logged and counted
+// The record is untrusted: anything but the exact format, or, when it would
+// refuse or spare the write, a TTL missing or longer than the declaration ever
+// sets or an epoch beyond Redis TIME + MaxEpochAhead, is treated as absent,
+// overwritten, logged and counted
 // (hearth_state_repairs_total{key="version"}). So a planted far-future version
 // holds a key's writes off for at most the record's TTL, twice the longest
 // value TTL, and never switches the check off.
@@ -92,7 +93,7 @@ if f > e then return {0, bad, ''} end
 if f < e or bad ~= '' then redis.call('SET', KEYS[2], ARGV[1]) end
 local seq, ver, hash, vttl = tonumber(ARGV[4]), ARGV[5], ARGV[6], tonumber(ARGV[7])
 local vbad = ''
-local ce, cs, cv, ch
+local ce, cs, cv, ch, ca
 local cur = redis.pcall('GET', KEYS[3])
 if type(cur) == 'table' and cur.err then
   vbad = hearth_type(KEYS[3])
@@ -101,25 +102,30 @@ elseif cur then
   if not a or string.len(a) > 16 or string.len(b) > 16 or (c ~= '' and string.len(c) ~= 20) or string.len(d) ~= 32 then
     vbad = string.sub(cur, 1, 64)
   else
-    local pt = redis.call('PTTL', KEYS[3])
-    if pt < 0 or pt > vttl then
-      vbad = 'ttl ' .. pt .. ': ' .. string.sub(cur, 1, 48)
-    elseif tonumber(a) > e and not hearth_epoch_ok(a, hearth_now_ms()) then
-      vbad = 'epoch ahead: ' .. string.sub(cur, 1, 48)
-    else
-      ce, cs, cv, ch = tonumber(a), tonumber(b), c, d
-    end
+    ce, cs, cv, ch, ca = tonumber(a), tonumber(b), c, d, a
   end
 end
+local older = false
 if ce then
-  local older
   if ver ~= '' and cv ~= '' then
     older = hearth_vcmp(ver, cv) < 0
   else
     older = ce > e or (ce == e and cs > seq)
   end
-  if older then return {3, bad, vbad} end
+  -- A record that would refuse or spare this write must be Hearth's: its TTL
+  -- within what the declaration sets, its epoch not beyond TIME. One this
+  -- write overwrites anyway is not looked at further.
+  if older or (ch == hash and cv == ver) then
+    local pt = redis.call('PTTL', KEYS[3])
+    if pt < 0 or pt > vttl then
+      vbad = 'ttl ' .. pt .. ': ' .. string.sub(cur, 1, 48)
+    elseif ce > e and not hearth_epoch_ok(ca, hearth_now_ms()) then
+      vbad = 'epoch ahead: ' .. string.sub(cur, 1, 48)
+    end
+    if vbad ~= '' then ce, older = nil, false end
+  end
 end
+if older then return {3, bad, vbad} end
 local rec = ARGV[1] .. ':' .. ARGV[4] .. ':' .. ver .. ':' .. hash
 if ce and ch == hash and cv == ver then
   local n = redis.pcall('STRLEN', KEYS[1])
