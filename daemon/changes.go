@@ -252,12 +252,14 @@ func (l *listener) session(ctx context.Context) error {
 	for {
 		wctx, wcancel := context.WithTimeout(sctx, listenIdle)
 		n, err := conn.WaitForNotification(wctx)
+		idle := wctx.Err() != nil
 		wcancel()
 		if sctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed() {
+			// Its own deadline leaves the connection open (pgconn): ping it.
+			if idle && !conn.IsClosed() {
 				pctx, pcancel := context.WithTimeout(sctx, ConnectTimeout)
 				err = conn.Ping(pctx)
 				pcancel()
@@ -418,10 +420,14 @@ func (q *queue) armLocked() {
 		return
 	}
 	q.armed = true
-	q.l.refreshes.Add(1)
-	time.AfterFunc(q.coalesce, func() {
-		defer q.l.refreshes.Done()
-		q.fire()
+	q.l.refreshes.Go(func() {
+		if sleep(q.l.ctx, q.coalesce) {
+			q.fire()
+			return
+		}
+		q.mu.Lock()
+		q.armed = false
+		q.mu.Unlock()
 	})
 }
 
