@@ -66,7 +66,15 @@ type ChangeOptions struct {
 	Logger     zerolog.Logger
 	// Now is the clock latency is measured with.
 	Now func() time.Time
+	// MinFullInterval spaces a declaration's change-driven full refreshes
+	// (after reconnections, "all" payloads, overflows): one that comes sooner
+	// after the last waits, so that a flapping connection cannot turn into
+	// back-to-back full loads of the origin (default DefaultMinFullInterval).
+	MinFullInterval time.Duration
 }
+
+// DefaultMinFullInterval is ChangeOptions.MinFullInterval's default.
+const DefaultMinFullInterval = 10 * time.Second
 
 // Changes runs the change listeners, one per postgres source with notify
 // declarations.
@@ -89,6 +97,9 @@ func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*C
 	}
 	if opts.Leading == nil {
 		opts.Leading = func() bool { return true }
+	}
+	if opts.MinFullInterval <= 0 {
+		opts.MinFullInterval = DefaultMinFullInterval
 	}
 	c := &Changes{w: w, m: newChangeMetrics(opts.Registerer)}
 	bySource := map[string]*listener{}
@@ -119,7 +130,7 @@ func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*C
 			bySource[s.Source] = l
 			names = append(names, s.Source)
 		}
-		q := &queue{name: s.Name, coalesce: s.Coalesce, batch: max(1, s.BatchSize), l: l, pending: map[string]int64{}}
+		q := &queue{name: s.Name, coalesce: s.Coalesce, minFull: opts.MinFullInterval, batch: max(1, s.BatchSize), l: l, pending: map[string]int64{}}
 		l.channels[s.Notify] = append(l.channels[s.Notify], q)
 		l.queues = append(l.queues, q)
 		c.m.init(s.Name, s.Notify, s.Source)
@@ -330,6 +341,7 @@ func (l *listener) handle(channel, raw string) {
 type queue struct {
 	name     string
 	coalesce time.Duration
+	minFull  time.Duration
 	batch    int
 	l        *listener
 
@@ -339,6 +351,8 @@ type queue struct {
 	allTS   int64
 	armed   bool
 	running bool
+	// lastFull is when the last full refresh started.
+	lastFull time.Time
 }
 
 func (q *queue) add(p payload, ts time.Time) {
@@ -420,8 +434,12 @@ func (q *queue) armLocked() {
 		return
 	}
 	q.armed = true
+	wait := q.coalesce
+	if q.all && !q.lastFull.IsZero() {
+		wait = max(wait, q.minFull-q.l.now().Sub(q.lastFull))
+	}
 	q.l.refreshes.Go(func() {
-		if sleep(q.l.ctx, q.coalesce) {
+		if sleep(q.l.ctx, wait) {
 			q.fire()
 			return
 		}
@@ -436,6 +454,9 @@ func (q *queue) fire() {
 	q.mu.Lock()
 	q.armed, q.running = false, true
 	all, allTS := q.all, q.allTS
+	if all {
+		q.lastFull = q.l.now()
+	}
 	pending := q.pending
 	q.pending, q.all = map[string]int64{}, false
 	q.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -79,5 +80,36 @@ func TestParsePayload(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("parsePayload(%q) error %v, want ok %v", tc.in, err, tc.ok)
 		}
+	}
+}
+
+// TestFullRefreshesSpaced: a full refresh asked for sooner than
+// MinFullInterval after the last one waits for the rest of the interval (a
+// flapping connection must not reload the origin back to back).
+func TestFullRefreshesSpaced(t *testing.T) {
+	tmpl, err := warmer.ParseTemplate("p:{id}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now := time.Unix(1000, 0)
+	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: newChangeMetrics(prometheus.NewRegistry()), ctx: ctx,
+		leading: func() bool { return false }, now: func() time.Time { return now }}
+	q := &queue{name: "p", coalesce: 20 * time.Millisecond, minFull: time.Hour, batch: 100, l: l, pending: map[string]int64{}}
+	q.full()
+	testenv.Eventually(t, 10*time.Second, "the first full refresh done", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return !q.armed && !q.running && !q.lastFull.IsZero()
+	})
+	now = now.Add(time.Minute)
+	q.full() // an hour's spacing: waits ~59 minutes
+	q.add(payload{Hearth: 1, IDs: []string{"1"}}, now)
+	time.Sleep(100 * time.Millisecond)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.armed || !q.all || q.lastFull != time.Unix(1000, 0) {
+		t.Errorf("armed %v, all %v, last full %v: want the second full refresh still waiting", q.armed, q.all, q.lastFull)
 	}
 }

@@ -134,7 +134,8 @@ FROM products WHERE id = ANY($1::bigint[])`,
 	cctx, cancel := context.WithCancel(ctx)
 	e.chg, err = daemon.OpenChanges(cctx, e.w, daemon.ChangeOptions{
 		Specs: cfg.Specs(), DSNs: map[string]string{"db": listenDSN},
-		Leading: func() bool { return e.term.Valid() && !e.standby.Load() }, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		Leading:         func() bool { return e.term.Valid() && !e.standby.Load() },
+		MinFullInterval: 300 * time.Millisecond, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	if err != nil {
 		t.Fatal(err)
