@@ -113,3 +113,20 @@ func TestFullRefreshesSpaced(t *testing.T) {
 		t.Errorf("armed %v, all %v, last full %v: want the second full refresh still waiting", q.armed, q.all, q.lastFull)
 	}
 }
+
+// FuzzParsePayload: any notification payload (PostgreSQL allows up to 8,000
+// bytes) is parsed without a panic, and what is accepted is Hearth's format.
+func FuzzParsePayload(f *testing.F) {
+	for _, s := range []string{`{"hearth":1,"ts":1,"ids":["1","2"]}`, `{"hearth":1,"ts":1,"all":true}`, `{"hearth":1,"ids":[null]}`, `hello`, `{"hearth":1e999}`, ``} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := parsePayload(s)
+		if err != nil {
+			return
+		}
+		if p.Hearth != 1 || (!p.All && len(p.IDs) == 0) {
+			t.Fatalf("accepted %q as %+v", s, p)
+		}
+	})
+}
