@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -59,10 +58,6 @@ func valueHash(v []byte) string {
 	h := sha256.Sum256(v)
 	return hex.EncodeToString(h[:16])
 }
-
-// versionTTL is how long a declaration's version records live: twice its
-// longest value TTL, so that a record outlives the value it guards.
-func versionTTL(spec *Spec) time.Duration { return 2 * max(spec.MaxTTL(), spec.NegativeTTL) }
 
 // Write outcomes of versionedSetScript.
 const (
@@ -281,26 +276,4 @@ func ParseVersionRecord(s string) (version int64, ok bool) {
 		return 0, false
 	}
 	return int64(u ^ (1 << 63)), true
-}
-
-// stamp marks a batch's entries with the sequence number its load started
-// with and, for a declaration with a version column, each value's version.
-func (w *Warmer) stamp(spec *Spec, entries []Entry, seq int64, results []Result) {
-	var versions map[string]int64
-	if spec.VersionColumn != "" {
-		versions = make(map[string]int64, len(results))
-		for _, r := range results {
-			if r.HasVersion && r.Err == nil && !r.Missing {
-				versions[spec.Template.Key(r.Member)] = r.Version
-			}
-		}
-	}
-	vttl := versionTTL(spec)
-	for i := range entries {
-		e := &entries[i]
-		e.Seq, e.VersionTTL, e.Family = seq, vttl, spec.Name
-		if v, ok := versions[e.Key]; ok {
-			e.Versioned, e.Version = true, v
-		}
-	}
 }
