@@ -32,6 +32,7 @@ fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation
 	$(GO) test -run '^$$' -fuzz '^FuzzPrewarmClassify$$' -fuzztime $(FUZZTIME) ./warmer/
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigParse$$' -fuzztime $(FUZZTIME) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzPointer$$' -fuzztime $(FUZZTIME) ./sources/http/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./daemon/
 
 bench: ## benchmarks that print figures (see README "Performance")
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...

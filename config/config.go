@@ -135,6 +135,11 @@ type Key struct {
 
 	// MembersFrom adds members taken from traffic (see config/hotset.go).
 	MembersFrom *MembersFrom `mapstructure:"members_from"`
+	// VersionColumn names the query's last column, the row's version (see
+	// docs/freshness.md); a postgres source only.
+	VersionColumn string `mapstructure:"version_column"`
+	// Notify subscribes the declaration to change notifications.
+	Notify *Notify `mapstructure:"notify"`
 }
 
 // Default returns the configuration every file starts from.

@@ -296,6 +296,7 @@ func (cfg *Config) validateKeys(c *checker, sourceTypes map[string]string) []*wa
 			c.add(path+".source", "names no configured source (got %q)", k.Source)
 		default:
 			checkLoad(c, path, typ, k, spec)
+			checkFreshness(c, path, typ, k, spec)
 		}
 	}
 	return specs

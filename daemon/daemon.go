@@ -158,6 +158,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	})
 	adm := openAdmin(srv, w, lead.Leading, pw.startAdmin, reg, log)
 	undo.push(adm.Close)
+	// Change-driven refresh (notify declarations), on the leader only.
+	chg, err := OpenChanges(ctx, w, ChangeOptions{Specs: specs, DSNs: changeDSNs(cfg), Leading: lead.Leading, Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	undo.push(chg.Close)
 	watchers.Go(func() {
 		select {
 		case <-srv.failed():

@@ -41,6 +41,7 @@ type FencedStore struct {
 	perSlot bool
 	fenced  *prometheus.CounterVec
 	repairs *hstate.Repairs
+	ver     *versionMetrics
 }
 
 var (
@@ -74,6 +75,7 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 	s.fenced.WithLabelValues("set")
 	s.fenced.WithLabelValues("extend")
 	opts.Registerer.MustRegister(s.fenced)
+	s.ver = newVersionMetrics(opts.Registerer)
 	return s
 }
 
@@ -177,6 +179,9 @@ func (s *FencedStore) Set(ctx context.Context, entries []warmer.Entry) error {
 	t, err := termOf(ctx, "write", len(entries))
 	if err != nil {
 		return err
+	}
+	if _, some := stamped(entries); some {
+		return s.setStamped(ctx, t, entries)
 	}
 	epoch := strconv.FormatInt(t.Epoch, 10)
 	cmds, err := s.run(ctx, setScript, len(entries), func(i int) ([]string, []any) {

@@ -76,7 +76,30 @@ func TestUpDownUp(t *testing.T) {
 			t.Errorf("second up applied %d migrations, want 0", got)
 		}
 	})
-	t.Run("down one", func(t *testing.T) {
+	notifyFunc := func() bool {
+		t.Helper()
+		var ok bool
+		if err := pg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+			WHERE n.nspname = $1 AND p.proname = 'hearth_notify')`, pg.Schema).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	t.Run("down one drops the notify function", func(t *testing.T) {
+		if !notifyFunc() {
+			t.Fatal("hearth_notify() missing after up")
+		}
+		if _, err := p.Down(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if notifyFunc() {
+			t.Error("hearth_notify() still there after down")
+		}
+		if !exists("hearth_access_log_rejects") {
+			t.Error("down rolled back more than the last migration")
+		}
+	})
+	t.Run("down one more", func(t *testing.T) {
 		if _, err := p.Down(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -57,6 +57,17 @@ type Spec struct {
 	MaxStale time.Duration
 	// MaxValueBytes rejects larger values (the old value is kept).
 	MaxValueBytes int
+
+	// VersionColumn names the column of Query that holds each row's version
+	// (bigint, timestamptz or xmin::text::bigint); empty for none. With one,
+	// a write never replaces a value of a newer version (see version.go).
+	VersionColumn string
+	// Notify is the PostgreSQL channel whose notifications name changed
+	// members (see daemon/changes.go); empty for none.
+	Notify string
+	// Coalesce is how long change notifications are gathered before their
+	// members are refreshed in one batched load.
+	Coalesce time.Duration
 }
 
 // JitteredTTL returns TTL * (1 + Jitter*(r-0.5)) for r in [0,1). A jitter
@@ -92,6 +103,10 @@ type Result struct {
 	Missing bool
 	// Err means this member could not be loaded; its old value is kept.
 	Err error
+	// Version is the row's version, when HasVersion (a declaration with a
+	// version column).
+	Version    int64
+	HasVersion bool
 }
 
 // Source is an origin Hearth loads values from.

@@ -13,6 +13,18 @@ type Entry struct {
 	Key   string
 	Value []byte
 	TTL   time.Duration
+
+	// Seq, when > 0, stamps the write with the order in which its load
+	// started (see version.go): a FencedStore refuses it if a load of the same
+	// key that started later already wrote, or, when Versioned, if Redis holds
+	// a newer origin Version. The unfenced RedisStore ignores stamps.
+	Seq       int64
+	Versioned bool
+	Version   int64
+	// VersionTTL is how long the key's version record lives (0: twice TTL).
+	VersionTTL time.Duration
+	// Family labels the version metrics of a stamped write.
+	Family string
 }
 
 // Store is where the warmer's writes land. The plain store writes directly; the

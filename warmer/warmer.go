@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +68,11 @@ type Warmer struct {
 
 	hot     *hotMetrics
 	oneShot bool
+
+	// seq numbers loads in the order they start; writes carry it so that the
+	// store refuses one whose load started before a later one's that already
+	// wrote (see version.go).
+	seq atomic.Int64
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -489,6 +495,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	if spec.Template.IsFamily() {
 		req = batch
 	}
+	seq := w.seq.Add(1)
 	t0 := w.now()
 	results, err := w.load(ctx, spec, req)
 	w.metrics.loadDuration.WithLabelValues(spec.Source, loadResult(err)).Observe(w.now().Sub(t0).Seconds())
@@ -550,6 +557,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	}
 
 	if len(entries) > 0 {
+		w.stamp(spec, entries, seq, results)
 		if res, werr := w.write(ctx, entries); werr != nil {
 			w.metrics.redisErrors.WithLabelValues("set").Inc()
 			out.LastError = fmt.Errorf("write %s: %w", spec.Name, werr)

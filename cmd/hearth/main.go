@@ -94,6 +94,7 @@ miss on it and the database never sees a cache stampede.`,
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "config.yaml", "path of the config file")
 	root.AddCommand(newRunCmd(g), newValidateCmd(g), newVersionCmd(g), newDemoCmd(g))
 	root.AddCommand(newPrewarmCmd(g), newMigrateCmd(g))
+	root.AddCommand(newNotifySQLCmd(g))
 	polishHelp(root)
 	return root
 }

@@ -22,13 +22,16 @@ func newMigrateCmd(g *globals) *cobra.Command {
 	var source string
 	cmd := &cobra.Command{
 		Use:   "migrate up|down|status",
-		Short: "Create, drop or show Hearth's tables (the access log)",
+		Short: "Create, drop or show Hearth's tables (the access log) and hearth_notify()",
 		Long: `Migrate runs Hearth's own SQL migrations (embedded in the binary, run by goose)
 against the postgres source named by access_log.source, or by --source:
 
   up      apply every pending migration
   down    roll back the last applied migration
   status  list the migrations and when each was applied
+
+They create the access-log tables and the trigger function hearth_notify() that
+change notifications use (attach it to a table with ` + "`hearth notify-sql`" + `).
 
 Exit codes: 0 done, 1 the database is unreachable or a migration failed, 2 a bad
 config, action or flag.

@@ -33,6 +33,8 @@ const (
 	KindLease  = "lease"
 	KindEpoch  = "epoch"
 	KindMarker = "marker"
+	// KindVersion: a version record beside a value (leader/version.go).
+	KindVersion = "version"
 )
 
 // luaState is prepended to every script that reads Hearth's own keys. An epoch
@@ -103,7 +105,7 @@ func NewRepairs(reg prometheus.Registerer, log zerolog.Logger) *Repairs {
 		}
 		c = are.ExistingCollector.(*prometheus.CounterVec)
 	}
-	for _, k := range []string{KindFence, KindLease, KindEpoch, KindMarker} {
+	for _, k := range []string{KindFence, KindLease, KindEpoch, KindMarker, KindVersion} {
 		c.WithLabelValues(k)
 	}
 	return &Repairs{count: c, log: log}

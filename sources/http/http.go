@@ -76,6 +76,7 @@ type Config struct {
 // Metrics are the HTTP sources' counters, shared by every HTTP source of a process.
 type Metrics struct {
 	redirectsRefused *prometheus.CounterVec
+	notModified      *prometheus.CounterVec
 }
 
 // NewMetrics registers the HTTP sources' metrics with reg (nil: unregistered).
@@ -85,9 +86,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "hearth_source_redirects_refused_total",
 			Help: "Redirects an HTTP source refused to follow (policy redirects: same-host or none); the member's old value is kept.",
 		}, []string{"source"}),
+		notModified: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_source_not_modified_total",
+			Help: "Conditional HTTP loads the upstream answered 304 Not Modified: the remembered value was reused, no body sent.",
+		}, []string{"source"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.redirectsRefused)
+		reg.MustRegister(m.redirectsRefused, m.notModified)
 	}
 	return m
 }
@@ -100,6 +105,9 @@ type Source struct {
 	log    zerolog.Logger
 	// refused counts refused redirects of this source.
 	refused prometheus.Counter
+	// cond remembers validators for conditional requests (conditional.go).
+	cond        *condCache
+	notModified prometheus.Counter
 }
 
 var _ warmer.Source = (*Source)(nil)
@@ -133,8 +141,10 @@ func New(cfg Config) (*Source, error) {
 		base: u,
 		// One warning per member would flood the log when a whole family
 		// redirects: a burst, then one per period.
-		log:     cfg.Log.With().Str("component", "source").Str("source", cfg.Name).Logger().Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
-		refused: cfg.Metrics.redirectsRefused.WithLabelValues(cfg.Name),
+		log:         cfg.Log.With().Str("component", "source").Str("source", cfg.Name).Logger().Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
+		refused:     cfg.Metrics.redirectsRefused.WithLabelValues(cfg.Name),
+		cond:        newCondCache(),
+		notModified: cfg.Metrics.notModified.WithLabelValues(cfg.Name),
 	}
 	s.client = &nethttp.Client{Timeout: cfg.Timeout, Transport: tr, CheckRedirect: s.checkRedirect}
 	return s, nil
@@ -212,7 +222,7 @@ func (s *Source) Ping(ctx context.Context) error {
 		u.Path = strings.TrimRight(u.Path, "/") + s.cfg.HealthPath
 		u.RawPath = ""
 	}
-	resp, err := s.do(context.WithValue(ctx, pingKey{}, true), u.String())
+	resp, err := s.do(context.WithValue(ctx, pingKey{}, true), u.String(), nil)
 	if err != nil {
 		return fmt.Errorf("ping %s (%s): %w", s.cfg.Name, redact.URL(s.cfg.BaseURL), err)
 	}
@@ -306,7 +316,7 @@ func isDotSegment(m string) bool {
 	return m == "." || m == ".."
 }
 
-func (s *Source) do(ctx context.Context, target string) (*nethttp.Response, error) {
+func (s *Source) do(ctx context.Context, target string, cond *condEntry) (*nethttp.Response, error) {
 	req, err := nethttp.NewRequestWithContext(ctx, nethttp.MethodGet, target, nil)
 	if err != nil {
 		return nil, redact.URLError(err, target)
@@ -314,6 +324,7 @@ func (s *Source) do(ctx context.Context, target string) (*nethttp.Response, erro
 	for k, v := range s.cfg.Headers {
 		req.Header.Set(k, v)
 	}
+	cond.set(req)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		// url.Error quotes the URL, which may carry the base_url's query token:
@@ -334,15 +345,26 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 		r.Err = err
 		return r
 	}
-	resp, err := s.do(ctx, target)
+	ck := condKey(spec.Name, member)
+	var cond *condEntry
+	if e, ok := s.cond.get(ck); ok {
+		cond = &e
+	}
+	resp, err := s.do(ctx, target, cond)
 	if err != nil {
 		r.Err = fmt.Errorf("%w: %w", warmer.ErrOrigin, err)
 		return r
 	}
 	defer resp.Body.Close()
 	switch {
+	case resp.StatusCode == nethttp.StatusNotModified && cond != nil:
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		s.notModified.Inc()
+		r.Value = cond.value
+		return r
 	case resp.StatusCode == nethttp.StatusNotFound || resp.StatusCode == nethttp.StatusGone:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		s.cond.forget(ck)
 		r.Missing = true
 		return r
 	case resp.StatusCode >= 500 || resp.StatusCode == nethttp.StatusTooManyRequests:
@@ -376,6 +398,7 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 			r.Err = fmt.Errorf("%w: read body: %w", warmer.ErrOrigin, err)
 		default:
 			r.Value = v
+			s.cond.remember(ck, resp.Header, v)
 		}
 		return r
 	}
@@ -390,6 +413,7 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 		r.Err = fmt.Errorf("keys[%s].json_pointer %q: %w", spec.Name, spec.JSONPointer, err)
 	default:
 		r.Value = v
+		s.cond.remember(ck, resp.Header, v)
 	}
 	return r
 }

@@ -114,18 +114,28 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	seen := make(map[string]bool, len(members))
 	for rows.Next() {
 		var (
-			member *string
-			value  []byte
-			size   *int64
+			member  *string
+			value   []byte
+			size    *int64
+			version any
 		)
-		if err := rows.Scan(&member, &value, &size); err != nil {
+		dest := []any{&member, &value, &size}
+		if sh.versioned {
+			dest = append(dest, &version)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
 		if member == nil {
 			continue
 		}
 		r := warmer.Result{Member: *member, Value: value}
+		if sh.versioned {
+			r.Version, r.Err = versionOf(spec, version)
+			r.HasVersion = r.Err == nil
+		}
 		switch {
+		case r.Err != nil:
 		case seen[*member]:
 			r.Err = fmt.Errorf("%w: query returned member %q twice", warmer.ErrDuplicate, *member)
 		case size != nil && *size > valueBound(spec):
@@ -159,14 +169,19 @@ func tooLarge(size int64, spec *warmer.Spec) error {
 
 // shape is a declaration query checked and wrapped so that the value column
 // comes with its size and is sent only within the bound.
-type shape struct{ sql string }
+type shape struct {
+	sql string
+	// versioned: the query returns the declaration's version column last,
+	// and the wrapper passes it through.
+	versioned bool
+}
 
 // shape describes the declaration's query once (its columns and parameters,
 // without running it) and builds the bounded query around it. The wrapper is a
 // plain subquery, which the planner pulls up: the query keeps its index.
 func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
 	family := spec.Template.IsFamily()
-	key := fmt.Sprintf("%t\x00%s", family, spec.Query)
+	key := fmt.Sprintf("%t\x00%s\x00%s", family, spec.VersionColumn, spec.Query)
 	if sh, ok := s.shapes.Load(key); ok {
 		return sh.(*shape), nil
 	}
@@ -183,8 +198,26 @@ func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
 	if family {
 		wantCols, wantParams, cols = 2, 1, "(member, value)"
 	}
+	versioned := spec.VersionColumn != ""
+	if versioned {
+		wantCols++
+		cols = strings.TrimSuffix(cols, ")") + ", " + spec.VersionColumn + ")"
+	}
 	if n := len(sd.Fields); n != wantCols {
 		return nil, fmt.Errorf("%s: %w: must return %d column(s) %s, got %d", field, warmer.ErrBadPayload, wantCols, cols, n)
+	}
+	if versioned {
+		last := sd.Fields[wantCols-1]
+		if last.Name != spec.VersionColumn {
+			return nil, fmt.Errorf("keys[%s].version_column: %w: the query's last column is %q, not %q", spec.Name, warmer.ErrBadPayload, last.Name, spec.VersionColumn)
+		}
+		switch last.DataTypeOID {
+		case pgtype.Int8OID, pgtype.Int4OID, pgtype.Int2OID, pgtype.TimestamptzOID, pgtype.TimestampOID:
+		default:
+			return nil, fmt.Errorf("keys[%s].version_column: %w: column %q must be bigint, integer, timestamptz or timestamp (xmin: xmin::text::bigint), got type oid %d",
+				spec.Name, warmer.ErrBadPayload, spec.VersionColumn, last.DataTypeOID)
+		}
+		wantCols--
 	}
 	if n := len(sd.ParamOIDs); n > wantParams {
 		return nil, fmt.Errorf("%s: %w: takes %d parameters, but only %d is bound", field, warmer.ErrBadPayload, n, wantParams)
@@ -200,12 +233,16 @@ func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
 	// the wrapper; a trailing semicolon would end the subquery.
 	inner := strings.TrimRight(strings.TrimSpace(spec.Query), ";")
 	var sql string
-	if family {
-		sql = fmt.Sprintf("SELECT q.m, CASE WHEN %[1]s <= $2 THEN q.v END, %[1]s::int8\nFROM (\n%[2]s\n) AS q(m, v)", size, inner)
-	} else {
-		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s::int8\nFROM (\n%[2]s\n) AS q(v)", size, inner)
+	ver, verCol := "", ""
+	if versioned {
+		ver, verCol = ", q.ver", ", ver"
 	}
-	sh := &shape{sql: sql}
+	if family {
+		sql = fmt.Sprintf("SELECT q.m, CASE WHEN %[1]s <= $2 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(m, v%[4]s)", size, inner, ver, verCol)
+	} else {
+		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
+	}
+	sh := &shape{sql: sql, versioned: versioned}
 	s.shapes.Store(key, sh)
 	return sh, nil
 }
@@ -216,7 +253,7 @@ func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
 func (s *Source) queryError(spec *warmer.Spec, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "42") || pe.Code == "0A000") {
-		s.shapes.Delete(fmt.Sprintf("%t\x00%s", spec.Template.IsFamily(), spec.Query))
+		s.shapes.Delete(fmt.Sprintf("%t\x00%s\x00%s", spec.Template.IsFamily(), spec.VersionColumn, spec.Query))
 	}
 	return fmt.Errorf("query: %w", classify(err))
 }
@@ -254,13 +291,18 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec, sh *shape) (
 	}
 	defer rows.Close()
 	var (
-		value []byte
-		size  *int64
-		n     int
+		value   []byte
+		size    *int64
+		version any
+		n       int
 	)
+	dest := []any{&value, &size}
+	if sh.versioned {
+		dest = append(dest, &version)
+	}
 	for rows.Next() {
 		n++
-		if err := rows.Scan(&value, &size); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
 	}
@@ -279,7 +321,15 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec, sh *shape) (
 	case value == nil:
 		return []warmer.Result{{Err: fmt.Errorf("%w: query returned NULL", warmer.ErrNullValue)}}, nil
 	}
-	return []warmer.Result{{Value: value}}, nil
+	r := warmer.Result{Value: value}
+	if sh.versioned {
+		r.Version, r.Err = versionOf(spec, version)
+		r.HasVersion = r.Err == nil
+		if r.Err != nil {
+			r.Value = nil
+		}
+	}
+	return []warmer.Result{r}, nil
 }
 
 // ListMembers runs the members query (one text column), stopping with an error
@@ -354,4 +404,23 @@ func RedactError(err error, dsn string) error {
 		return redact.Secrets(err, dsn, cfg.Password)
 	}
 	return err
+}
+
+// versionOf converts a version column's value: an integer as it is, a
+// timestamp as microseconds since 1970. NULL fails the member (its old value
+// is kept), as a value of another type would.
+func versionOf(spec *warmer.Spec, v any) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case int32:
+		return int64(v), nil
+	case int16:
+		return int64(v), nil
+	case time.Time:
+		return v.UnixMicro(), nil
+	case nil:
+		return 0, fmt.Errorf("%w: version column %s is NULL", warmer.ErrBadPayload, spec.VersionColumn)
+	}
+	return 0, fmt.Errorf("%w: version column %s holds %T, not an integer or a timestamp", warmer.ErrBadPayload, spec.VersionColumn, v)
 }

@@ -1,0 +1,313 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/internal/e2e"
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/migrations"
+)
+
+// BenchmarkChangeToRedis runs the real binary with one family of 10,000
+// products, a version column and change notifications (coalesce 20 ms), and
+// updates random rows at 100 and then 2,000 updates/s for 10 s each. The lag
+// is measured from outside: from the moment the UPDATE's commit returned to
+// the moment a separate client, woken by Redis's keyspace event for the SET
+// (a private Redis, so that notify-keyspace-events can be set), read the key
+// at that version or newer. Hearth's own hearth_change_lag_seconds (trigger
+// time → write acknowledged) is printed beside it, with the daemon's CPU and
+// the trigger's cost per UPDATE on PostgreSQL.
+func BenchmarkChangeToRedis(b *testing.B) {
+	const rows = 10_000
+	rs := testenv.PrivateRedis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "notify-keyspace-events", "E$").Err(); err != nil {
+		b.Fatal(err)
+	}
+	pg := testenv.Postgres(b)
+	if _, err := pg.Pool.Exec(ctx, fmt.Sprintf(`
+		CREATE TABLE products (id bigint PRIMARY KEY, name text NOT NULL, price_cents int NOT NULL, version bigint NOT NULL DEFAULT 1);
+		INSERT INTO products (id, name, price_cents) SELECT i, 'product ' || i, 100 + i FROM generate_series(1, %d) i;
+		CREATE TABLE products_plain (LIKE products INCLUDING ALL);
+		INSERT INTO products_plain SELECT * FROM products;
+		ANALYZE products; ANALYZE products_plain;`, rows)); err != nil {
+		b.Fatal(err)
+	}
+	fn, err := os.ReadFile("../migrations/00005_change_notify.sql")
+	if err != nil {
+		b.Fatal(err)
+	}
+	up := string(fn)
+	up = up[strings.Index(up, "-- +goose StatementBegin"):strings.Index(up, "-- +goose StatementEnd")]
+	channel := "hearth_bench_" + strings.ReplaceAll(pg.Schema, "-", "_")
+	if len(channel) > 63 {
+		channel = channel[:63]
+	}
+	trig, err := migrations.NotifyTriggerSQL("product", "products", "id", channel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, up+";"+trig); err != nil {
+		b.Fatal(err)
+	}
+	overhead := triggerCost(b, pg.Pool)
+
+	listen := e2e.FreeAddr(b)
+	prefix := "bench:"
+	cfg := filepath.Join(b.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+redis:
+  addrs: [%q]
+http:
+  listen: %q
+log:
+  format: json
+  level: warn
+sources:
+  - name: db
+    type: postgres
+    dsn: %q
+keys:
+  - name: product
+    key: "%sproduct:{id}"
+    source: db
+    ttl: 60s
+    param_pattern: "[0-9]{1,12}"
+    members_query: "SELECT id::text FROM products"
+    query: >-
+      SELECT id::text, json_build_object('id', id, 'name', name, 'price_cents', price_cents, 'version', version)::text, version
+      FROM products WHERE id = ANY($1::bigint[])
+    version_column: version
+    notify:
+      channel: %s
+`, rs.Addr, listen, pg.DSN, prefix, channel)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		proc := e2e.Start(b, []string{"run", "--config", cfg})
+		e2e.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, time.Minute)
+		metrics := "http://" + listen + "/metrics"
+		deadline := time.Now().Add(30 * time.Second)
+		for e2e.Sum(e2e.Metrics(b, metrics), "hearth_change_refreshes_total", `kind="full"`) < 1 || e2e.Sum(e2e.Metrics(b, metrics), "hearth_change_listen_connected") < 1 {
+			if time.Now().After(deadline) {
+				b.Fatal("the change listener did not connect")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second) // the session's full refresh settles
+		pid := proc.Cmd.Process.Pid
+		fmt.Printf("\nchange to Redis: %d products, coalesce 20ms; trigger cost on PostgreSQL %.0f µs per single-row UPDATE (%.0f with vs %.0f µs without, %d sequential UPDATEs each)\n",
+			rows, overhead.with-overhead.without, overhead.with, overhead.without, overhead.n)
+		for _, rate := range []int{100, 2000} {
+			r := measureChanges(b, pg.Pool, rdb, prefix, rows, rate, 10*time.Second, metrics, pid)
+			b.ReportMetric(r.p50*1000, fmt.Sprintf("p50-ms@%d/s", rate))
+			b.ReportMetric(r.p99*1000, fmt.Sprintf("p99-ms@%d/s", rate))
+			fmt.Printf("  %5d updates/s: %d updates (%.0f/s achieved), outside lag p50 %.1f ms p99 %.1f ms max %.1f ms (%d seen); hearth_change_lag_seconds p50 ≤ %.0f ms p99 ≤ %.0f ms; daemon CPU %.1f%% of one core; refused as older %.0f\n",
+				rate, r.updates, r.achieved, r.p50*1000, r.p99*1000, r.max*1000, r.seen, r.hp50*1000, r.hp99*1000, r.cpu, r.refused)
+		}
+		proc.Signal(b, 15)
+		if code := proc.Wait(b, 30*time.Second); code != 0 {
+			b.Fatalf("exit %d", code)
+		}
+	}
+}
+
+type cost struct {
+	with, without float64
+	n             int
+}
+
+// triggerCost times single-row UPDATEs, one after the other on one
+// connection, on the table with the trigger and on a copy without.
+func triggerCost(b *testing.B, pool *pgxpool.Pool) cost {
+	const n = 3000
+	ctx := context.Background()
+	run := func(table string) float64 {
+		t0 := time.Now()
+		for i := range n {
+			if _, err := pool.Exec(ctx, "UPDATE "+table+" SET price_cents = price_cents + 1 WHERE id = $1", i%5000+1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return float64(time.Since(t0).Microseconds()) / n
+	}
+	run("products_plain") // warm up
+	without := run("products_plain")
+	with := run("products")
+	return cost{with: with, without: without, n: n}
+}
+
+type changeResult struct {
+	updates, seen int
+	achieved      float64
+	p50, p99, max float64
+	hp50, hp99    float64
+	cpu, refused  float64
+}
+
+func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix string, rows, rate int, d time.Duration, metrics string, pid int) changeResult {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type commit struct {
+		version int64
+		at      time.Time
+	}
+	type sighting struct {
+		version int64
+		at      time.Time
+	}
+	var (
+		mu      sync.Mutex
+		pending = map[int64][]commit{}
+		seen    = map[int64]sighting{} // the newest version read per key
+		lags    []float64
+	)
+	// settle records the lag of every pending commit of id that version
+	// covers. Call with mu held.
+	settle := func(id, version int64, at time.Time) {
+		keep := pending[id][:0]
+		for _, c := range pending[id] {
+			if c.version <= version {
+				// A write can land before the updater got its commit
+				// acknowledged: that is a lag of 0.
+				lags = append(lags, max(0, at.Sub(c.at).Seconds()))
+			} else {
+				keep = append(keep, c)
+			}
+		}
+		pending[id] = keep
+	}
+	// The observer: woken by every SET, reads the key and settles the
+	// commits it covers.
+	sub := rdb.Subscribe(ctx, "__keyevent@0__:set")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		b.Fatal(err)
+	}
+	reader := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+	defer reader.Close()
+	var obs sync.WaitGroup
+	obs.Go(func() {
+		for msg := range sub.Channel() {
+			id, err := strconv.ParseInt(strings.TrimPrefix(msg.Payload, prefix+"product:"), 10, 64)
+			if err != nil {
+				continue
+			}
+			s, err := reader.Get(ctx, msg.Payload).Result()
+			now := time.Now()
+			if err != nil {
+				continue
+			}
+			var v struct{ Version int64 }
+			if json.Unmarshal([]byte(s), &v) != nil {
+				continue
+			}
+			mu.Lock()
+			if v.Version > seen[id].version {
+				seen[id] = sighting{v.Version, now}
+			}
+			settle(id, v.Version, now)
+			mu.Unlock()
+		}
+	})
+
+	m0 := e2e.Metrics(b, metrics)
+	cpu0, w0 := cpuTime(b, pid), time.Now()
+	const workers = 16
+	var (
+		wg      sync.WaitGroup
+		updates int
+		umu     sync.Mutex
+	)
+	end := time.Now().Add(d)
+	for w := range workers {
+		wg.Go(func() {
+			// Each worker paces its share of the rate: worker w sends at
+			// start + (k*workers + w)/rate.
+			start := time.Now()
+			for k := 0; ; k++ {
+				at := start.Add(time.Duration(float64(k*workers+w) / float64(rate) * float64(time.Second)))
+				if at.After(end) {
+					return
+				}
+				time.Sleep(time.Until(at))
+				id := int64((k*workers+w)*7919%rows + 1)
+				var v int64
+				if err := pool.QueryRow(ctx, `UPDATE products SET version = version + 1 WHERE id = $1 RETURNING version`, id).Scan(&v); err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				pending[id] = append(pending[id], commit{v, time.Now()})
+				if sn := seen[id]; sn.version >= v {
+					settle(id, sn.version, sn.at)
+				}
+				mu.Unlock()
+				umu.Lock()
+				updates++
+				umu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	window := time.Since(w0)
+	// Let the last changes land before reading the figures.
+	time.Sleep(2 * time.Second)
+	cpu1 := cpuTime(b, pid)
+	m1 := e2e.Metrics(b, metrics)
+	_ = sub.Close()
+	obs.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	sort.Float64s(lags)
+	q := func(p float64) float64 {
+		if len(lags) == 0 {
+			return math.NaN()
+		}
+		return lags[min(len(lags)-1, int(p*float64(len(lags))))]
+	}
+	r := changeResult{
+		updates: updates, seen: len(lags), achieved: float64(updates) / window.Seconds(),
+		p50: q(0.50), p99: q(0.99), max: q(1),
+		hp50:    histQuantile(0.50, bucketsOf(m1, "hearth_change_lag_seconds"), bucketsOf(m0, "hearth_change_lag_seconds")),
+		hp99:    histQuantile(0.99, bucketsOf(m1, "hearth_change_lag_seconds"), bucketsOf(m0, "hearth_change_lag_seconds")),
+		cpu:     (cpu1 - cpu0).Seconds() / (window + 2*time.Second).Seconds() * 100,
+		refused: e2e.Sum(m1, "hearth_version_refused_writes_total") - e2e.Sum(m0, "hearth_version_refused_writes_total"),
+	}
+	return r
+}
+
+// bucketsOf reads one histogram's buckets from a scrape.
+func bucketsOf(m map[string]float64, name string) []bucket {
+	var out []bucket
+	for series, v := range m {
+		if !strings.HasPrefix(series, name+"_bucket{") {
+			continue
+		}
+		i := strings.Index(series, `le="`)
+		le, err := strconv.ParseFloat(strings.TrimSuffix(series[i+4:], `"}`), 64)
+		if err != nil {
+			le = math.Inf(1)
+		}
+		out = append(out, bucket{le, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].le < out[j].le })
+	return out
+}

@@ -1,0 +1,601 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// Change-driven refresh: while this instance leads, one dedicated connection
+// per postgres source LISTENs on the channels its declarations name
+// (notify.channel). The trigger Hearth ships (migrations/00005, `hearth
+// notify-sql`) sends the changed members; they are gathered for the
+// declaration's coalescing window and refreshed through its batched query and
+// the fenced, version-checked write path. Every time the connection is
+// (re)established, which includes every new term, the declarations it covers
+// are refreshed in full once: whatever changed while nobody listened is read
+// again. The schedule stays the safety net.
+
+const (
+	// MaxPendingChanges bounds, per declaration, the changed members waiting
+	// for their refresh; past it they are dropped for one full refresh.
+	MaxPendingChanges = 10_000
+	// leaderPoll is how often the listener checks whether this instance leads.
+	leaderPoll = 100 * time.Millisecond
+	// listenIdle bounds one wait for a notification; then the connection is
+	// pinged, so that a dead peer is noticed.
+	listenIdle = 30 * time.Second
+	// maxBackoff bounds the wait between reconnection attempts.
+	maxBackoff = 5 * time.Second
+	// maxPayloadAge bounds how old a payload's timestamp may be and still be
+	// measured as change-to-Redis latency (an older one is from a clock that
+	// disagrees, or replayed).
+	maxPayloadAge = time.Hour
+)
+
+// ChangeRefresher is what the change listener needs of the warmer.
+type ChangeRefresher interface {
+	Hot(name string, members []string) ([]string, bool)
+	RefreshMembers(ctx context.Context, name string, members []string) (warmer.Outcome, error)
+	Refresh(ctx context.Context, name string, ro warmer.RunOptions) (warmer.Outcome, error)
+	Spec(name string) (*warmer.Spec, bool)
+}
+
+// ChangeOptions configures the change listeners.
+type ChangeOptions struct {
+	// Specs are the declarations; those with Notify set are listened for.
+	Specs []*warmer.Spec
+	// DSNs maps a postgres source's name to its connection string.
+	DSNs map[string]string
+	// Leading reports whether this instance may write now.
+	Leading    func() bool
+	Registerer prometheus.Registerer
+	Logger     zerolog.Logger
+	// Now is the clock latency is measured with.
+	Now func() time.Time
+	// MinFullInterval spaces a declaration's change-driven full refreshes
+	// (after reconnections, "all" payloads, overflows): one that comes sooner
+	// after the last waits, so that a flapping connection cannot turn into
+	// back-to-back full loads of the origin (default DefaultMinFullInterval).
+	MinFullInterval time.Duration
+}
+
+// DefaultMinFullInterval is ChangeOptions.MinFullInterval's default.
+const DefaultMinFullInterval = 10 * time.Second
+
+// Changes runs the change listeners, one per postgres source with notify
+// declarations.
+type Changes struct {
+	w         ChangeRefresher
+	m         *changeMetrics
+	listeners []*listener
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// OpenChanges starts a listener per source that has notify declarations; it
+// returns a Changes that does nothing when none has.
+func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*Changes, error) {
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Leading == nil {
+		opts.Leading = func() bool { return true }
+	}
+	if opts.MinFullInterval <= 0 {
+		opts.MinFullInterval = DefaultMinFullInterval
+	}
+	c := &Changes{w: w, m: newChangeMetrics(opts.Registerer)}
+	bySource := map[string]*listener{}
+	var names []string
+	for _, s := range opts.Specs {
+		if s == nil || s.Notify == "" {
+			continue
+		}
+		l := bySource[s.Source]
+		if l == nil {
+			dsn, ok := opts.DSNs[s.Source]
+			if !ok {
+				return nil, fmt.Errorf("keys[%s].notify: source %s is not a postgres source", s.Name, s.Source)
+			}
+			cc, err := pgx.ParseConfig(dsn)
+			if err != nil {
+				return nil, fmt.Errorf("keys[%s].notify: source %s: %w", s.Name, s.Source, postgres.RedactError(err, dsn))
+			}
+			cc.RuntimeParams["application_name"] = "hearth-listen"
+			l = &listener{
+				source: s.Source, conn: cc, channels: map[string][]*queue{},
+				w: w, m: c.m, leading: opts.Leading, now: opts.Now,
+				// A flood of foreign payloads would log one line each: a
+				// burst, then one per period (every one is counted).
+				log: opts.Logger.With().Str("component", "changes").Str("source", s.Source).Logger().
+					Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute}),
+			}
+			bySource[s.Source] = l
+			names = append(names, s.Source)
+		}
+		q := &queue{name: s.Name, coalesce: s.Coalesce, minFull: opts.MinFullInterval, batch: max(1, s.BatchSize), l: l, pending: map[string]int64{}}
+		l.channels[s.Notify] = append(l.channels[s.Notify], q)
+		l.queues = append(l.queues, q)
+		c.m.init(s.Name, s.Notify, s.Source)
+	}
+	sort.Strings(names)
+	ctx, c.cancel = context.WithCancel(ctx)
+	for _, n := range names {
+		l := bySource[n]
+		c.listeners = append(c.listeners, l)
+		l.ctx = ctx
+		c.wg.Go(func() { l.run(ctx) })
+	}
+	return c, nil
+}
+
+// Close stops listening and waits for the listeners and their refreshes.
+func (c *Changes) Close(context.Context) error {
+	if c == nil || c.cancel == nil {
+		return nil
+	}
+	c.cancel()
+	c.wg.Wait()
+	for _, l := range c.listeners {
+		l.refreshes.Wait()
+	}
+	return nil
+}
+
+// listener is one source's LISTEN connection and its declarations' queues.
+type listener struct {
+	source   string
+	conn     *pgx.ConnConfig
+	channels map[string][]*queue // channel → the declarations it drives
+	queues   []*queue
+	w        ChangeRefresher
+	m        *changeMetrics
+	leading  func() bool
+	now      func() time.Time
+	log      zerolog.Logger
+	ctx      context.Context
+
+	// refreshes are the refresh goroutines the queues and full refreshes started.
+	refreshes sync.WaitGroup
+}
+
+// run listens while this instance leads, until ctx ends.
+func (l *listener) run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		if !l.leading() {
+			if !sleep(ctx, leaderPoll) {
+				return
+			}
+			continue
+		}
+		err := l.session(ctx)
+		l.m.connected.WithLabelValues(l.source).Set(0)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			l.m.reconnects.WithLabelValues(l.source).Inc()
+			l.log.Warn().Err(err).Dur("retry_in", backoff).Msg("change listener disconnected: reconnecting; the schedule keeps refreshing")
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// session connects, LISTENs, refreshes every covered declaration in full
+// once, then handles notifications until the connection fails (an error),
+// leadership is lost or ctx ends (nil).
+func (l *listener) session(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Leadership is polled: the moment it is lost, the session ends.
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		t := time.NewTicker(leaderPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if !l.leading() {
+					cancel()
+					return
+				}
+			case <-stopped:
+				return
+			}
+		}
+	}()
+	cctx, ccancel := context.WithTimeout(sctx, ConnectTimeout)
+	conn, err := pgx.ConnectConfig(cctx, l.conn)
+	ccancel()
+	if err != nil {
+		if sctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("connect: %w", postgres.RedactError(err, l.conn.ConnString()))
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	channels := make([]string, 0, len(l.channels))
+	for ch := range l.channels {
+		channels = append(channels, ch)
+	}
+	sort.Strings(channels)
+	for _, ch := range channels {
+		if _, err := conn.Exec(sctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			if sctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("listen %s: %w", ch, err)
+		}
+	}
+	l.m.connected.WithLabelValues(l.source).Set(1)
+	l.log.Info().Strs("channels", channels).Msg("listening for changes; refreshing the declarations they cover in full once")
+	for _, q := range l.queues {
+		q.full()
+	}
+	for {
+		wctx, wcancel := context.WithTimeout(sctx, listenIdle)
+		n, err := conn.WaitForNotification(wctx)
+		idle := wctx.Err() != nil
+		wcancel()
+		if sctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			// Its own deadline leaves the connection open (pgconn): ping it.
+			if idle && !conn.IsClosed() {
+				pctx, pcancel := context.WithTimeout(sctx, ConnectTimeout)
+				err = conn.Ping(pctx)
+				pcancel()
+				if err == nil {
+					continue
+				}
+			}
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		l.handle(n.Channel, n.Payload)
+	}
+}
+
+// payload is what hearth_notify() sends.
+type payload struct {
+	Hearth int      `json:"hearth"`
+	TS     int64    `json:"ts"`
+	IDs    []string `json:"ids"`
+	All    bool     `json:"all"`
+}
+
+// parsePayload decodes a notification; anything but Hearth's format is an error.
+func parsePayload(s string) (payload, error) {
+	var p payload
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, fmt.Errorf("not hearth's payload: %w", err)
+	}
+	if dec.More() {
+		return p, errors.New("not hearth's payload: trailing data")
+	}
+	if p.Hearth != 1 {
+		return p, fmt.Errorf("not hearth's payload: hearth is %d, want 1", p.Hearth)
+	}
+	if !p.All && len(p.IDs) == 0 {
+		return p, errors.New("not hearth's payload: neither ids nor all")
+	}
+	return p, nil
+}
+
+// handle queues one notification's members for every declaration on its
+// channel. A payload that is not Hearth's is counted and logged, never fatal.
+func (l *listener) handle(channel, raw string) {
+	queues := l.channels[channel]
+	if len(queues) == 0 {
+		return
+	}
+	p, err := parsePayload(raw)
+	if err != nil {
+		l.m.notifications.WithLabelValues(channel, "malformed").Inc()
+		l.log.Warn().Str("channel", channel).Int("bytes", len(raw)).Err(err).Msg("change notification ignored")
+		return
+	}
+	l.m.notifications.WithLabelValues(channel, "ok").Inc()
+	now := l.now()
+	ts := time.UnixMicro(p.TS)
+	if p.TS <= 0 || ts.After(now.Add(time.Minute)) || now.Sub(ts) > maxPayloadAge {
+		ts = now // no usable commit time: measured from receipt
+	}
+	for _, q := range queues {
+		q.add(p, ts)
+	}
+}
+
+// queue gathers one declaration's changed members over its coalescing
+// window; at most one refresh of it runs at a time.
+type queue struct {
+	name     string
+	coalesce time.Duration
+	minFull  time.Duration
+	batch    int
+	l        *listener
+
+	mu      sync.Mutex
+	pending map[string]int64 // member → earliest change time (unix µs)
+	all     bool
+	allTS   int64
+	armed   bool
+	running bool
+	// lastFull is when the last full refresh started.
+	lastFull time.Time
+}
+
+func (q *queue) add(p payload, ts time.Time) {
+	spec, ok := q.l.w.Spec(q.name)
+	if !ok {
+		return
+	}
+	m := q.l.m
+	us := ts.UnixMicro()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case p.All || !spec.Template.IsFamily():
+		m.members.WithLabelValues(q.name, "full").Inc()
+		q.markAll(us)
+	default:
+		for _, id := range p.IDs {
+			if err := spec.Template.ValidateMember(id); err != nil {
+				m.members.WithLabelValues(q.name, "invalid").Inc()
+				continue
+			}
+			if q.all {
+				m.members.WithLabelValues(q.name, "coalesced").Inc()
+				continue
+			}
+			if old, dup := q.pending[id]; dup {
+				m.members.WithLabelValues(q.name, "coalesced").Inc()
+				q.pending[id] = min(old, us)
+				continue
+			}
+			if len(q.pending) >= MaxPendingChanges {
+				m.overflows.WithLabelValues(q.name).Inc()
+				q.l.log.Warn().Str("family", q.name).Int("pending", len(q.pending)).Msg("too many pending changes: one full refresh instead")
+				q.markAll(us)
+				continue
+			}
+			m.members.WithLabelValues(q.name, "queued").Inc()
+			q.pending[id] = us
+		}
+	}
+	q.armLocked()
+}
+
+// markAll replaces the pending members with one full refresh; us is the
+// earliest change it stands for (0: none, nothing to measure). Call with q.mu
+// held.
+func (q *queue) markAll(us int64) {
+	for _, t := range q.pending {
+		us = earliest(us, t)
+	}
+	if q.all {
+		us = earliest(us, q.allTS)
+	}
+	q.all, q.allTS = true, us
+	clear(q.pending)
+}
+
+// earliest is the earlier of two change times, 0 meaning none.
+func earliest(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// full queues a full refresh (on every new LISTEN session): it catches up
+// what changed while nobody listened, and measures no change.
+func (q *queue) full() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.markAll(0)
+	q.armLocked()
+}
+
+// armLocked starts the coalescing timer unless it runs or a refresh does (it
+// re-arms when it finishes). Call with q.mu held.
+func (q *queue) armLocked() {
+	if q.armed || q.running || (!q.all && len(q.pending) == 0) {
+		return
+	}
+	q.armed = true
+	wait := q.coalesce
+	if q.all && !q.lastFull.IsZero() {
+		wait = max(wait, q.minFull-q.l.now().Sub(q.lastFull))
+	}
+	q.l.refreshes.Go(func() {
+		if sleep(q.l.ctx, wait) {
+			q.fire()
+			return
+		}
+		q.mu.Lock()
+		q.armed = false
+		q.mu.Unlock()
+	})
+}
+
+// fire refreshes what is pending, then re-arms if more came meanwhile.
+func (q *queue) fire() {
+	q.mu.Lock()
+	q.armed, q.running = false, true
+	all, allTS := q.all, q.allTS
+	if all {
+		q.lastFull = q.l.now()
+	}
+	pending := q.pending
+	q.pending, q.all = map[string]int64{}, false
+	q.mu.Unlock()
+
+	q.refresh(all, allTS, pending)
+
+	q.mu.Lock()
+	q.running = false
+	if q.l.ctx.Err() == nil {
+		q.armLocked()
+	}
+	q.mu.Unlock()
+}
+
+func (q *queue) refresh(all bool, allTS int64, pending map[string]int64) {
+	ctx := q.l.ctx
+	if ctx.Err() != nil || !q.l.leading() {
+		return
+	}
+	m, log := q.l.m, q.l.log
+	if all {
+		m.refreshes.WithLabelValues(q.name, "full").Inc()
+		out, err := q.l.w.Refresh(ctx, q.name, warmer.RunOptions{})
+		if err != nil {
+			log.Warn().Str("family", q.name).Err(err).Int("failed", out.Failed).Msg("change-driven full refresh incomplete")
+			return
+		}
+		if allTS != 0 {
+			m.lag.WithLabelValues(q.name).Observe(q.since(allTS))
+		}
+		return
+	}
+	members := make([]string, 0, len(pending))
+	for id := range pending {
+		members = append(members, id)
+	}
+	hot, ok := q.l.w.Hot(q.name, members)
+	if !ok {
+		return
+	}
+	if n := len(members) - len(hot); n > 0 {
+		m.members.WithLabelValues(q.name, "not_declared").Add(float64(n))
+	}
+	sort.Strings(hot)
+	for len(hot) > 0 && ctx.Err() == nil {
+		batch := hot[:min(q.batch, len(hot))]
+		hot = hot[len(batch):]
+		m.refreshes.WithLabelValues(q.name, "members").Inc()
+		out, err := q.l.w.RefreshMembers(ctx, q.name, batch)
+		if err != nil && out.Written+out.Negative == 0 {
+			log.Warn().Str("family", q.name).Int("members", len(batch)).Err(err).Msg("change-driven refresh failed; the schedule retries")
+			continue
+		}
+		for _, id := range batch {
+			m.lag.WithLabelValues(q.name).Observe(q.since(pending[id]))
+		}
+	}
+}
+
+// since is the seconds from a change (unix µs) to now.
+func (q *queue) since(us int64) float64 {
+	return max(0, q.l.now().Sub(time.UnixMicro(us)).Seconds())
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// changeMetrics are the change listener's metrics.
+type changeMetrics struct {
+	notifications *prometheus.CounterVec
+	members       *prometheus.CounterVec
+	refreshes     *prometheus.CounterVec
+	overflows     *prometheus.CounterVec
+	lag           *prometheus.HistogramVec
+	connected     *prometheus.GaugeVec
+	reconnects    *prometheus.CounterVec
+}
+
+func newChangeMetrics(reg prometheus.Registerer) *changeMetrics {
+	m := &changeMetrics{
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_change_notifications_total",
+			Help: "Change notifications received, by channel and result (ok, malformed: not Hearth's payload, ignored).",
+		}, []string{"channel", "result"}),
+		members: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_change_members_total",
+			Help: "Changed members named by notifications, by what became of them (queued, coalesced into a pending refresh, full: turned into a full refresh, invalid, not_declared: no key of the declaration).",
+		}, []string{"family", "result"}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_change_refreshes_total",
+			Help: "Refreshes triggered by change notifications, by kind (members: one batched load of changed members, full: the whole declaration).",
+		}, []string{"family", "kind"}),
+		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_change_overflows_total",
+			Help: "Times a declaration's pending changed members exceeded the bound and were replaced by one full refresh.",
+		}, []string{"family"}),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hearth_change_lag_seconds",
+			Help:    "From a change (the trigger's clock_timestamp) to its refreshed value acknowledged by Redis.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"family"}),
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hearth_change_listen_connected",
+			Help: "1 while the source's LISTEN connection is up (on the leader), else 0.",
+		}, []string{"source"}),
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_change_listen_reconnects_total",
+			Help: "Times the source's LISTEN connection failed or dropped and was reconnected.",
+		}, []string{"source"}),
+	}
+	reg.MustRegister(m.notifications, m.members, m.refreshes, m.overflows, m.lag, m.connected, m.reconnects)
+	return m
+}
+
+func (m *changeMetrics) init(family, channel, source string) {
+	m.notifications.WithLabelValues(channel, "ok")
+	m.notifications.WithLabelValues(channel, "malformed")
+	m.refreshes.WithLabelValues(family, "members")
+	m.refreshes.WithLabelValues(family, "full")
+	m.overflows.WithLabelValues(family)
+	m.connected.WithLabelValues(source)
+	m.reconnects.WithLabelValues(source)
+}
+
+// changeDSNs maps each postgres source's name to its DSN.
+func changeDSNs(cfg *config.Config) map[string]string {
+	out := map[string]string{}
+	for _, s := range cfg.Sources {
+		if s.Type == "postgres" {
+			out[s.Name] = s.DSN
+		}
+	}
+	return out
+}

@@ -1,0 +1,279 @@
+package leader
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/internal/hstate"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// Version-aware writes. Every write the warmer makes is stamped (Entry.Seq,
+// and Entry.Version when the declaration names a version column) and goes
+// through versionedSetScript, which, in the same script as the fence check,
+// keeps a version record beside the value:
+//
+//	{ns}:ver:{tag}:<value key>  =  <epoch>:<seq>:<version>:<hash>
+//
+// with {tag} the value key's hash slot (so record and value live on one
+// Cluster master and one script touches both), epoch the writing term, seq the
+// order in which the writer started the load, version the origin's version
+// (20 digits, empty without a version column) and hash the first 128 bits of
+// the value's SHA-256. A write is refused as older when both it and the record
+// carry an origin version and its version is lower, or else when its stamp
+// (epoch, seq) is lower than the record's: the load that started last is the
+// one that lands. A write with the same version and the same bytes as the
+// record only extends the value's TTL (a conditional extend).
+//
+// The record is untrusted: anything but the exact format, or, when it would
+// refuse or spare the write, a TTL missing or longer than the declaration ever
+// sets or an epoch beyond Redis TIME + MaxEpochAhead, is treated as absent,
+// overwritten, logged and counted
+// (hearth_state_repairs_total{key="version"}). So a planted far-future version
+// holds a key's writes off for at most the record's TTL, twice the longest
+// value TTL, and never switches the check off.
+
+// VersionKey returns the key of the version record of the value key key:
+// {ns}:ver:{tag}:key, in key's hash slot.
+func VersionKey(ns, key string) string {
+	return ns + ":ver:{" + warmer.SlotTag(warmer.HashSlot(key)) + "}:" + key
+}
+
+// EncodeVersion maps an int64 origin version to the 20-digit decimal string
+// the script compares: order-preserving over the whole int64 range, negative
+// versions included (the sign bit is flipped).
+func EncodeVersion(v int64) string {
+	return fmt.Sprintf("%020d", uint64(v)^(1<<63))
+}
+
+// valueHash is what the version record remembers of a value.
+func valueHash(v []byte) string {
+	h := sha256.Sum256(v)
+	return hex.EncodeToString(h[:16])
+}
+
+// Write outcomes of versionedSetScript.
+const (
+	codeFenced   = 0
+	codeWritten  = 1
+	codeExtended = 2
+	codeOlder    = 3
+)
+
+// versionedSetScript: KEYS value, fence, version record; ARGV epoch, value,
+// ttl ms, seq, version (20 digits or empty), hash, record ttl ms. Replies
+// {code, fence found, record found}: code 0 fenced, 1 written, 2 extended
+// (same version and bytes), 3 refused as older; a found string is non-empty
+// when that key held a foreign value that was repaired. Idempotent: run twice,
+// the second run extends (same stamp and hash) or refuses.
+var versionedSetScript = hstate.NewScript(`
+local function hearth_vcmp(a, b)
+  local a1, b1 = tonumber(string.sub(a, 1, 10)), tonumber(string.sub(b, 1, 10))
+  if a1 ~= b1 then if a1 < b1 then return -1 end return 1 end
+  local a2, b2 = tonumber(string.sub(a, 11)), tonumber(string.sub(b, 11))
+  if a2 ~= b2 then if a2 < b2 then return -1 end return 1 end
+  return 0
+end
+local e = tonumber(ARGV[1])
+local f, bad = hearth_epoch(KEYS[2], e)
+bad = bad or ''
+if f > e then return {0, bad, ''} end
+if f < e or bad ~= '' then redis.call('SET', KEYS[2], ARGV[1]) end
+local seq, ver, hash, vttl = tonumber(ARGV[4]), ARGV[5], ARGV[6], tonumber(ARGV[7])
+local vbad = ''
+local ce, cs, cv, ch, ca
+local cur = redis.pcall('GET', KEYS[3])
+if type(cur) == 'table' and cur.err then
+  vbad = hearth_type(KEYS[3])
+elseif cur then
+  local a, b, c, d = string.match(cur, '^(%d+):(%d+):(%d*):(%x+)$')
+  if not a or string.len(a) > 16 or string.len(b) > 16 or (c ~= '' and string.len(c) ~= 20) or string.len(d) ~= 32 then
+    vbad = string.sub(cur, 1, 64)
+  else
+    ce, cs, cv, ch, ca = tonumber(a), tonumber(b), c, d, a
+  end
+end
+local older = false
+if ce then
+  if ver ~= '' and cv ~= '' then
+    older = hearth_vcmp(ver, cv) < 0
+  else
+    older = ce > e or (ce == e and cs > seq)
+  end
+  -- A record that would refuse or spare this write must be Hearth's: its TTL
+  -- within what the declaration sets, its epoch not beyond TIME. One this
+  -- write overwrites anyway is not looked at further.
+  if older or (ch == hash and cv == ver) then
+    local pt = redis.call('PTTL', KEYS[3])
+    if pt < 0 or pt > vttl then
+      vbad = 'ttl ' .. pt .. ': ' .. string.sub(cur, 1, 48)
+    elseif ce > e and not hearth_epoch_ok(ca, hearth_now_ms()) then
+      vbad = 'epoch ahead: ' .. string.sub(cur, 1, 48)
+    end
+    if vbad ~= '' then ce, older = nil, false end
+  end
+end
+if older then return {3, bad, vbad} end
+local rec = ARGV[1] .. ':' .. ARGV[4] .. ':' .. ver .. ':' .. hash
+if ce and ch == hash and cv == ver then
+  local n = redis.pcall('STRLEN', KEYS[1])
+  if type(n) == 'number' and n == string.len(ARGV[2]) and redis.call('PEXPIRE', KEYS[1], ARGV[3]) == 1 then
+    redis.call('SET', KEYS[3], rec, 'PX', vttl)
+    return {2, bad, vbad}
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[3], rec, 'PX', vttl)
+return {1, bad, vbad}
+`)
+
+// versionMetrics counts what the version check did, per declaration.
+type versionMetrics struct {
+	refused  *prometheus.CounterVec
+	extended *prometheus.CounterVec
+}
+
+func newVersionMetrics(reg prometheus.Registerer) *versionMetrics {
+	m := &versionMetrics{
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_version_refused_writes_total",
+			Help: "Writes Redis refused because the key's version record holds a newer version, or a load started later already wrote it.",
+		}, []string{"family"}),
+		extended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_conditional_extends_total",
+			Help: "Writes whose value was byte-identical to the one Hearth last wrote (same version): the TTL was extended, the value not rewritten.",
+		}, []string{"family"}),
+	}
+	reg.MustRegister(m.refused, m.extended)
+	return m
+}
+
+// WriteResults counts the outcome of one versioned write.
+type WriteResults struct {
+	Written, Extended, Older int
+}
+
+// setVersioned writes stamped entries through versionedSetScript, pipelined.
+// Entries refused as older are not an error: a newer value is in Redis.
+func (s *FencedStore) setVersioned(ctx context.Context, t *Term, entries []warmer.Entry) (WriteResults, error) {
+	var res WriteResults
+	epoch := strconv.FormatInt(t.Epoch, 10)
+	cmds, err := s.run(ctx, versionedSetScript, len(entries), func(i int) ([]string, []any) {
+		e := entries[i]
+		ver := ""
+		if e.Versioned {
+			ver = EncodeVersion(e.Version)
+		}
+		vttl := e.VersionTTL
+		if vttl <= 0 {
+			vttl = 2 * e.TTL
+		}
+		return []string{e.Key, s.FenceKey(e.Key), VersionKey(s.ns, e.Key)},
+			[]any{epoch, e.Value, max(1, e.TTL.Milliseconds()), e.Seq, ver, valueHash(e.Value), max(1, vttl.Milliseconds())}
+	})
+	if err != nil {
+		return res, fmt.Errorf("write %d keys: %w", len(entries), err)
+	}
+	refused := 0
+	for i, c := range cmds {
+		code, fbad, vbad, err := versionedReply(c)
+		if err != nil {
+			return res, fmt.Errorf("write %d keys: %w", len(entries), err)
+		}
+		if fbad != "" {
+			s.repairs.Repaired(hstate.KindFence, s.FenceKey(entries[i].Key), fbad)
+		}
+		if vbad != "" {
+			s.repairs.Repaired(hstate.KindVersion, VersionKey(s.ns, entries[i].Key), vbad)
+		}
+		switch code {
+		case codeFenced:
+			refused++
+		case codeWritten:
+			res.Written++
+		case codeExtended:
+			res.Extended++
+			s.ver.extended.WithLabelValues(entries[i].Family).Inc()
+		case codeOlder:
+			res.Older++
+			s.ver.refused.WithLabelValues(entries[i].Family).Inc()
+		}
+	}
+	if refused > 0 {
+		s.fenced.WithLabelValues("set").Add(float64(refused))
+		t.Fenced()
+		return res, fmt.Errorf("write %d keys with epoch %d: %d refused: %w", len(entries), t.Epoch, refused, ErrFenced)
+	}
+	return res, nil
+}
+
+// versionedReply splits {code, fence found, record found}.
+func versionedReply(c *redis.Cmd) (code int64, fence, record string, err error) {
+	v, err := c.Result()
+	if err != nil {
+		return 0, "", "", err
+	}
+	if a, ok := v.([]any); ok && len(a) == 3 {
+		n, ok1 := a[0].(int64)
+		f, ok2 := a[1].(string)
+		r, ok3 := a[2].(string)
+		if ok1 && ok2 && ok3 && n >= codeFenced && n <= codeOlder {
+			return n, f, r, nil
+		}
+	}
+	return 0, "", "", fmt.Errorf("unexpected script reply %v", v)
+}
+
+// setStamped writes the stamped entries through the version check and the
+// others (written by a caller that does not stamp) through the plain fence
+// script.
+func (s *FencedStore) setStamped(ctx context.Context, t *Term, entries []warmer.Entry) error {
+	var plain, vers []warmer.Entry
+	for _, e := range entries {
+		if e.Seq > 0 {
+			vers = append(vers, e)
+		} else {
+			plain = append(plain, e)
+		}
+	}
+	if len(plain) > 0 {
+		if err := s.Set(ctx, plain); err != nil {
+			return err
+		}
+	}
+	_, err := s.setVersioned(ctx, t, vers)
+	return err
+}
+
+// stamped reports whether every entry carries a load stamp.
+func stamped(entries []warmer.Entry) (all, some bool) {
+	n := 0
+	for _, e := range entries {
+		if e.Seq > 0 {
+			n++
+		}
+	}
+	return n == len(entries), n > 0
+}
+
+// ParseVersionRecord parses a version record as the script writes it, for
+// tests and tools that watch versions from outside: the origin version it
+// holds (ok false when it has none or the record is not one).
+func ParseVersionRecord(s string) (version int64, ok bool) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 4 || len(parts[2]) != 20 {
+		return 0, false
+	}
+	u, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return int64(u ^ (1 << 63)), true
+}

@@ -1,0 +1,239 @@
+package leader_test
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+func TestEncodeVersionKeepsOrder(t *testing.T) {
+	vs := []int64{math.MinInt64, -1_000_000, -1, 0, 1, 9, 10, 1 << 40, math.MaxInt64 - 1, math.MaxInt64}
+	for i := 1; i < len(vs); i++ {
+		a, b := leader.EncodeVersion(vs[i-1]), leader.EncodeVersion(vs[i])
+		if len(a) != 20 || len(b) != 20 {
+			t.Fatalf("EncodeVersion lengths %d, %d, want 20", len(a), len(b))
+		}
+		if !(a < b) {
+			t.Errorf("EncodeVersion(%d) = %s is not below EncodeVersion(%d) = %s", vs[i-1], a, vs[i], b)
+		}
+		if got, ok := leader.ParseVersionRecord("1:1:" + b + ":" + strings.Repeat("0", 32)); !ok || got != vs[i] {
+			t.Errorf("ParseVersionRecord round trip of %d = %d, %v", vs[i], got, ok)
+		}
+	}
+}
+
+func TestVersionKeyInValueSlot(t *testing.T) {
+	for _, k := range []string{"product:1", "{user1000}.following", "a{b}c", "x"} {
+		vk := leader.VersionKey("hearth", k)
+		if got, want := warmer.HashSlot(vk), warmer.HashSlot(k); got != want {
+			t.Errorf("VersionKey(%q) = %q in slot %d, want the value's slot %d", k, vk, got, want)
+		}
+		if !strings.HasPrefix(vk, "hearth:") {
+			t.Errorf("VersionKey(%q) = %q outside the namespace", k, vk)
+		}
+	}
+}
+
+// versionEnv is one fenced store holding a lease term, writing stamped entries.
+type versionEnv struct {
+	t     *testing.T
+	env   *leaseEnv
+	in    *instance
+	ctx   context.Context
+	epoch int64
+}
+
+func newVersionEnv(t *testing.T) *versionEnv {
+	env := newLeaseEnv(t)
+	in := env.instance(30*time.Second, 20*time.Millisecond, true)
+	term, err := in.lease.Campaign(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &versionEnv{t: t, env: env, in: in, ctx: leader.WithTerm(context.Background(), term), epoch: term.Epoch}
+}
+
+func (v *versionEnv) set(key, value string, seq int64, version *int64) {
+	v.t.Helper()
+	e := warmer.Entry{Key: key, Value: []byte(value), TTL: time.Minute, Seq: seq, VersionTTL: 2 * time.Minute, Family: "f"}
+	if version != nil {
+		e.Versioned, e.Version = true, *version
+	}
+	if err := v.in.store.Set(v.ctx, []warmer.Entry{e}); err != nil {
+		v.t.Fatalf("Set %s=%s: %v", key, value, err)
+	}
+}
+
+func (v *versionEnv) get(key string) string {
+	v.t.Helper()
+	s, err := v.env.client.Get(context.Background(), key).Result()
+	if err != nil {
+		v.t.Fatalf("GET %s: %v", key, err)
+	}
+	return s
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name, labels string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var parts []string
+			for _, l := range m.GetLabel() {
+				parts = append(parts, l.GetName()+"="+l.GetValue())
+			}
+			if strings.Join(parts, ",") == labels {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func ptr(v int64) *int64 { return &v }
+
+func TestVersionedWrites(t *testing.T) {
+	v := newVersionEnv(t)
+	p := v.env.prefix
+	t.Run("an older version is refused", func(t *testing.T) {
+		k := p + "v:1"
+		v.set(k, "five", 1, ptr(5))
+		v.set(k, "three", 2, ptr(3)) // started later, read an older row
+		if got := v.get(k); got != "five" {
+			t.Errorf("value = %q, want five (version 5 kept)", got)
+		}
+		v.set(k, "six", 3, ptr(6))
+		if got := v.get(k); got != "six" {
+			t.Errorf("value = %q, want six", got)
+		}
+		if got := counter(t, v.in.reg, "hearth_version_refused_writes_total", "family=f"); got != 1 {
+			t.Errorf("refused = %v, want 1", got)
+		}
+	})
+	t.Run("without versions the load that started last wins", func(t *testing.T) {
+		k := p + "s:1"
+		v.set(k, "late start", 20, nil)
+		v.set(k, "early start", 10, nil) // finished after, started before
+		if got := v.get(k); got != "late start" {
+			t.Errorf("value = %q, want the later-started load's", got)
+		}
+		v.set(k, "later still", 21, nil)
+		if got := v.get(k); got != "later still" {
+			t.Errorf("value = %q, want later still", got)
+		}
+	})
+	t.Run("a sentinel and a versioned value order by stamp", func(t *testing.T) {
+		k := p + "d:1"
+		v.set(k, "v7", 30, ptr(7))
+		v.set(k, "", 32, nil)      // the row was deleted: sentinel
+		v.set(k, "v7", 31, ptr(7)) // a load that read the row before the delete
+		if got := v.get(k); got != "" {
+			t.Errorf("value = %q, want the sentinel", got)
+		}
+		v.set(k, "v8", 33, ptr(8)) // re-inserted
+		if got := v.get(k); got != "v8" {
+			t.Errorf("value = %q, want v8", got)
+		}
+	})
+	t.Run("same version and bytes extend instead of rewriting", func(t *testing.T) {
+		k := p + "c:1"
+		v.set(k, "same", 40, ptr(1))
+		v.env.client.PExpire(context.Background(), k, 5*time.Second)
+		before := counter(t, v.in.reg, "hearth_conditional_extends_total", "family=f")
+		v.set(k, "same", 41, ptr(1))
+		if got := counter(t, v.in.reg, "hearth_conditional_extends_total", "family=f"); got != before+1 {
+			t.Errorf("conditional extends = %v, want %v", got, before+1)
+		}
+		if ttl := v.env.client.PTTL(context.Background(), k).Val(); ttl < 30*time.Second {
+			t.Errorf("TTL after a conditional extend = %s, want about a minute", ttl)
+		}
+		// The application overwrote the value with other bytes: rewritten.
+		v.env.client.Set(context.Background(), k, "someone else's", time.Minute)
+		v.set(k, "same", 42, ptr(1))
+		if got := v.get(k); got != "same" {
+			t.Errorf("value = %q, want same (rewritten, not extended)", got)
+		}
+		// Gone: written again.
+		v.env.client.Del(context.Background(), k)
+		v.set(k, "same", 43, ptr(1))
+		if got := v.get(k); got != "same" {
+			t.Errorf("value = %q after delete, want same", got)
+		}
+	})
+}
+
+// TestVersionRecordTamper: a version record that is not Hearth's is repaired
+// (treated as absent, overwritten), logged and counted; none can switch the
+// check off for good, and a far-future one holds writes off at most for the
+// record's TTL bound.
+func TestVersionRecordTamper(t *testing.T) {
+	v := newVersionEnv(t)
+	ctx := context.Background()
+	c := v.env.client
+	hash := strings.Repeat("a", 32)
+	for _, tc := range []struct {
+		name  string
+		plant func(vk string)
+	}{
+		{"garbage", func(vk string) { c.Set(ctx, vk, "garbage", time.Minute) }},
+		{"nan version", func(vk string) { c.Set(ctx, vk, "1:1:nan:"+hash, time.Minute) }},
+		{"huge epoch", func(vk string) { c.Set(ctx, vk, "9999999999999999:1::"+hash, time.Minute) }},
+		{"exponent seq", func(vk string) { c.Set(ctx, vk, "1:1e999::"+hash, time.Minute) }},
+		{"no ttl", func(vk string) { c.Set(ctx, vk, "1:999999:"+leader.EncodeVersion(math.MaxInt64)+":"+hash, 0) }},
+		{"ttl past the bound", func(vk string) {
+			c.Set(ctx, vk, "1:999999:"+leader.EncodeVersion(math.MaxInt64)+":"+hash, time.Hour)
+		}},
+		{"wrong type", func(vk string) { c.HSet(ctx, vk, "v", "1") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := v.env.prefix + "tamper:" + strings.ReplaceAll(tc.name, " ", "_")
+			vk := leader.VersionKey(v.env.ns, k)
+			tc.plant(vk)
+			before := counter(t, v.in.reg, "hearth_state_repairs_total", "key=version")
+			v.set(k, "mine", 100, ptr(1))
+			if got := v.get(k); got != "mine" {
+				t.Errorf("value = %q, want the write through (record repaired)", got)
+			}
+			if got := counter(t, v.in.reg, "hearth_state_repairs_total", "key=version"); got != before+1 {
+				t.Errorf("version repairs = %v, want %v", got, before+1)
+			}
+			rec := c.Get(ctx, vk).Val()
+			if got, ok := leader.ParseVersionRecord(rec); !ok || got != 1 {
+				t.Errorf("record after repair = %q, want version 1", rec)
+			}
+		})
+	}
+	t.Run("far-future version within the bound expires with its TTL", func(t *testing.T) {
+		k := v.env.prefix + "tamper:future"
+		vk := leader.VersionKey(v.env.ns, k)
+		c.Set(ctx, vk, "1:1:"+leader.EncodeVersion(math.MaxInt64)+":"+hash, 300*time.Millisecond)
+		v.set(k, "mine", 200, ptr(1))
+		if n := c.Exists(ctx, k).Val(); n != 0 {
+			t.Fatalf("write landed over a planted newer version")
+		}
+		if ttl := c.PTTL(ctx, vk).Val(); ttl > 2*time.Minute {
+			t.Fatalf("planted record TTL %s above the bound", ttl)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for c.Exists(ctx, vk).Val() == 1 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		v.set(k, "mine", 201, ptr(1))
+		if got := v.get(k); got != "mine" {
+			t.Errorf("value = %q, want mine once the planted record expired", got)
+		}
+	})
+}

@@ -1,0 +1,34 @@
+package warmer
+
+import "time"
+
+// The warmer's half of version-aware writes (the store's half, the version
+// record and its script, is version.go): every entry a batch writes carries
+// the sequence number its load started with and, for a declaration with a
+// version column, the row's version.
+
+// versionTTL is how long a declaration's version records live: twice its
+// longest value TTL, so that a record outlives the value it guards.
+func versionTTL(spec *Spec) time.Duration { return 2 * max(spec.MaxTTL(), spec.NegativeTTL) }
+
+// stamp marks a batch's entries with the sequence number its load started
+// with and, for a declaration with a version column, each value's version.
+func (w *Warmer) stamp(spec *Spec, entries []Entry, seq int64, results []Result) {
+	var versions map[string]int64
+	if spec.VersionColumn != "" {
+		versions = make(map[string]int64, len(results))
+		for _, r := range results {
+			if r.HasVersion && r.Err == nil && !r.Missing {
+				versions[spec.Template.Key(r.Member)] = r.Version
+			}
+		}
+	}
+	vttl := versionTTL(spec)
+	for i := range entries {
+		e := &entries[i]
+		e.Seq, e.VersionTTL, e.Family = seq, vttl, spec.Name
+		if v, ok := versions[e.Key]; ok {
+			e.Versioned, e.Version = true, v
+		}
+	}
+}
