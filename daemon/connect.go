@@ -42,6 +42,9 @@ func NewRedis(c config.Redis) redis.UniversalClient {
 	if c.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	if opts.MasterName == "" && len(opts.Addrs) > 1 {
+		return newClusterClient(opts)
+	}
 	return redis.NewUniversalClient(opts)
 }
 
