@@ -331,6 +331,33 @@ func (c *Cluster) MasterOf(t testing.TB, slot int) *RedisServer {
 	return nil
 }
 
+// SlotOwners returns, for every slot, the running master that serves it now
+// (one CLUSTER SLOTS: cheaper than MasterOf per key).
+func (c *Cluster) SlotOwners(t testing.TB) []*RedisServer {
+	t.Helper()
+	out := make([]*RedisServer, 16384)
+	m := c.Masters(t)
+	if len(m) == 0 {
+		t.Fatal("testenv: no running master")
+	}
+	cl := redis.NewClient(&redis.Options{Addr: m[0].Addr})
+	defer cl.Close()
+	shards, err := cl.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("testenv: cluster slots on %s: %v", m[0].Addr, err)
+	}
+	for _, s := range shards {
+		for _, n := range c.Nodes {
+			if len(s.Nodes) > 0 && n.Addr == s.Nodes[0].Addr {
+				for i := s.Start; i <= s.End; i++ {
+					out[i] = n
+				}
+			}
+		}
+	}
+	return out
+}
+
 // SlotsOf returns the slots a master serves, as [start, end] ranges.
 func (c *Cluster) SlotsOf(t testing.TB, m *RedisServer) [][2]int {
 	t.Helper()
