@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -22,7 +23,10 @@ const ClusterStateReload = 5 * time.Second
 // keys on those slots would expire meanwhile. The hook reloads the map on
 // every network or CLUSTERDOWN error, and the periodic reload is shortened.
 func newClusterClient(opts *redis.UniversalOptions) *redis.ClusterClient {
-	co := opts.Cluster()
+	return clusterClient(opts.Cluster())
+}
+
+func clusterClient(co *redis.ClusterOptions) *redis.ClusterClient {
 	co.ClusterStateReloadInterval = ClusterStateReload
 	cc := redis.NewClusterClient(co)
 	cc.AddHook(reloadOnFailure{cc})
@@ -78,4 +82,77 @@ func topologyError(err error) bool {
 		}
 	}
 	return strings.Contains(s, "connection refused")
+}
+
+// Schemes of `hearth prewarm --redis` for a Cluster and for Sentinels (the
+// rediss+ forms use TLS):
+//
+//	redis+cluster://[user:password@]host1:port1,host2:port2[?options]
+//	redis+sentinel://[user:password@]host1:port1,host2:port2/<master name>[/<db>][?options]
+//
+// The host list is a seed list (Cluster) or the Sentinels' addresses;
+// options are go-redis's URL options (dial_timeout=3s, …). For Sentinels the
+// user and password of the URL are the Sentinels' own; the master's are the
+// username= and password= options.
+const (
+	SchemeCluster  = "redis+cluster"
+	SchemeSentinel = "redis+sentinel"
+)
+
+// multiHostURL rewrites a redis+cluster:// or redis+sentinel:// URL into
+// go-redis's form (the first host in the authority, the others as addr=
+// parameters; the master name as master_name=) and parses it. ok is false
+// for any other scheme.
+func multiHostURL(raw string) (client redis.UniversalClient, ok bool, err error) {
+	scheme, rest, found := strings.Cut(raw, "://")
+	if !found {
+		return nil, false, nil
+	}
+	base, kind, _ := strings.Cut(scheme, "+")
+	if (base != "redis" && base != "rediss") || (kind != "cluster" && kind != "sentinel") {
+		return nil, false, nil
+	}
+	rest, query, _ := strings.Cut(rest, "?")
+	authority, path, _ := strings.Cut(rest, "/")
+	userinfo := ""
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		userinfo, authority = authority[:i+1], authority[i+1:]
+	}
+	hosts := strings.Split(authority, ",")
+	for _, h := range hosts {
+		if h == "" {
+			return nil, true, fmt.Errorf("%s URL: empty host in %q", scheme, authority)
+		}
+	}
+	params := []string{}
+	if query != "" {
+		params = append(params, query)
+	}
+	for _, h := range hosts[1:] {
+		params = append(params, "addr="+h)
+	}
+	if kind == "cluster" {
+		if path != "" {
+			return nil, true, fmt.Errorf("%s URL: a Cluster has no database: remove /%s", scheme, path)
+		}
+		co, err := redis.ParseClusterURL(base + "://" + userinfo + hosts[0] + "?" + strings.Join(params, "&"))
+		if err != nil {
+			return nil, true, err
+		}
+		return clusterClient(co), true, nil
+	}
+	master, db, _ := strings.Cut(path, "/")
+	if master == "" {
+		return nil, true, fmt.Errorf("%s URL: no master name (…/<master name>[/<db>])", scheme)
+	}
+	params = append(params, "master_name="+master)
+	u := base + "://" + userinfo + hosts[0]
+	if db != "" {
+		u += "/" + db
+	}
+	fo, err := redis.ParseFailoverURL(u + "?" + strings.Join(params, "&"))
+	if err != nil {
+		return nil, true, err
+	}
+	return redis.NewFailoverClient(fo), true, nil
 }

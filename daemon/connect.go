@@ -133,6 +133,12 @@ func RedisURL(c config.Redis, rawURL string) (redis.UniversalClient, string, err
 	if rawURL == "" {
 		return NewRedis(c), strings.Join(c.Addrs, ",") + fmt.Sprintf(" db %d", c.DB), nil
 	}
+	if rdb, ok, err := multiHostURL(rawURL); ok {
+		if err != nil {
+			return nil, "", fmt.Errorf("--redis: %w", redact.URLError(err, rawURL))
+		}
+		return rdb, redact.URL(rawURL), nil
+	}
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, "", fmt.Errorf("--redis: %w", redact.URLError(err, rawURL))

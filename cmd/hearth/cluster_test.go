@@ -142,6 +142,7 @@ prewarm: {rewarm_check: 500ms}
 sources:
   - {name: db, type: postgres, dsn: %q, max_conns: 8, breaker: {failures: 1000, open_for: 1s}}
 keys:
+  - {name: top, key: "top", source: db, ttl: 14s, interval: 3s, query: "SELECT 'top'"}
   - name: item
     key: "item:{id}"
     source: db
@@ -250,6 +251,15 @@ func TestClusterStaysWarm(t *testing.T) {
 	reader := cl.Client(t)
 	ctx := context.Background()
 
+	// hearth prewarm takes the cluster as a seed list URL.
+	pre := e2e.Start(t, []string{"prewarm", "--config", config, "--redis", "redis+cluster://" + strings.Join(cl.Addrs()[:2], ",")})
+	if code := pre.Wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("hearth prewarm --redis redis+cluster://… exited %d:\n%s", code, pre.Output())
+	}
+	if v := reader.Get(ctx, "top").Val(); v != "top" {
+		t.Fatalf("after hearth prewarm, top = %q", v)
+	}
+
 	a := startNode(t, "a", config)
 	leading(t, a, 30*time.Second)
 	b := startNode(t, "b", config)
@@ -268,20 +278,20 @@ func TestClusterStaysWarm(t *testing.T) {
 	// (a) kill -9 of the master holding the lease, then its return as a replica.
 	leaseMaster := cl.MasterOf(t, slot.Of(ns+":{lease}"))
 	t.Logf("killing master %s (lease slot)", leaseMaster.Addr)
+	base := written(t, a, b)
 	cl.KillMaster(t, leaseMaster)
-	leader, standby := theLeader(t, a, b)
-	base := leader.written(t)
-	testenv.Eventually(t, 20*time.Second, "a full refresh after the failover", func() bool {
-		return leader.written(t) >= base+clusterMembers
+	testenv.Eventually(t, 30*time.Second, "a full refresh after the failover", func() bool {
+		return written(t, a, b) >= base+clusterMembers
 	})
 	cl.Restart(t, leaseMaster)
+	leader, standby := theLeader(t, a, b)
 
 	// (b) a reshard of 2000 slots between two masters while refreshes run.
 	ms := cl.Masters(t)
-	base = leader.written(t)
+	base = written(t, a, b)
 	cl.Reshard(t, ms[0], ms[1], 2000)
 	testenv.Eventually(t, 20*time.Second, "a full refresh after the reshard", func() bool {
-		return leader.written(t) >= base+clusterMembers
+		return written(t, a, b) >= base+clusterMembers
 	})
 
 	// (c) the leader paused past its lease with loads in flight.
