@@ -301,6 +301,23 @@ func TestClusterStaysWarm(t *testing.T) {
 		return next.written(t) >= base+clusterMembers
 	})
 
+	// The new leader raised the fence of every slot, on every master, to its
+	// epoch before writing: an older epoch is refused wherever it writes.
+	epoch := strconv.FormatInt(next.health(t).Epoch, 10)
+	pipe := reader.Pipeline()
+	fences := make([]*redis.StringCmd, slot.Count)
+	for i := range fences {
+		fences[i] = pipe.Get(ctx, ns+":fence:{"+slot.Tag(i)+"}")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatalf("read the fences: %v", err)
+	}
+	for i, f := range fences {
+		if v := f.Val(); v != epoch {
+			t.Fatalf("fence of slot %d (master %s) = %q, want the new leader's epoch %s", i, cl.MasterOf(t, i).Addr, v, epoch)
+		}
+	}
+
 	gaps, regressions, failed, polls := view.finish()
 	t.Logf("outside view: %d polls of %d keys, %d failed reads (dead master's slots during failover)", polls, len(keys), failed)
 	if len(gaps) > 0 {
