@@ -125,7 +125,7 @@ keys:
 		t.Fatal(err)
 	}
 	check("flushall of one master", flushed)
-	if got, want := metric(t, reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush), 1.0; got != want {
+	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 
@@ -143,13 +143,13 @@ keys:
 	plant()
 	promoted := cl.KillMaster(t, killed)
 	check("kill -9 of a master", promoted)
-	if got, want := metric(t, reg, "hearth_prewarm_rewarms_total", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := metric(t, reg, "hearth_prewarm_rewarm_detections_total", warmer.DetectPush), 2.0; got != want {
+	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush), 2.0; got != want {
 		t.Errorf("detections{via=push} = %g, want %g", got, want)
 	}
-	if got := metric(t, reg, "hearth_prewarm_rewarm_detections_total", warmer.DetectPoll); got != 0 {
+	if got := seriesValue(t, reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll); got != 0 {
 		t.Errorf("detections{via=poll} = %g, want 0 (the poll never ran)", got)
 	}
 }

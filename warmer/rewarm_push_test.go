@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -30,7 +32,7 @@ func TestRewarmPushFlush(t *testing.T) {
 		}
 		waitWarm(t, e, 10*time.Second)
 		testenv.Eventually(t, 10*time.Second, "the flush counted as detected by push", func() bool {
-			return metric(t, e.reg, "hearth_prewarm_rewarm_detections_total", warmer.DetectPush) >= float64(i+1)
+			return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush) >= float64(i+1)
 		})
 		if i == 0 {
 			// The watch re-subscribes after a flush: the second one is seen
@@ -39,10 +41,10 @@ func TestRewarmPushFlush(t *testing.T) {
 			waitTracking(t, e)
 		}
 	}
-	if got := metric(t, e.reg, "hearth_prewarm_rewarm_detections_total", warmer.DetectPoll); got != 0 {
+	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll); got != 0 {
 		t.Errorf("detections{via=poll} = %g, want 0 (the poll never ran)", got)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmFlush), 2.0; got != want {
+	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 2.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 }
@@ -59,10 +61,10 @@ func TestRewarmPushRestart(t *testing.T) {
 	waitTracking(t, e)
 	srv.Restart(t)
 	waitWarm(t, e, 10*time.Second)
-	if got, want := metric(t, e.reg, "hearth_prewarm_rewarms_total", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := metric(t, e.reg, "hearth_prewarm_rewarm_detections_total", warmer.DetectPush), 1.0; got != want {
+	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush), 1.0; got != want {
 		t.Errorf("detections{via=push} = %g, want %g", got, want)
 	}
 }
@@ -84,9 +86,9 @@ func TestRewarmNoPushPolls(t *testing.T) {
 	}
 	waitWarm(t, e, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, "the flush counted as detected by poll", func() bool {
-		return metric(t, e.reg, "hearth_prewarm_rewarm_detections_total", warmer.DetectPoll) == 1
+		return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll) == 1
 	})
-	if got := metric(t, e.reg, "hearth_prewarm_rewarm_detections_total", warmer.DetectPush); got != 0 {
+	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush); got != 0 {
 		t.Errorf("detections{via=push} = %g, want 0", got)
 	}
 }
@@ -138,4 +140,35 @@ func containsByte(s string, b byte) bool {
 		}
 	}
 	return false
+}
+
+// seriesValue is the value of the one series of counter family name whose
+// label has value; it fails the test unless exactly one series matches.
+func seriesValue(t *testing.T, g prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		v float64
+		n int
+	)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					v += m.GetCounter().GetValue()
+					n++
+				}
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d series %s{%s=%q}, want exactly one", n, name, label, value)
+	}
+	return v
 }
