@@ -139,6 +139,11 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, kick bool) 
 	defer cl.Close()
 	ps := cl.Subscribe(ctx, invalidateChannel)
 	defer ps.Close()
+	// A read in progress does not watch ctx: closing the subscription ends
+	// it at once, so that Close (and a shutdown handing the lease over) never
+	// waits for the receive timeout.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
 	if _, err := ps.ReceiveTimeout(ctx, 5*time.Second); err != nil {
 		return fmt.Errorf("subscribe %s: %w", invalidateChannel, err)
 	}
