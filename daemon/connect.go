@@ -42,6 +42,9 @@ func NewRedis(c config.Redis) redis.UniversalClient {
 	if c.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	if opts.MasterName == "" && len(opts.Addrs) > 1 {
+		return newClusterClient(opts)
+	}
 	return redis.NewUniversalClient(opts)
 }
 
@@ -137,6 +140,12 @@ func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 func RedisURL(c config.Redis, rawURL string) (redis.UniversalClient, string, error) {
 	if rawURL == "" {
 		return NewRedis(c), strings.Join(c.Addrs, ",") + fmt.Sprintf(" db %d", c.DB), nil
+	}
+	if rdb, ok, err := multiHostURL(rawURL); ok {
+		if err != nil {
+			return nil, "", fmt.Errorf("--redis: %w", redact.URLError(err, rawURL))
+		}
+		return rdb, redact.URL(rawURL), nil
 	}
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +58,15 @@ const (
 	RewarmFlush = "flush"
 )
 
+// How a loss was detected, the via label of hearth_prewarm_rewarm_detections_total.
+const (
+	// DetectPush: a push (an invalidation, a dropped watch connection) made
+	// the check run at once.
+	DetectPush = "push"
+	// DetectPoll: the periodic check.
+	DetectPoll = "poll"
+)
+
 // RewarmOptions configures a Rewarmer. Client, Namespace and Warmer are required.
 type RewarmOptions struct {
 	Client redis.UniversalClient
@@ -77,6 +85,13 @@ type RewarmOptions struct {
 	// re-warmed once it leads again.
 	Gate   func() bool
 	Warmer *Warmer
+	// NoPush turns the push watch off: losses are then seen by the periodic
+	// check only. With it on (the default), Open also keeps one connection
+	// per master subscribed to client-tracking invalidations of the markers
+	// (CLIENT TRACKING … BCAST PREFIX <namespace>:warm): a flush, a change of
+	// a marker or a dropped connection (a restart, a failover) makes the
+	// check run at once instead of at the next Interval.
+	NoPush bool
 	// Prewarm shapes the pre-warm a re-warm runs (its Reason is replaced).
 	Prewarm    PrewarmOptions
 	Registerer prometheus.Registerer
@@ -95,14 +110,19 @@ type Rewarmer struct {
 	errors     prometheus.Counter
 	repairs    *hstate.Repairs
 
+	detections *prometheus.CounterVec
+
 	mu       sync.Mutex
-	runID    string    // "" until a baseline is taken
-	pending  string    // a loss whose re-warm did not finish as leader
-	deferred string    // a loss seen within MinGap of the last re-warm
-	last     time.Time // start of the last full re-warm
-	quiet    bool      // a suppression was logged since the last re-warm
+	runIDs   map[string]string // marker key → run_id of its master; nil until a baseline is taken
+	pending  string            // a loss whose re-warm did not finish as leader
+	deferred string            // a loss seen within MinGap of the last re-warm
+	scope    *slotScope        // the slots to re-warm for pending/deferred; nil: all
+	last     time.Time         // start of the last full re-warm
+	quiet    bool              // a suppression was logged since the last re-warm
 	cause    context.CancelCauseFunc
 	g        *errgroup.Group
+	kick     chan string // a push asks for a check now
+	push     *pushWatch  // nil with NoPush
 }
 
 // NewRewarmer builds a Rewarmer; nothing runs until Open or CheckOnce.
@@ -142,11 +162,18 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 			Help: "Checks for lost Redis data that could not reach Redis.",
 		}),
 	}
+	r.detections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hearth_prewarm_rewarm_detections_total",
+		Help: "Losses of Redis data detected, by how: push (a client-tracking invalidation or a dropped watch connection made the check run at once) or poll (the periodic check).",
+	}, []string{"via"})
+	r.detections.WithLabelValues(DetectPush)
+	r.detections.WithLabelValues(DetectPoll)
+	r.kick = make(chan string, 1)
 	r.rewarms.WithLabelValues(RewarmRestart)
 	r.rewarms.WithLabelValues(RewarmFlush)
 	r.suppressed.WithLabelValues(RewarmRestart)
 	r.suppressed.WithLabelValues(RewarmFlush)
-	opts.Registerer.MustRegister(r.rewarms, r.suppressed, r.errors)
+	opts.Registerer.MustRegister(r.rewarms, r.suppressed, r.errors, r.detections)
 	return r, nil
 }
 
@@ -159,44 +186,69 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 // first check after the gap. A marker holding a foreign value counts as
 // absent (a flush): it is repaired, logged and counted.
 func (r *Rewarmer) CheckOnce(ctx context.Context) (string, error) {
+	return r.check(ctx, DetectPoll)
+}
+
+// check is CheckOnce; via says what made it run, for the detections metric.
+func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.open() {
 		return "", nil
 	}
-	id, err := runID(ctx, r.opts.Client)
+	sites, err := r.sites(ctx)
 	if err != nil {
 		r.errors.Inc()
 		return "", fmt.Errorf("rewarm check: %w", err)
 	}
-	marker := MarkerKey(r.opts.Namespace)
-	if r.runID == "" {
-		if _, err := r.setMarker(ctx, true); err != nil {
+	defer r.watch(sites)
+	if r.runIDs == nil {
+		return "", r.arm(ctx, sites)
+	}
+	// Each master's marker goes back first: a flush during the re-warm is
+	// then seen by the next check, and re-warmed again.
+	detected := ""
+	var lost []site
+	ids := make(map[string]string, len(sites))
+	for _, st := range sites {
+		known, ok := r.runIDs[st.marker]
+		if !ok {
+			// A new master, or the master's lowest slot moved (a reshard):
+			// arm it, there is no baseline to compare with.
+			if _, err := r.setMarker(ctx, st, true); err != nil {
+				return "", err
+			}
+			ids[st.marker] = st.runID
+			continue
+		}
+		present, err := r.setMarker(ctx, st, false)
+		if err != nil {
 			return "", err
 		}
-		r.runID = id
-		r.log.Debug().Str("marker", marker).Msg("re-warm watch armed")
-		return "", nil
+		ids[st.marker] = st.runID
+		switch {
+		case st.runID != known:
+			detected = RewarmRestart
+			lost = append(lost, st)
+		case !present:
+			if detected == "" {
+				detected = RewarmFlush
+			}
+			lost = append(lost, st)
+		}
 	}
-	// The marker goes back first: a flush during the re-warm is then seen
-	// by the next check, and re-warmed again.
-	present, err := r.setMarker(ctx, false)
-	if err != nil {
-		return "", err
+	r.runIDs = ids
+	if detected != "" {
+		r.detections.WithLabelValues(via).Inc()
 	}
-	detected := ""
-	switch {
-	case id != r.runID:
-		detected = RewarmRestart
-	case !present:
-		detected = RewarmFlush
-	}
-	r.runID = id
+	scope := scopeOf(lost, len(sites))
 	reason := r.pending
 	if reason == "" {
 		reason = r.deferred
 	}
-	if reason == "" {
+	if reason != "" {
+		scope = r.scope.union(scope, detected != "")
+	} else {
 		reason = detected
 	}
 	if reason == "" {
@@ -215,22 +267,39 @@ func (r *Rewarmer) CheckOnce(ctx context.Context) (string, error) {
 		if r.pending == "" {
 			r.deferred = reason
 		}
+		r.scope = scope
+		// The poll may be far off, or off: come back once the gap has passed.
+		time.AfterFunc(wait, r.kickNow)
 		return "", nil
 	}
 	if r.pending == "" {
 		r.rewarms.WithLabelValues(reason).Inc()
-		r.log.Warn().Str("reason", reason).Msg("redis lost its data: re-warming")
+		r.log.Warn().Str("reason", reason).Str("via", via).Str("slots", scope.String()).Msg("redis lost its data: re-warming")
 	} else {
 		r.log.Warn().Str("reason", reason).Msg("leading again: finishing the re-warm")
 	}
-	r.pending, r.deferred, r.last, r.quiet = reason, "", time.Now(), false
-	err = r.rewarm(ctx, reason)
+	r.pending, r.deferred, r.scope, r.last, r.quiet = reason, "", scope, time.Now(), false
+	err = r.rewarm(ctx, reason, scope)
 	if r.open() {
-		r.pending = ""
+		r.pending, r.scope = "", nil
 	} else {
 		r.log.Warn().Str("reason", reason).Msg("leadership lost during the re-warm: it runs again once leading")
 	}
 	return reason, err
+}
+
+// arm writes every master's marker and takes the run_ids as the baseline.
+func (r *Rewarmer) arm(ctx context.Context, sites []site) error {
+	ids := make(map[string]string, len(sites))
+	for _, st := range sites {
+		if _, err := r.setMarker(ctx, st, true); err != nil {
+			return err
+		}
+		ids[st.marker] = st.runID
+	}
+	r.runIDs = ids
+	r.log.Debug().Int("masters", len(sites)).Str("marker", MarkerKey(r.opts.Namespace)).Msg("re-warm watch armed")
+	return nil
 }
 
 func (r *Rewarmer) open() bool { return r.opts.Gate == nil || r.opts.Gate() }
@@ -241,30 +310,26 @@ func (r *Rewarmer) open() bool { return r.opts.Gate == nil || r.opts.Gate() }
 func (r *Rewarmer) Mark(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	id, err := runID(ctx, r.opts.Client)
+	sites, err := r.sites(ctx)
 	if err != nil {
 		r.errors.Inc()
 		return fmt.Errorf("rewarm mark: %w", err)
 	}
-	if _, err := r.setMarker(ctx, true); err != nil {
-		return err
-	}
-	r.runID = id
-	r.log.Debug().Str("marker", MarkerKey(r.opts.Namespace)).Msg("re-warm watch armed")
-	return nil
+	defer r.watch(sites)
+	return r.arm(ctx, sites)
 }
 
 // setMarker writes the marker back if it is absent or foreign (always, with
 // force) and reports whether a valid one was there. A foreign marker is
 // logged and counted, and reported absent: Hearth cannot tell what happened
 // to Redis's data, so it re-warms.
-func (r *Rewarmer) setMarker(ctx context.Context, force bool) (present bool, err error) {
-	marker := MarkerKey(r.opts.Namespace)
+func (r *Rewarmer) setMarker(ctx context.Context, st site, force bool) (present bool, err error) {
+	marker := st.marker
 	arg := "0"
 	if force {
 		arg = "1"
 	}
-	reply, err := markerScript.Run(ctx, r.opts.Client, []string{marker}, arg).StringSlice()
+	reply, err := markerScript.Run(ctx, st.node, []string{marker}, arg).StringSlice()
 	if err == nil && len(reply) != 2 {
 		err = fmt.Errorf("unexpected reply %q", reply)
 	}
@@ -281,40 +346,30 @@ func (r *Rewarmer) setMarker(ctx context.Context, force bool) (present bool, err
 	return false, nil
 }
 
-// rewarm runs the pre-warm (the hottest keys first), then every declaration's refresh.
-func (r *Rewarmer) rewarm(ctx context.Context, reason string) error {
+// rewarm runs the pre-warm (the hottest keys first), then every
+// declaration's refresh, both without the pre-warm's rate (the warmer's load
+// bound and each source's protection still apply). With a scope (a Cluster
+// where some masters kept their data), only keys in the scope's slots are
+// loaded.
+func (r *Rewarmer) rewarm(ctx context.Context, reason string, scope *slotScope) error {
 	t0 := time.Now()
 	po := r.opts.Prewarm
 	po.Reason = reason
-	_, perr := r.opts.Warmer.Prewarm(ctx, po)
-	rerr := r.opts.Warmer.RefreshAll(ctx)
-	r.log.Info().Str("reason", reason).Dur("took", time.Since(t0)).AnErr("prewarm_error", perr).
-		AnErr("refresh_error", rerr).Msg("re-warm finished")
-	return errors.Join(perr, rerr)
-}
-
-// runID identifies the Redis server process: INFO server's run_id, or for a
-// cluster the sorted run_ids of every master, so that any node's restart shows.
-func runID(ctx context.Context, c redis.UniversalClient) (string, error) {
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		var (
-			mu  sync.Mutex
-			ids []string
-		)
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			id, err := nodeRunID(ctx, n)
-			mu.Lock()
-			ids = append(ids, id)
-			mu.Unlock()
-			return err
-		})
-		if err != nil {
-			return "", err
+	po.Rate = 0
+	var rerr error
+	if scope == nil {
+		_, perr := r.opts.Warmer.Prewarm(ctx, po)
+		rerr = errors.Join(perr, r.opts.Warmer.RefreshAll(ctx))
+	} else {
+		if po.AccessLog != nil {
+			po.AccessLog = filteredLog{po.AccessLog, scope.has}
 		}
-		sort.Strings(ids)
-		return strings.Join(ids, ","), nil
+		_, perr := r.opts.Warmer.Prewarm(ctx, po)
+		rerr = errors.Join(perr, r.opts.Warmer.RefreshWhere(ctx, scope.has))
 	}
-	return nodeRunID(ctx, c)
+	r.log.Info().Str("reason", reason).Str("slots", scope.String()).Dur("took", time.Since(t0)).
+		AnErr("error", rerr).Msg("re-warm finished")
+	return rerr
 }
 
 func nodeRunID(ctx context.Context, c redis.Cmdable) (string, error) {
@@ -337,6 +392,11 @@ func (r *Rewarmer) Open(ctx context.Context) error {
 	if r.cause != nil {
 		return errors.New("rewarmer: already open")
 	}
+	if !r.opts.NoPush {
+		r.mu.Lock()
+		r.push = newPushWatch(ctx, r)
+		r.mu.Unlock()
+	}
 	if _, err := r.CheckOnce(ctx); err != nil {
 		r.log.Warn().Err(err).Msg("rewarm baseline not taken; retrying")
 	}
@@ -347,13 +407,15 @@ func (r *Rewarmer) Open(ctx context.Context) error {
 		t := time.NewTicker(r.opts.Interval)
 		defer t.Stop()
 		for {
+			via := DetectPoll
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-t.C:
+			case via = <-r.kick:
 			}
-			if _, err := r.CheckOnce(ctx); err != nil && ctx.Err() == nil {
-				r.log.Warn().Err(err).Msg("rewarm check failed")
+			if _, err := r.check(ctx, via); err != nil && ctx.Err() == nil {
+				r.log.Warn().Err(err).Str("via", via).Msg("rewarm check failed")
 			}
 		}
 	})
@@ -370,7 +432,16 @@ func (r *Rewarmer) Close(ctx context.Context) error {
 	}
 	r.cause(errRewarmerClosed)
 	done := make(chan struct{})
-	go func() { _ = r.g.Wait(); close(done) }()
+	go func() {
+		_ = r.g.Wait()
+		r.mu.Lock()
+		p := r.push
+		r.mu.Unlock()
+		if p != nil {
+			p.close()
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil

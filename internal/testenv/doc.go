@@ -46,6 +46,17 @@
 // the tests run as root the server binaries are run as user postgres through
 // runuser, in a directory under /tmp owned by that user.
 //
+// # Cluster and Sentinel
+//
+// [RedisCluster] starts 3 masters and 3 replicas (redis-server
+// --cluster-enabled, joined with redis-cli --cluster create) with a 1 s
+// cluster-node-timeout, and offers kill -9 of a master with the wait for its
+// replica's promotion, restart of a node, a reshard with redis-cli and the
+// slot owners. [RedisSentinel] starts 1 master, 1 replica and 3 sentinels
+// (redis-server --sentinel, no redis-sentinel package needed), with SENTINEL
+// FAILOVER and kill -9 of the master. Both need redis-cli and are stopped at
+// cleanup; under CI=true a failure to start fails the test.
+//
 // # Faults
 //
 // [NewProxy] puts a Toxiproxy proxy (used as a library, in process) in front

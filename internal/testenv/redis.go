@@ -220,8 +220,10 @@ type RedisServer struct {
 	// Port is the server's TCP port; it stays the same across restarts.
 	Port int
 
-	bin string
-	dir string // working directory and log
+	bin  string
+	dir  string   // working directory and log
+	args []string // extra redis-server arguments (cluster, sentinel)
+	conf string   // config file, for a sentinel (it rewrites it)
 
 	mu     sync.Mutex
 	proc   *proc // nil while stopped
@@ -245,7 +247,7 @@ func PrivateRedis(t testing.TB) *RedisServer {
 	return s
 }
 
-func newRedisServer() (*RedisServer, error) {
+func newRedisServer(args ...string) (*RedisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not found: %w", err)
@@ -254,7 +256,7 @@ func newRedisServer() (*RedisServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("make redis dir: %w", err)
 	}
-	s := &RedisServer{bin: bin, dir: dir}
+	s := &RedisServer{bin: bin, dir: dir, args: args}
 	// Another process may take the free port before redis binds it: retry.
 	var lastErr error
 	for range 5 {
@@ -287,7 +289,11 @@ func (s *RedisServer) startLocked(port int) error {
 		return fmt.Errorf("open redis log: %w", err)
 	}
 	defer logFile.Close()
-	cmd := exec.Command(s.bin,
+	var conf []string
+	if s.conf != "" {
+		conf = []string{s.conf}
+	}
+	cmd := exec.Command(s.bin, append(append(conf,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -295,7 +301,7 @@ func (s *RedisServer) startLocked(port int) error {
 		"--daemonize", "no",
 		"--dir", s.dir,
 		"--loglevel", "warning",
-	)
+	), s.args...)...)
 	cmd.Dir = s.dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile

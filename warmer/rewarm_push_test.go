@@ -1,0 +1,174 @@
+package warmer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// noPoll is a check interval the tests never reach: whatever re-warms within
+// them was triggered by a push.
+const noPoll = time.Hour
+
+// TestRewarmPushFlush: with the periodic check out of reach, a FLUSHDB is
+// still re-warmed: the client-tracking invalidation (a null key list) makes
+// the check run at once, and the detection is counted as a push.
+func TestRewarmPushFlush(t *testing.T) {
+	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, 2*time.Second })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	waitTracking(t, e)
+	for i := range 2 {
+		if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitWarm(t, e, 10*time.Second)
+		testenv.Eventually(t, 10*time.Second, "the flush counted as detected by push", func() bool {
+			return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush) >= float64(i+1)
+		})
+		if i == 0 {
+			// The watch re-subscribes after a flush: the second one is seen
+			// too; if it falls within the minimum gap it is re-warmed once
+			// the gap has passed, although no poll comes.
+			waitTracking(t, e)
+		}
+	}
+	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll); got != 0 {
+		t.Errorf("detections{via=poll} = %g, want 0 (the poll never ran)", got)
+	}
+	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 2.0; got != want {
+		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
+	}
+}
+
+// TestRewarmPushRestart: a restart drops the watch's connection; once it
+// reconnects it makes the check run, which sees the new run_id and re-warms.
+func TestRewarmPushRestart(t *testing.T) {
+	srv, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	waitTracking(t, e)
+	srv.Restart(t)
+	waitWarm(t, e, 10*time.Second)
+	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
+	}
+	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush), 1.0; got != want {
+		t.Errorf("detections{via=push} = %g, want %g", got, want)
+	}
+}
+
+// TestRewarmNoPushPolls: with the push watch off, a flush is seen by the
+// periodic check, counted as a poll, and no connection tracks anything.
+func TestRewarmNoPushPolls(t *testing.T) {
+	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.NoPush = true })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	if n := trackingClients(t, e); n != 0 {
+		t.Fatalf("%d tracking connections with NoPush", n)
+	}
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, e, 10*time.Second)
+	testenv.Eventually(t, 10*time.Second, "the flush counted as detected by poll", func() bool {
+		return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll) == 1
+	})
+	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush); got != 0 {
+		t.Errorf("detections{via=push} = %g, want 0", got)
+	}
+}
+
+// trackingClients counts the connections with client tracking on (flag t).
+func trackingClients(t *testing.T, e *pwEnv) int {
+	t.Helper()
+	list, err := e.rdb.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range splitFields(list) {
+		if len(f) > 6 && f[:6] == "flags=" && containsByte(f[6:], 't') {
+			n++
+		}
+	}
+	return n
+}
+
+// waitTracking waits until the watch's tracking connection is on.
+func waitTracking(t *testing.T, e *pwEnv) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, "the push watch tracks the marker", func() bool { return trackingClients(t, e) == 1 })
+}
+
+func splitFields(s string) []string {
+	var out []string
+	start := -1
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ' ' || s[i] == '\n' || s[i] == '\r' {
+			if start >= 0 {
+				out = append(out, s[start:i])
+				start = -1
+			}
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+	}
+	return out
+}
+
+func containsByte(s string, b byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == b {
+			return true
+		}
+	}
+	return false
+}
+
+// seriesValue is the value of the one series of counter family name whose
+// label has value; it fails the test unless exactly one series matches.
+func seriesValue(t *testing.T, g prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		v float64
+		n int
+	)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					v += m.GetCounter().GetValue()
+					n++
+				}
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d series %s{%s=%q}, want exactly one", n, name, label, value)
+	}
+	return v
+}

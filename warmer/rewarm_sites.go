@@ -1,0 +1,207 @@
+package warmer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// site is one master the Rewarmer watches: its marker key (in one of the
+// master's slots), the master itself and its run_id now.
+type site struct {
+	marker string
+	node   redis.UniversalClient // the master: the marker script and INFO go to it
+	addr   string                // "" on a single node or Sentinel
+	runID  string
+	ranges [][2]int // the master's slots (Cluster only)
+}
+
+// ClusterMarkerKey is the marker of the Cluster master whose lowest slot is
+// slot: MarkerKey with a hash tag in that slot, so that each master holds its
+// own and a flush or restart of one master is seen, and re-warmed, alone.
+func ClusterMarkerKey(namespace string, slot int) string {
+	return MarkerKey(namespace) + ":{" + SlotTag(slot) + "}"
+}
+
+// sites lists the masters now: the client itself on a single node or
+// Sentinel, every master serving slots on a Cluster.
+func (r *Rewarmer) sites(ctx context.Context) ([]site, error) {
+	cc, ok := r.opts.Client.(*redis.ClusterClient)
+	if !ok {
+		id, err := nodeRunID(ctx, r.opts.Client)
+		if err != nil {
+			return nil, err
+		}
+		return []site{{marker: MarkerKey(r.opts.Namespace), node: r.opts.Client, runID: id}}, nil
+	}
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("cluster slots: %w", err)
+	}
+	byAddr := map[string]*site{}
+	for _, s := range slots {
+		if len(s.Nodes) == 0 || s.Start < 0 || s.End >= SlotCount || s.Start > s.End {
+			return nil, fmt.Errorf("cluster slots: unexpected range %d-%d with %d nodes", s.Start, s.End, len(s.Nodes))
+		}
+		addr := s.Nodes[0].Addr
+		st := byAddr[addr]
+		if st == nil {
+			st = &site{addr: addr}
+			byAddr[addr] = st
+		}
+		st.ranges = append(st.ranges, [2]int{int(s.Start), int(s.End)})
+	}
+	out := make([]site, 0, len(byAddr))
+	for _, st := range byAddr {
+		sort.Slice(st.ranges, func(i, j int) bool { return st.ranges[i][0] < st.ranges[j][0] })
+		st.marker = ClusterMarkerKey(r.opts.Namespace, st.ranges[0][0])
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ranges[0][0] < out[j].ranges[0][0] })
+	var (
+		g  errgroup.Group
+		mu sync.Mutex
+	)
+	for i := range out {
+		g.Go(func() error {
+			node, err := cc.MasterForKey(ctx, out[i].marker)
+			if err != nil {
+				return fmt.Errorf("master of %s: %w", out[i].marker, err)
+			}
+			id, err := nodeRunID(ctx, node)
+			if err != nil {
+				return fmt.Errorf("%s: %w", out[i].addr, err)
+			}
+			mu.Lock()
+			out[i].node, out[i].runID = node, id
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// slotScope is the set of slots a partial re-warm loads; a nil scope is
+// every slot.
+type slotScope struct{ ranges [][2]int }
+
+// scopeOf is the slots of the lost masters, or nil (all) when every master
+// lost its data or Redis is not a Cluster.
+func scopeOf(lost []site, of int) *slotScope {
+	if len(lost) == 0 || len(lost) == of {
+		return nil
+	}
+	s := &slotScope{}
+	for _, st := range lost {
+		if st.ranges == nil {
+			return nil
+		}
+		s.ranges = append(s.ranges, st.ranges...)
+	}
+	return s
+}
+
+// union merges a scope carried over from an earlier loss with a new one;
+// when nothing new was detected, the earlier scope stands.
+func (s *slotScope) union(o *slotScope, detected bool) *slotScope {
+	if !detected {
+		return s
+	}
+	if s == nil || o == nil {
+		return nil
+	}
+	return &slotScope{ranges: append(append([][2]int(nil), s.ranges...), o.ranges...)}
+}
+
+func (s *slotScope) has(key string) bool {
+	if s == nil {
+		return true
+	}
+	n := HashSlot(key)
+	for _, r := range s.ranges {
+		if n >= r[0] && n <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *slotScope) String() string {
+	if s == nil {
+		return "all"
+	}
+	parts := make([]string, len(s.ranges))
+	for i, r := range s.ranges {
+		parts[i] = strconv.Itoa(r[0]) + "-" + strconv.Itoa(r[1])
+	}
+	return strings.Join(parts, ",")
+}
+
+// filteredLog passes on the access-log keys keep accepts.
+type filteredLog struct {
+	AccessLog
+	keep func(string) bool
+}
+
+func (f filteredLog) EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error {
+	return f.AccessLog.EachTopKey(ctx, window, n, func(key string) {
+		if f.keep(key) {
+			fn(key)
+		}
+	})
+}
+
+// RefreshWhere refreshes, once and unpaced, the members of every declaration
+// whose key keep accepts (a re-warm of one Cluster master's slots). Members
+// come from the declaration's list or query, as a scheduled refresh's do.
+func (w *Warmer) RefreshWhere(ctx context.Context, keep func(key string) bool) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		g    errgroup.Group
+	)
+	for _, name := range w.names() {
+		spec, st, ok := w.lookup(name)
+		if !ok {
+			continue
+		}
+		members, _, err := w.members(ctx, spec, st)
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+			if members == nil {
+				continue
+			}
+		}
+		var mine []string
+		for _, m := range members {
+			if keep(spec.Template.Key(m)) {
+				mine = append(mine, m)
+			}
+		}
+		for _, batch := range w.batches(spec, mine) {
+			g.Go(func() error {
+				if _, err := w.RefreshMembers(ctx, name, batch); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+				return nil
+			})
+		}
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
+}
