@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/internal/hstate"
 )
 
 // ErrPrewarmFenced: a pre-warm write was refused because a leader took over
@@ -268,7 +270,7 @@ func (s *PrewarmStore) SetEach(ctx context.Context, entries []Entry) ([]SetOutco
 		send(retry, true) // EVAL also caches the script for the next batch
 	}
 	for i, c := range cmds {
-		code, found, foreign, err := scriptCode(c)
+		code, found, foreign, err := hstate.ScriptReply(c)
 		if err != nil {
 			return nil, fmt.Errorf("write %d keys: %w", len(entries), err)
 		}
@@ -320,27 +322,6 @@ func (s *PrewarmStore) setPlain(ctx context.Context, entries []Entry, out []SetO
 // and never creates a key); a pre-warm extends only keys it failed to load.
 func (s *PrewarmStore) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {
 	return (&RedisStore{Client: s.client}).Extend(ctx, keys, ttls)
-}
-
-// scriptCode reads an integer reply, or {code, found}.
-func scriptCode(c *redis.Cmd) (code int64, found string, foreign bool, err error) {
-	v, err := c.Result()
-	if err != nil {
-		return 0, "", false, err
-	}
-	switch v := v.(type) {
-	case int64:
-		return v, "", false, nil
-	case []any:
-		if len(v) == 2 {
-			n, ok1 := v[0].(int64)
-			s, ok2 := v[1].(string)
-			if ok1 && ok2 {
-				return n, s, true, nil
-			}
-		}
-	}
-	return 0, "", false, fmt.Errorf("unexpected script reply %v", v)
 }
 
 // write writes entries through the store: per entry when it is an EachStore,
