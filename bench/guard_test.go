@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkGuardOverhead(b *testing.B) {
 	}
 	spec := &warmer.Spec{Name: "p", Template: tp}
 	src := memSource{rs: make([]warmer.Result, 500)}
-	guarded := warmer.Guard(src, warmer.GuardConfig{Name: "mem", MaxInFlight: 4, Rate: 1e9, Burst: 4, Retries: 2,
+	guarded := protect.Guard(src, protect.GuardConfig{Name: "mem", MaxInFlight: 4, Rate: 1e9, Burst: 4, Retries: 2,
 		RetryBackoff: 100 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: 30 * time.Second})
 	for _, c := range []struct {
 		name string

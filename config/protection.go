@@ -5,7 +5,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/sources/protect"
 )
 
 // Protection bounds what Hearth asks of one origin: calls in flight, calls per
@@ -52,8 +52,8 @@ const (
 	DefaultBreakerProbeInterval = time.Second
 )
 
-func (p Protection) resolved() warmer.GuardConfig {
-	g := warmer.GuardConfig{
+func (p Protection) resolved() protect.GuardConfig {
+	g := protect.GuardConfig{
 		MaxInFlight: p.MaxInFlight, Rate: DefaultRate, Burst: p.Burst,
 		AttemptTimeout: p.AttemptTimeout, Retries: DefaultRetries,
 		RetryBackoff: p.RetryBackoff, RetryMaxBackoff: p.RetryMaxBackoff,
@@ -91,8 +91,8 @@ func (p Protection) resolved() warmer.GuardConfig {
 }
 
 // Guard returns the source's origin protection with defaults applied, ready
-// for warmer.Guard; metrics and logger are the caller's.
-func (s Source) Guard(m *warmer.GuardMetrics, log zerolog.Logger) warmer.GuardConfig {
+// for protect.Guard; metrics and logger are the caller's.
+func (s Source) Guard(m *protect.GuardMetrics, log zerolog.Logger) protect.GuardConfig {
 	g := s.Protection.resolved()
 	g.Name, g.Metrics, g.Logger = s.Name, m, log
 	return g

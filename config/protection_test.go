@@ -8,7 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/sources/protect"
 )
 
 func TestSourceProtection(t *testing.T) {
@@ -38,10 +38,10 @@ keys:
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := warmer.NewGuardMetrics(nil)
+	m := protect.NewGuardMetrics(nil)
 	t.Run("defaults", func(t *testing.T) {
 		got := cfg.Sources[0].Guard(m, zerolog.Nop())
-		want := warmer.GuardConfig{Name: "plain", MaxInFlight: config.DefaultMaxInFlight, Rate: config.DefaultRate,
+		want := protect.GuardConfig{Name: "plain", MaxInFlight: config.DefaultMaxInFlight, Rate: config.DefaultRate,
 			Burst: config.DefaultMaxInFlight, Retries: config.DefaultRetries, RetryBackoff: config.DefaultRetryBackoff,
 			RetryMaxBackoff: config.DefaultRetryMaxBackoff, BreakerFailures: config.DefaultBreakerFailures,
 			BreakerOpenFor: config.DefaultBreakerOpenFor, ProbeInterval: config.DefaultBreakerProbeInterval}

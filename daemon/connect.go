@@ -16,6 +16,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/redact"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -62,7 +63,7 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis) e
 type closer interface{ Close() }
 
 // Sources are the configured origins, open and checked: each behind its origin
-// protection (warmer.Guard) for loads; the postgres ones are also kept as
+// protection (protect.Guard) for loads; the postgres ones are also kept as
 // themselves, for the access log, which reads through their pool and not
 // through the protection.
 type Sources struct {
@@ -84,9 +85,9 @@ func (s *Sources) Close() {
 }
 
 // OpenSources builds every configured source, checks that each answers, and
-// puts each behind its origin protection (warmer.Guard), whose metrics go to reg.
+// puts each behind its origin protection (protect.Guard), whose metrics go to reg.
 func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (*Sources, error) {
-	guards := warmer.NewGuardMetrics(reg)
+	guards := protect.NewGuardMetrics(reg)
 	httpMetrics := httpsrc.NewMetrics(reg)
 	out := &Sources{Guarded: make(map[string]warmer.Source, len(cfg.Sources)), postgres: map[string]*postgres.Source{}}
 	for _, sc := range cfg.Sources {
@@ -126,7 +127,7 @@ func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 			out.Close()
 			return nil, fmt.Errorf("source %s unreachable: %w", sc.Name, err)
 		}
-		g := warmer.Guard(src, sc.Guard(guards, log))
+		g := protect.Guard(src, sc.Guard(guards, log))
 		if c, ok := g.(closer); ok {
 			out.guards = append(out.guards, c)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -293,7 +294,7 @@ func TestBreakerOpenServesStale(t *testing.T) {
 	s.Path = "/v/{id}"
 	s.Members = []string{"a", "b"}
 	s.MaxStale = time.Minute
-	guard := warmer.Guard(u.source(t, 2), warmer.GuardConfig{Name: "api", BreakerFailures: 2, BreakerOpenFor: time.Minute})
+	guard := protect.Guard(u.source(t, 2), protect.GuardConfig{Name: "api", BreakerFailures: 2, BreakerOpenFor: time.Minute})
 	rg := newRig(t, r.Client, r.Prefix, map[string]warmer.Source{"api": guard}, s)
 	ctx := context.Background()
 	if _, err := rg.w.Refresh(ctx, "p", warmer.RunOptions{}); err != nil {

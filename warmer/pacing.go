@@ -1,24 +1,13 @@
 package warmer
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
-// callRater is a source that bounds its calls per second (origin protection).
+// callRater is a source that bounds its calls per second (origin protection,
+// sources/protect).
 type callRater interface {
 	// CallRate is the most calls per second the source admits; 0 or +Inf
 	// for no bound.
 	CallRate() float64
-}
-
-// CallRate is the origin protection's bound on calls per second (0: none).
-func (g *Guarded) CallRate() float64 {
-	r := float64(g.limiter.Limit())
-	if math.IsInf(r, 0) || !(r > 0) {
-		return 0
-	}
-	return r
 }
 
 // rateHeadroom is the share of an origin's rate bound a paced run plans to

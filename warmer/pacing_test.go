@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -23,7 +24,7 @@ func TestPacingHonoursTheOriginRate(t *testing.T) {
 	for _, m := range spec.Members {
 		o.set(m, []byte("v"))
 	}
-	src := warmer.Guard(o, warmer.GuardConfig{Name: "o", Rate: 25, Burst: 1, Logger: zerolog.Nop()})
+	src := protect.Guard(o, protect.GuardConfig{Name: "o", Rate: 25, Burst: 1, Logger: zerolog.Nop()})
 	if r, ok := src.(interface{ CallRate() float64 }); !ok || r.CallRate() != 25 {
 		t.Fatalf("guarded source does not report its rate bound")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -42,8 +43,8 @@ func TestPostgresDownMidRun(t *testing.T) {
 	s.Members, s.Query = []string{"1", "2", "3"}, `SELECT id, body FROM items WHERE id = ANY($1)`
 	s.MaxStale = 6 * time.Second
 	greg := prometheus.NewRegistry()
-	guard := warmer.Guard(pgSource(t, pgs.DSN()), warmer.GuardConfig{Name: "db", Retries: 1, RetryBackoff: 50 * time.Millisecond,
-		BreakerFailures: 3, BreakerOpenFor: 3 * time.Second, Metrics: warmer.NewGuardMetrics(greg)})
+	guard := protect.Guard(pgSource(t, pgs.DSN()), protect.GuardConfig{Name: "db", Retries: 1, RetryBackoff: 50 * time.Millisecond,
+		BreakerFailures: 3, BreakerOpenFor: 3 * time.Second, Metrics: protect.NewGuardMetrics(greg)})
 	rg := newRig(t, r.Client, r.Prefix, map[string]warmer.Source{"db": guard}, s)
 	sched, err := jobs.New(jobs.Options{Refresher: rg.w, Specs: []*warmer.Spec{s}, Logger: zerolog.Nop()})
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 // recoverer is a source that tells when its origin is back after an outage
-// (a Guarded source with probes, see GuardConfig.ProbeInterval).
+// (a protect.Guarded source with probes, see protect.GuardConfig.ProbeInterval).
 type recoverer interface {
 	OnRecover(fn func(ctx context.Context))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
+	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -40,8 +41,8 @@ func TestBreakerProbeRecovers(t *testing.T) {
 	}
 	t.Cleanup(src.Close)
 	greg := prometheus.NewRegistry()
-	guard := warmer.Guard(src, warmer.GuardConfig{Name: "api", BreakerFailures: 2, BreakerOpenFor: time.Hour,
-		ProbeInterval: 100 * time.Millisecond, Metrics: warmer.NewGuardMetrics(greg), Logger: zerolog.Nop()})
+	guard := protect.Guard(src, protect.GuardConfig{Name: "api", BreakerFailures: 2, BreakerOpenFor: time.Hour,
+		ProbeInterval: 100 * time.Millisecond, Metrics: protect.NewGuardMetrics(greg), Logger: zerolog.Nop()})
 	t.Cleanup(guard.(interface{ Close() }).Close)
 
 	s := guardSpec(t, "p", rd.Prefix+"p:{id}", "/v/{id}")
@@ -108,8 +109,8 @@ func TestBreakerProbeFalseRecovery(t *testing.T) {
 		return http.StatusServiceUnavailable, "down"
 	})
 	greg := prometheus.NewRegistry()
-	guard := warmer.Guard(u.source(t, 2), warmer.GuardConfig{Name: "api", BreakerFailures: 3, BreakerOpenFor: time.Hour,
-		ProbeInterval: 100 * time.Millisecond, Metrics: warmer.NewGuardMetrics(greg), Logger: zerolog.Nop()})
+	guard := protect.Guard(u.source(t, 2), protect.GuardConfig{Name: "api", BreakerFailures: 3, BreakerOpenFor: time.Hour,
+		ProbeInterval: 100 * time.Millisecond, Metrics: protect.NewGuardMetrics(greg), Logger: zerolog.Nop()})
 	t.Cleanup(guard.(interface{ Close() }).Close)
 	s := guardSpec(t, "p", rd.Prefix+"p:{id}", "/v/{id}")
 	s.Members = []string{"a"}

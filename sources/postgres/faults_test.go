@@ -10,6 +10,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -41,7 +42,7 @@ func TestServerGoneIsUnavailable(t *testing.T) {
 	pgs.Stop(t)
 	for _, phase := range []string{"pooled connection killed", "connection refused"} {
 		_, err := src.Load(ctx, s, []string{"1"})
-		if !errors.Is(err, warmer.ErrUnavailable) || !warmer.Retryable(err) {
+		if !errors.Is(err, warmer.ErrUnavailable) || !protect.Retryable(err) {
 			t.Errorf("%s: err = %v, want ErrUnavailable", phase, err)
 		}
 		if errors.Is(err, warmer.ErrBadPayload) {
@@ -74,7 +75,7 @@ func TestQueryMistakesAreNotRetried(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", query, err, want)
 		}
-		if warmer.Retryable(err) {
+		if protect.Retryable(err) {
 			t.Errorf("%s: %v is marked worth retrying", query, err)
 		}
 	}

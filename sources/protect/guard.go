@@ -1,10 +1,14 @@
-package warmer
+// Package protect is the origin protection put around every source: a
+// concurrency bound, a rate limit, retries with exponential backoff and
+// jitter, a circuit breaker with probes, and their metrics.
+package protect
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -17,20 +21,8 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
-)
 
-// Origin protection errors: a guarded source refused to call its origin.
-var (
-	// ErrBreakerOpen means the source's circuit breaker is open (or half-open
-	// with its trial call in flight): the load fails at once and the warmer
-	// keeps the old values alive instead of calling the origin.
-	ErrBreakerOpen = errors.New("origin circuit breaker open")
-	// ErrOverloaded means no call slot (max_in_flight) or rate token came free
-	// before the load's deadline.
-	ErrOverloaded = errors.New("origin call limit reached")
-	// ErrUnavailable marks an origin failure worth retrying: a connection
-	// refused or reset, a timeout, an HTTP 5xx or 429. Sources wrap it.
-	ErrUnavailable = errors.New("origin unavailable")
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // GuardConfig is the protection put around one source. Zero values switch a
@@ -57,7 +49,7 @@ type GuardConfig struct {
 	// BreakerOpenFor; then one trial call decides whether it closes (0: no breaker).
 	BreakerFailures int
 	BreakerOpenFor  time.Duration
-	// ProbeInterval, when set, pings the origin (Source.Ping) this often
+	// ProbeInterval, when set, pings the origin (warmer.Source.Ping) this often
 	// while the breaker is open or half-open, instead of waiting out
 	// BreakerOpenFor for a trial call: a ping that answers closes the breaker
 	// half-open style (the first failed call re-opens it) and calls the
@@ -73,10 +65,10 @@ type GuardConfig struct {
 	Logger  zerolog.Logger
 }
 
-// Guarded is a Source behind origin protection: a concurrency bound, a rate
+// Guarded is a warmer.Source behind origin protection: a concurrency bound, a rate
 // limit, retries with exponential backoff and jitter, and a circuit breaker.
 type Guarded struct {
-	src       Source
+	src       warmer.Source
 	cfg       GuardConfig
 	sem       *semaphore.Weighted
 	limiter   *rate.Limiter
@@ -103,21 +95,21 @@ type Guarded struct {
 type guardedLister struct{ *Guarded }
 
 var (
-	_ Source       = (*Guarded)(nil)
-	_ MemberLister = guardedLister{}
+	_ warmer.Source       = (*Guarded)(nil)
+	_ warmer.MemberLister = guardedLister{}
 )
 
-// Guard wraps src in origin protection. The result is a MemberLister exactly
+// Guard wraps src in origin protection. The result is a warmer.MemberLister exactly
 // when src is one, with member listing protected like loads.
-func Guard(src Source, cfg GuardConfig) Source {
+func Guard(src warmer.Source, cfg GuardConfig) warmer.Source {
 	g := newGuarded(src, cfg)
-	if _, ok := src.(MemberLister); ok {
+	if _, ok := src.(warmer.MemberLister); ok {
 		return guardedLister{g}
 	}
 	return g
 }
 
-func newGuarded(src Source, cfg GuardConfig) *Guarded {
+func newGuarded(src warmer.Source, cfg GuardConfig) *Guarded {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewGuardMetrics(nil)
 	}
@@ -276,21 +268,30 @@ func (g *Guarded) probe(gen uint64) {
 	}
 }
 
+// CallRate is the origin protection's bound on calls per second (0: none).
+func (g *Guarded) CallRate() float64 {
+	r := float64(g.limiter.Limit())
+	if math.IsInf(r, 0) || !(r > 0) {
+		return 0
+	}
+	return r
+}
+
 // Ping checks the origin directly: it is a start-up check, not load.
 func (g *Guarded) Ping(ctx context.Context) error { return g.src.Ping(ctx) }
 
 // Load loads members through the protection. A batch error is retried whole;
 // members that failed alone for a reason worth retrying (an HTTP 5xx) are
 // retried alone, and the other members keep their first answer.
-func (g *Guarded) Load(ctx context.Context, spec *Spec, members []string) ([]Result, error) {
+func (g *Guarded) Load(ctx context.Context, spec *warmer.Spec, members []string) ([]warmer.Result, error) {
 	var (
-		out     []Result
+		out     []warmer.Result
 		index   map[string]int // built only when a member is retried
 		pending = members
 		bo      *backoff.ExponentialBackOff
 	)
 	for attempt := 0; ; attempt++ {
-		rs, err := call(g, ctx, func(actx context.Context) ([]Result, error) {
+		rs, err := call(g, ctx, func(actx context.Context) ([]warmer.Result, error) {
 			return g.src.Load(actx, spec, pending)
 		}, g.verdict)
 		if err != nil {
@@ -329,7 +330,7 @@ func (g *Guarded) Load(ctx context.Context, spec *Spec, members []string) ([]Res
 }
 
 // retryMembers lists the members whose error is worth retrying.
-func retryMembers(rs []Result, retryable func(error) bool) []string {
+func retryMembers(rs []warmer.Result, retryable func(error) bool) []string {
 	var out []string
 	for _, r := range rs {
 		if r.Err != nil && retryable(r.Err) {
@@ -341,7 +342,7 @@ func retryMembers(rs []Result, retryable func(error) bool) []string {
 
 // merge puts a retry's answers for pending members in place of their first
 // answers; a pending member the retry does not mention is missing now.
-func merge(out []Result, index map[string]int, pending []string, rs []Result) []Result {
+func merge(out []warmer.Result, index map[string]int, pending []string, rs []warmer.Result) []warmer.Result {
 	answered := make(map[string]bool, len(rs))
 	for _, r := range rs {
 		if i, ok := index[r.Member]; ok && !answered[r.Member] {
@@ -353,15 +354,15 @@ func merge(out []Result, index map[string]int, pending []string, rs []Result) []
 	}
 	for _, m := range pending {
 		if !answered[m] {
-			out[index[m]] = Result{Member: m, Missing: true}
+			out[index[m]] = warmer.Result{Member: m, Missing: true}
 		}
 	}
 	return out
 }
 
 // ListMembers lists a family's members through the protection.
-func (g guardedLister) ListMembers(ctx context.Context, spec *Spec) ([]string, error) {
-	lister := g.src.(MemberLister)
+func (g guardedLister) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, error) {
+	lister := g.src.(warmer.MemberLister)
 	var bo *backoff.ExponentialBackOff
 	for attempt := 0; ; attempt++ {
 		list, err := call(g.Guarded, ctx, func(actx context.Context) ([]string, error) {
@@ -378,22 +379,22 @@ func call[T any](g *Guarded, ctx context.Context, fn func(context.Context) (T, e
 	var zero T
 	breaker := g.breaker.Load()
 	if breaker != nil && breaker.State() == gobreaker.StateOpen {
-		return zero, g.reject("breaker_open", ErrBreakerOpen, nil)
+		return zero, g.reject("breaker_open", warmer.ErrBreakerOpen, nil)
 	}
 	if g.sem != nil {
 		if err := g.sem.Acquire(ctx, 1); err != nil {
-			return zero, g.reject("in_flight", ErrOverloaded, err)
+			return zero, g.reject("in_flight", warmer.ErrOverloaded, err)
 		}
 		defer g.sem.Release(1)
 	}
 	if err := g.limiter.Wait(ctx); err != nil {
-		return zero, g.reject("rate_limited", ErrOverloaded, err)
+		return zero, g.reject("rate_limited", warmer.ErrOverloaded, err)
 	}
 	var done func(error)
 	if breaker != nil {
 		var err error
 		if done, err = breaker.Allow(); err != nil {
-			return zero, g.reject("breaker_open", ErrBreakerOpen, nil)
+			return zero, g.reject("breaker_open", warmer.ErrBreakerOpen, nil)
 		}
 	}
 	actx, cancel := ctx, context.CancelFunc(func() {})
@@ -425,7 +426,7 @@ var errFailed = errors.New("failed")
 // verdict tells the breaker whether a call failed: the origin did not answer
 // (connection, timeout, 5xx) for the batch, or for at least half of its members.
 // Bad payloads, missing rows and oversized values are answers: the origin is up.
-func (g *Guarded) verdict(ctx context.Context, rs []Result, err error) error {
+func (g *Guarded) verdict(ctx context.Context, rs []warmer.Result, err error) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return errExcluded
 	}
@@ -489,17 +490,17 @@ func (g *Guarded) wait(ctx context.Context, bo **backoff.ExponentialBackOff, att
 }
 
 // Retryable reports whether an origin error is worth retrying: a timeout, a
-// refused, reset or dropped connection, or ErrUnavailable (HTTP 5xx, 429). A bad
+// refused, reset or dropped connection, or warmer.ErrUnavailable (HTTP 5xx, 429). A bad
 // payload, a refusal by the protection or a cancelled load never is.
 func Retryable(err error) bool {
 	switch {
 	case err == nil,
 		errors.Is(err, context.Canceled),
-		errors.Is(err, ErrBreakerOpen), errors.Is(err, ErrOverloaded),
-		errors.Is(err, ErrTooLarge), errors.Is(err, ErrBadPayload), errors.Is(err, ErrNullValue),
-		errors.Is(err, ErrDuplicate), errors.Is(err, ErrBadMember), errors.Is(err, ErrTooMany):
+		errors.Is(err, warmer.ErrBreakerOpen), errors.Is(err, warmer.ErrOverloaded),
+		errors.Is(err, warmer.ErrTooLarge), errors.Is(err, warmer.ErrBadPayload), errors.Is(err, warmer.ErrNullValue),
+		errors.Is(err, warmer.ErrDuplicate), errors.Is(err, warmer.ErrBadMember), errors.Is(err, warmer.ErrTooMany):
 		return false
-	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
+	case errors.Is(err, warmer.ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):

@@ -1,4 +1,4 @@
-package warmer_test
+package protect_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/promtest"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
+	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -132,8 +133,8 @@ func TestGuardRetries(t *testing.T) {
 			return http.StatusOK, "v-" + m
 		})
 		reg := prometheus.NewRegistry()
-		g := warmer.Guard(u.source(t, 4), warmer.GuardConfig{Name: "api", Retries: 2, RetryBackoff: 10 * time.Millisecond,
-			RetryMaxBackoff: 20 * time.Millisecond, Metrics: warmer.NewGuardMetrics(reg)})
+		g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api", Retries: 2, RetryBackoff: 10 * time.Millisecond,
+			RetryMaxBackoff: 20 * time.Millisecond, Metrics: protect.NewGuardMetrics(reg)})
 		rs, err := g.Load(context.Background(), guardSpec(t, "p", "p:{id}", "/v/{id}"), []string{"ok", "flaky"})
 		if err != nil {
 			t.Fatal(err)
@@ -157,7 +158,7 @@ func TestGuardRetries(t *testing.T) {
 	})
 	t.Run("retries are bounded and the last error is kept", func(t *testing.T) {
 		u := newUpstream(t, func(string, int) (int, string) { return http.StatusBadGateway, "down" })
-		g := warmer.Guard(u.source(t, 4), warmer.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
+		g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
 		rs, err := g.Load(context.Background(), guardSpec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
 		if err != nil {
 			t.Fatal(err)
@@ -181,7 +182,7 @@ func TestGuardRetries(t *testing.T) {
 		})
 		s := guardSpec(t, "p", "p:{id}", "/v/{id}")
 		s.JSONPointer = "/price"
-		g := warmer.Guard(u.source(t, 4), warmer.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
+		g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
 		rs, err := g.Load(context.Background(), s, []string{"garbage", "gone", "teapot"})
 		if err != nil {
 			t.Fatal(err)
@@ -203,7 +204,7 @@ func TestGuardRetries(t *testing.T) {
 		u := newUpstream(t, func(m string, n int) (int, string) { return http.StatusOK, "v" })
 		u.setDelay(5 * time.Second)
 		s := guardSpec(t, "one", "one", "/v/one")
-		g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api", Retries: 1, RetryBackoff: time.Millisecond,
+		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api", Retries: 1, RetryBackoff: time.Millisecond,
 			AttemptTimeout: 100 * time.Millisecond})
 		go func() {
 			// The second attempt answers at once.
@@ -227,7 +228,7 @@ func TestGuardRetries(t *testing.T) {
 	})
 	t.Run("no retry outlasts the load's deadline", func(t *testing.T) {
 		u := newUpstream(t, func(string, int) (int, string) { return http.StatusInternalServerError, "" })
-		g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api", Retries: 5, RetryBackoff: time.Second})
+		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api", Retries: 5, RetryBackoff: time.Second})
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		rs, err := g.Load(ctx, guardSpec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
@@ -257,8 +258,8 @@ func TestGuardBreaker(t *testing.T) {
 	})
 	reg := prometheus.NewRegistry()
 	openFor := 300 * time.Millisecond
-	g := warmer.Guard(u.source(t, 4), warmer.GuardConfig{Name: "api", BreakerFailures: 3, BreakerOpenFor: openFor,
-		Metrics: warmer.NewGuardMetrics(reg)})
+	g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api", BreakerFailures: 3, BreakerOpenFor: openFor,
+		Metrics: protect.NewGuardMetrics(reg)})
 	s := guardSpec(t, "p", "p:{id}", "/v/{id}")
 	load := func() ([]warmer.Result, error) {
 		return g.Load(context.Background(), s, []string{"a", "b"})
@@ -310,7 +311,7 @@ func TestGuardBreaker(t *testing.T) {
 			}
 			return http.StatusOK, "v"
 		})
-		g := warmer.Guard(u.source(t, 4), warmer.GuardConfig{Name: "api2", BreakerFailures: 1, BreakerOpenFor: time.Minute})
+		g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api2", BreakerFailures: 1, BreakerOpenFor: time.Minute})
 		for range 3 {
 			if _, err := g.Load(context.Background(), s, []string{"a", "b", "c", "bad"}); err != nil {
 				t.Fatalf("err = %v: one 5xx member in four opened the breaker", err)
@@ -326,7 +327,7 @@ func TestGuardBreaker(t *testing.T) {
 	t.Run("a cancelled load is not held against the origin", func(t *testing.T) {
 		u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
 		u.setDelay(5 * time.Second)
-		g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api3", BreakerFailures: 1, BreakerOpenFor: time.Minute})
+		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api3", BreakerFailures: 1, BreakerOpenFor: time.Minute})
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			for u.total() < 1 {
@@ -350,7 +351,7 @@ func TestGuardBoundsCalls(t *testing.T) {
 	t.Run("max_in_flight", func(t *testing.T) {
 		u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
 		u.setDelay(50 * time.Millisecond)
-		g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api", MaxInFlight: 2})
+		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api", MaxInFlight: 2})
 		s := guardSpec(t, "p", "p:{id}", "/v/{id}")
 		var wg sync.WaitGroup
 		for i := range 12 {
@@ -370,7 +371,7 @@ func TestGuardBoundsCalls(t *testing.T) {
 	t.Run("rate", func(t *testing.T) {
 		u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
 		reg := prometheus.NewRegistry()
-		g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api", Rate: 1, Burst: 1, Metrics: warmer.NewGuardMetrics(reg)})
+		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api", Rate: 1, Burst: 1, Metrics: protect.NewGuardMetrics(reg)})
 		s := guardSpec(t, "one", "one", "/v/one")
 		if _, err := g.Load(context.Background(), s, nil); err != nil {
 			t.Fatal(err)
@@ -392,7 +393,7 @@ func TestGuardBoundsCalls(t *testing.T) {
 
 func TestGuardForwardsMemberListing(t *testing.T) {
 	u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
-	g := warmer.Guard(u.source(t, 1), warmer.GuardConfig{Name: "api"})
+	g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api"})
 	if _, ok := g.(warmer.MemberLister); ok {
 		t.Error("a guarded http source claims to list members")
 	}
@@ -412,7 +413,7 @@ func TestRetryable(t *testing.T) {
 		{warmer.ErrOrigin, false},
 		{errors.New("syntax error at or near"), false},
 	} {
-		if got := warmer.Retryable(c.err); got != c.want {
+		if got := protect.Retryable(c.err); got != c.want {
 			t.Errorf("Retryable(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
