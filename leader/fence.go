@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/hstate"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -41,6 +42,10 @@ type FencedStore struct {
 	perSlot bool
 	fenced  *prometheus.CounterVec
 	repairs *hstate.Repairs
+	// fence and slotFences are the fence key names, built once: FenceKey
+	// runs for every key written.
+	fence      string
+	slotFences []string
 }
 
 var (
@@ -70,6 +75,13 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 			Help: "Writes Redis refused because a newer leader's epoch fences them, by operation (set, extend).",
 		}, []string{"op"}),
 	}
+	s.fence = s.ns + ":fence"
+	if perSlot {
+		s.slotFences = make([]string, slot.Count)
+		for i := range s.slotFences {
+			s.slotFences[i] = s.ns + ":fence:{" + warmer.SlotTag(i) + "}"
+		}
+	}
 	s.repairs = hstate.NewRepairs(opts.Registerer, opts.Logger.With().Str("component", "fence").Logger())
 	s.fenced.WithLabelValues("set")
 	s.fenced.WithLabelValues("extend")
@@ -81,13 +93,16 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 // {ns}:fence:{tag} with a tag in key's hash slot when fences are per slot.
 func (s *FencedStore) FenceKey(key string) string {
 	if !s.perSlot {
-		return s.ns + ":fence"
+		return s.fence
 	}
 	return s.slotFence(warmer.HashSlot(key))
 }
 
-func (s *FencedStore) slotFence(slot int) string {
-	return s.ns + ":fence:{" + warmer.SlotTag(slot) + "}"
+func (s *FencedStore) slotFence(n int) string {
+	if n >= 0 && n < len(s.slotFences) {
+		return s.slotFences[n]
+	}
+	return s.ns + ":fence:{" + warmer.SlotTag(n) + "}"
 }
 
 // The scripts compare epochs as numbers (epochs stay below 2^53, exact in Lua)
