@@ -193,10 +193,16 @@ func (s *FencedStore) Set(ctx context.Context, entries []warmer.Entry) error {
 	if err != nil {
 		return err
 	}
-	epoch := strconv.FormatInt(t.Epoch, 10)
+	epoch := any(strconv.FormatInt(t.Epoch, 10))
+	// One backing array each for every entry's keys and arguments, not two
+	// slices per key.
+	keys, argv := make([]string, 2*len(entries)), make([]any, 3*len(entries))
 	cmds, err := s.run(ctx, setScript, len(entries), func(i int) ([]string, []any) {
 		e := entries[i]
-		return []string{e.Key, s.FenceKey(e.Key)}, []any{epoch, e.Value, max(1, e.TTL.Milliseconds())}
+		k, a := keys[2*i:2*i+2:2*i+2], argv[3*i:3*i+3:3*i+3]
+		k[0], k[1] = e.Key, s.FenceKey(e.Key)
+		a[0], a[1], a[2] = epoch, e.Value, max(1, e.TTL.Milliseconds())
+		return k, a
 	})
 	if err != nil {
 		return fmt.Errorf("write %d keys: %w", len(entries), err)
