@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/hstate"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -42,6 +43,10 @@ type FencedStore struct {
 	fenced  *prometheus.CounterVec
 	repairs *hstate.Repairs
 	ver     *versionMetrics
+	// fence and slotFences are the fence key names, built once: FenceKey
+	// runs for every key written.
+	fence      string
+	slotFences []string
 }
 
 var (
@@ -71,6 +76,13 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 			Help: "Writes Redis refused because a newer leader's epoch fences them, by operation (set, extend).",
 		}, []string{"op"}),
 	}
+	s.fence = s.ns + ":fence"
+	if perSlot {
+		s.slotFences = make([]string, slot.Count)
+		for i := range s.slotFences {
+			s.slotFences[i] = s.ns + ":fence:{" + warmer.SlotTag(i) + "}"
+		}
+	}
 	s.repairs = hstate.NewRepairs(opts.Registerer, opts.Logger.With().Str("component", "fence").Logger())
 	s.fenced.WithLabelValues("set")
 	s.fenced.WithLabelValues("extend")
@@ -83,13 +95,16 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 // {ns}:fence:{tag} with a tag in key's hash slot when fences are per slot.
 func (s *FencedStore) FenceKey(key string) string {
 	if !s.perSlot {
-		return s.ns + ":fence"
+		return s.fence
 	}
 	return s.slotFence(warmer.HashSlot(key))
 }
 
-func (s *FencedStore) slotFence(slot int) string {
-	return s.ns + ":fence:{" + warmer.SlotTag(slot) + "}"
+func (s *FencedStore) slotFence(n int) string {
+	if n >= 0 && n < len(s.slotFences) {
+		return s.slotFences[n]
+	}
+	return s.ns + ":fence:{" + warmer.SlotTag(n) + "}"
 }
 
 // The scripts compare epochs as numbers (epochs stay below 2^53, exact in Lua)
@@ -183,10 +198,16 @@ func (s *FencedStore) Set(ctx context.Context, entries []warmer.Entry) error {
 	if _, some := stamped(entries); some {
 		return s.setStamped(ctx, t, entries)
 	}
-	epoch := strconv.FormatInt(t.Epoch, 10)
+	epoch := any(strconv.FormatInt(t.Epoch, 10))
+	// One backing array each for every entry's keys and arguments, not two
+	// slices per key.
+	keys, argv := make([]string, 2*len(entries)), make([]any, 3*len(entries))
 	cmds, err := s.run(ctx, setScript, len(entries), func(i int) ([]string, []any) {
 		e := entries[i]
-		return []string{e.Key, s.FenceKey(e.Key)}, []any{epoch, e.Value, max(1, e.TTL.Milliseconds())}
+		k, a := keys[2*i:2*i+2:2*i+2], argv[3*i:3*i+3:3*i+3]
+		k[0], k[1] = e.Key, s.FenceKey(e.Key)
+		a[0], a[1], a[2] = epoch, e.Value, max(1, e.TTL.Milliseconds())
+		return k, a
 	})
 	if err != nil {
 		return fmt.Errorf("write %d keys: %w", len(entries), err)

@@ -105,18 +105,29 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	if !spec.Template.IsFamily() {
 		return s.loadSingle(ctx, spec, sh)
 	}
-	rows, err := s.pool.Query(ctx, sh.sql, members, valueBound(spec))
+	var param any = members
+	if sh.int8s {
+		// Bound as int8s, pgx sends the array without trying (and failing)
+		// to encode each string as an int8 first.
+		if ids, ok := parseInt8s(members); ok {
+			param = ids
+		}
+	}
+	rows, err := s.pool.Query(ctx, sh.sql, param, valueBound(spec))
 	if err != nil {
 		return nil, s.queryError(spec, err)
 	}
 	defer rows.Close()
 	out := make([]warmer.Result, 0, len(members))
 	seen := make(map[string]bool, len(members))
+	var (
+		// Scanned into values, not pointers: no allocation per row for them.
+		member pgtype.Text
+		size   pgtype.Int8
+	)
 	for rows.Next() {
 		var (
-			member  *string
 			value   []byte
-			size    *int64
 			version any
 		)
 		dest := []any{&member, &value, &size}
@@ -126,33 +137,49 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
-		if member == nil {
+		if !member.Valid {
 			continue
 		}
-		r := warmer.Result{Member: *member, Value: value}
+		m := member.String
+		r := warmer.Result{Member: m, Value: value}
 		if sh.versioned {
 			r.Version, r.Err = versionOf(spec, version)
 			r.HasVersion = r.Err == nil
 		}
 		switch {
 		case r.Err != nil:
-		case seen[*member]:
-			r.Err = fmt.Errorf("%w: query returned member %q twice", warmer.ErrDuplicate, *member)
-		case size != nil && *size > valueBound(spec):
+		case seen[m]:
+			r.Err = fmt.Errorf("%w: query returned member %q twice", warmer.ErrDuplicate, m)
+		case size.Valid && size.Int64 > valueBound(spec):
 			r.Value = nil
-			r.Err = tooLarge(*size, spec)
-			s.log.Warn().Str("family", spec.Name).Str("member", *member).Int64("bytes", *size).Int("max_value_bytes", spec.MaxValueBytes).
+			r.Err = tooLarge(size.Int64, spec)
+			s.log.Warn().Str("family", spec.Name).Str("member", m).Int64("bytes", size.Int64).Int("max_value_bytes", spec.MaxValueBytes).
 				Msg("value over max_value_bytes not fetched; the member's old value is kept")
 		case value == nil:
-			r.Err = fmt.Errorf("%w: query returned NULL for member %q", warmer.ErrNullValue, *member)
+			r.Err = fmt.Errorf("%w: query returned NULL for member %q", warmer.ErrNullValue, m)
 		}
-		seen[*member] = true
+		seen[m] = true
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.queryError(spec, err)
 	}
 	return dedupe(out), nil
+}
+
+// parseInt8s is members as int8s, or false if one is not a canonical
+// decimal int8 (then they are bound as text, as before, and the server
+// judges them).
+func parseInt8s(members []string) ([]int64, bool) {
+	ids := make([]int64, len(members))
+	for i, m := range members {
+		n, err := strconv.ParseInt(m, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		ids[i] = n
+	}
+	return ids, true
 }
 
 // valueBound is the largest value the server may send for spec.
@@ -174,6 +201,8 @@ type shape struct {
 	// versioned: the query returns the declaration's version column last,
 	// and the wrapper passes it through.
 	versioned bool
+	// int8s: the query's member parameter is an int8[] ($1::bigint[]).
+	int8s bool
 }
 
 // shape describes the declaration's query once (its columns and parameters,
@@ -242,7 +271,7 @@ func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
 	} else {
 		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
 	}
-	sh := &shape{sql: sql, versioned: versioned}
+	sh := &shape{sql: sql, versioned: versioned, int8s: family && len(sd.ParamOIDs) == 1 && sd.ParamOIDs[0] == pgtype.Int8ArrayOID}
 	s.shapes.Store(key, sh)
 	return sh, nil
 }
