@@ -245,8 +245,9 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if l.admit(lc) {
 			return lc, nil
 		}
-		_ = c.Close()
+		// Counted before the close, so that whoever sees the close can see it counted.
 		l.shed.WithLabelValues("full").Inc()
+		_ = c.Close()
 	}
 }
 
