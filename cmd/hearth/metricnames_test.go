@@ -22,7 +22,7 @@ import (
 var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics.txt from the running binary")
 
 // TestMetricFamiliesUnchanged runs the binary (leader, admin API on, an HTTP
-// source, a single key, a family and a traffic-driven one) and compares the hearth_* metric families
+// source, a single key, a family, a traffic-driven one and a version-checked one) and compares the hearth_* metric families
 // it exports, with their types, to testdata/metrics.txt, written from the binary
 // before the daemon moved to its own package: metric names are an external
 // contract (dashboards, alert rules). A deliberate change reruns the test with
@@ -46,7 +46,8 @@ keys:
   - {name: page, key: "%spage", source: api, ttl: 1h, path: /p}
   - {name: item, key: "%sitem:{id}", source: api, ttl: 1h, members: [a, b], path: "/i/{id}"}
   - {name: hot, key: "%shot:{id}", source: api, ttl: 1h, path: "/h/{id}", members_from: {access_log: {top_n: 10}}}
-`, rd.Addr, e2e.Namespace(t, rd.Client), listen, upstream.URL, pg.DSN, rd.Prefix, rd.Prefix, rd.Prefix)), 0o600); err != nil {
+  - {name: ver, key: "%sver", source: db, ttl: 1h, query: "SELECT 'v'::text AS v, 1::bigint AS version", version_column: version}
+`, rd.Addr, e2e.Namespace(t, rd.Client), listen, upstream.URL, pg.DSN, rd.Prefix, rd.Prefix, rd.Prefix, rd.Prefix)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := e2e.Start(t, []string{"run", "--config", path}, "HEARTH_ADMIN_TOKEN=tok")
