@@ -159,7 +159,7 @@ func (o *pgOrigin) fetch(ctx context.Context, id int) ([]byte, error) {
 
 func (o *pgOrigin) configure(cfg *config.Config, key *config.Key) {
 	cfg.Sources = []config.Source{{Name: "origin", Type: "postgres", DSN: o.dsn, MaxConns: 8}}
-	key.Query = fmt.Sprintf(`SELECT id::text, payload FROM %s.items, pg_sleep(%.3f) WHERE id::text = ANY($1)`, o.schema, o.latency.Seconds())
+	key.Query = fmt.Sprintf(`SELECT id::text, payload FROM %s.items, pg_sleep(%.3f) WHERE id = ANY($1::int[])`, o.schema, o.latency.Seconds())
 	key.Path = ""
 }
 
