@@ -110,7 +110,7 @@ func TestValidConfig(t *testing.T) {
 		}
 	})
 	t.Run("expansion leaves SQL placeholders alone", func(t *testing.T) {
-		if got := specs[1].Query; !strings.Contains(got, "ANY($1)") {
+		if got := specs[1].Query; !strings.Contains(got, "ANY($1::bigint[])") {
 			t.Errorf("query = %q: $1 was expanded", got)
 		}
 		if got, want := cfg.Sources[1].Headers["authorization"], "Bearer from-env"; got != want {
