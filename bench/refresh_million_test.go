@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -27,7 +28,9 @@ import (
 // p99 (run starts and paced batches), the daemon's CPU, RSS (at the end and
 // peak), and, from a separate client polling 1,000 sampled keys every 250 ms,
 // the smallest remaining TTL seen and how many samples found a key missing.
-// HEARTH_BENCH_MEMBERS and HEARTH_BENCH_TTL scale it down.
+// HEARTH_BENCH_MEMBERS and HEARTH_BENCH_TTL scale it down;
+// HEARTH_BENCH_CPUPROFILE=path saves a 20 s CPU profile of the daemon (and
+// its heap profile at path.heap) from inside the window, for go tool pprof.
 func BenchmarkRefreshMillion(b *testing.B) {
 	members := envInt("HEARTH_BENCH_MEMBERS", 1_000_000)
 	ttl := envDuration("HEARTH_BENCH_TTL", 60*time.Second)
@@ -50,6 +53,7 @@ redis:
   namespace: hb
 http:
   listen: %q
+  pprof: true
 log:
   format: json
 refresh:
@@ -83,7 +87,11 @@ keys:
 		pid := proc.Cmd.Process.Pid
 		m0 := e2e.Metrics(b, "http://"+listen+"/metrics")
 		cpu0, w0 := cpuTime(b, pid), time.Now()
-		time.Sleep(3 * interval)
+		if path := os.Getenv("HEARTH_BENCH_CPUPROFILE"); path != "" {
+			fetchProfile(b, "http://"+listen+"/debug/pprof/profile?seconds=20", path)
+			fetchProfile(b, "http://"+listen+"/debug/pprof/heap", path+".heap")
+		}
+		time.Sleep(time.Until(w0.Add(3 * interval)))
 		m1 := e2e.Metrics(b, "http://"+listen+"/metrics")
 		cpu1, w1 := cpuTime(b, pid), time.Now()
 		rss, peak := rssNow(b, pid), peakRSS(b, pid)
@@ -173,6 +181,22 @@ func (s *sampler) stop() (time.Duration, int, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.minTTL, s.missing, s.polls
+}
+
+// fetchProfile saves what url answers (a pprof profile) at path.
+func fetchProfile(b *testing.B, url, path string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("%s: %d %v", url, resp.StatusCode, err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // rssNow is the process's resident set (VmRSS), in bytes.

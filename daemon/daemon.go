@@ -142,6 +142,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if cfg.HTTP.Pprof {
+		srv.servePprof()
+	}
 	srv.serve()
 	undo.push(func(ctx context.Context) error {
 		if err := srv.shutdown(ctx); err != nil {

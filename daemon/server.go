@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,17 @@ func listen(addr, instance string, reg *prometheus.Registry, log zerolog.Logger)
 	}
 	s.instance = instance
 	return s, nil
+}
+
+// servePprof mounts Go's runtime profiles under /debug/pprof/ (http.pprof).
+// A CPU profile or trace longer than the write timeout is refused by the
+// handler itself.
+func (s *server) servePprof() {
+	s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 // ServeMetrics serves /metrics, /healthz and /readyz (ready at once) on addr

@@ -315,3 +315,31 @@ func (l *lockedWriter) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestPprofOnlyWhenAsked: the runtime profiles are served under /debug/pprof/
+// only with http.pprof; without it the path is not found.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	off, _ := startServer(t, testLimits(8))
+	if code, _ := get("http://" + off.Addr() + "/debug/pprof/heap?debug=1"); code != http.StatusNotFound {
+		t.Fatalf("without http.pprof: /debug/pprof/heap answered %d, want 404", code)
+	}
+	on, _ := startServer(t, testLimits(8))
+	on.servePprof()
+	code, body := get("http://" + on.Addr() + "/debug/pprof/heap?debug=1")
+	if code != http.StatusOK || !strings.Contains(body, "heap profile") {
+		t.Fatalf("with http.pprof: /debug/pprof/heap answered %d: %.200s", code, body)
+	}
+	if code, body := get("http://" + on.Addr() + "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Fatalf("with http.pprof: /debug/pprof/ answered %d: %.200s", code, body)
+	}
+}
