@@ -132,6 +132,29 @@ if bad then return {1, bad} end
 return 1
 `)
 
+// setManyScript: KEYS fence, value 1 … value n; ARGV epoch, then value and
+// ttl ms for each key. 1 all written, 0 all fenced: one fence guards them all,
+// so one check decides for every key, and the per-key command, script run and
+// reply of setScript are paid once per chunk.
+var setManyScript = hstate.NewScript(`
+local e = tonumber(ARGV[1])
+local f, bad = hearth_epoch(KEYS[1], e)
+if f > e then
+  if bad then return {0, bad} end
+  return 0
+end
+if f < e or bad then redis.call('SET', KEYS[1], ARGV[1]) end
+for i = 2, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[2*i-2], 'PX', ARGV[2*i-1])
+end
+if bad then return {1, bad} end
+return 1
+`)
+
+// setManyChunk bounds the keys of one setManyScript call, so that one call
+// holds Redis for well under a millisecond.
+const setManyChunk = 256
+
 // extendScript: KEYS value, fence; ARGV epoch, ttl ms. 1 extended (or already
 // longer), 0 key gone, -1 fenced.
 var extendScript = hstate.NewScript(`
@@ -198,6 +221,9 @@ func (s *FencedStore) Set(ctx context.Context, entries []warmer.Entry) error {
 	if _, some := stamped(entries); some {
 		return s.setStamped(ctx, t, entries)
 	}
+	if !s.perSlot {
+		return s.setMany(ctx, t, entries)
+	}
 	epoch := any(strconv.FormatInt(t.Epoch, 10))
 	// One backing array each for every entry's keys and arguments, not two
 	// slices per key.
@@ -222,12 +248,50 @@ func (s *FencedStore) Set(ctx context.Context, entries []warmer.Entry) error {
 			refused++
 		}
 	}
-	if refused > 0 {
-		s.fenced.WithLabelValues("set").Add(float64(refused))
-		t.Fenced()
-		return fmt.Errorf("write %d keys with epoch %d: %d refused: %w", len(entries), t.Epoch, refused, ErrFenced)
+	return s.refusedSets(t, len(entries), refused)
+}
+
+// refusedSets counts and reports the keys of a write the fence refused.
+func (s *FencedStore) refusedSets(t *Term, n, refused int) error {
+	if refused == 0 {
+		return nil
 	}
-	return nil
+	s.fenced.WithLabelValues("set").Add(float64(refused))
+	t.Fenced()
+	return fmt.Errorf("write %d keys with epoch %d: %d refused: %w", n, t.Epoch, refused, ErrFenced)
+}
+
+// setMany writes entries under the single fence key, setManyChunk keys per
+// script call, the calls pipelined.
+func (s *FencedStore) setMany(ctx context.Context, t *Term, entries []warmer.Entry) error {
+	epoch := strconv.FormatInt(t.Epoch, 10)
+	chunks := (len(entries) + setManyChunk - 1) / setManyChunk
+	// One backing array each for every call's keys and arguments.
+	keys, argv := make([]string, 0, chunks+len(entries)), make([]any, 0, chunks+2*len(entries))
+	cmds, err := s.run(ctx, setManyScript, chunks, func(i int) ([]string, []any) {
+		part := entries[i*setManyChunk : min(len(entries), (i+1)*setManyChunk)]
+		k0, a0 := len(keys), len(argv)
+		keys, argv = append(keys, s.fence), append(argv, epoch)
+		for _, e := range part {
+			keys = append(keys, e.Key)
+			argv = append(argv, e.Value, max(1, e.TTL.Milliseconds()))
+		}
+		return keys[k0:len(keys):len(keys)], argv[a0:len(argv):len(argv)]
+	})
+	if err != nil {
+		return fmt.Errorf("write %d keys: %w", len(entries), err)
+	}
+	codes, err := s.replies(cmds, func(int) string { return s.fence })
+	if err != nil {
+		return fmt.Errorf("write %d keys: %w", len(entries), err)
+	}
+	refused := 0
+	for i, n := range codes {
+		if n == 0 {
+			refused += min(len(entries), (i+1)*setManyChunk) - i*setManyChunk
+		}
+	}
+	return s.refusedSets(t, len(entries), refused)
 }
 
 // Extend pushes each existing key's expiry out (PEXPIRE … GT) through the

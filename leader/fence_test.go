@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -181,4 +182,63 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 	if got := client.Get(ctx, "k").Val(); got != "b" {
 		t.Errorf("k = %q, want %q", got, "b")
 	}
+}
+
+// TestFencedWriteOfManyKeys: a write of more keys than one script call
+// carries (single fence key) lands every key with its own value and TTL for
+// the leader, and is refused key for key, none written, for a leader an
+// election passed by; a fenced key answer counts every refused key.
+func TestFencedWriteOfManyKeys(t *testing.T) {
+	ctx := context.Background()
+	env := newLeaseEnv(t)
+	a := env.instance(30*time.Second, 20*time.Millisecond, false)
+	b := env.instance(30*time.Second, 20*time.Millisecond, false)
+	const n = 600 // three calls: 256 + 256 + 88
+	entries := func(tag string) []warmer.Entry {
+		out := make([]warmer.Entry, n)
+		for i := range out {
+			out[i] = warmer.Entry{Key: fmt.Sprintf("%smany:%d", env.prefix, i), Value: []byte(tag + strconv.Itoa(i)),
+				TTL: time.Minute + time.Duration(i)*time.Second}
+		}
+		return out
+	}
+	check := func(tag string) {
+		t.Helper()
+		for i, e := range entries(tag) {
+			if got := env.client.Get(ctx, e.Key).Val(); got != string(e.Value) {
+				t.Fatalf("%s = %q, want %q", e.Key, got, e.Value)
+			}
+			if ttl := env.client.PTTL(ctx, e.Key).Val(); ttl > e.TTL || ttl < e.TTL-10*time.Second {
+				t.Fatalf("key %d: ttl %s, want about %s", i, ttl, e.TTL)
+			}
+		}
+	}
+	campaign(t, a.lease, 5*time.Second)
+	actx, err := a.lease.Admit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.store.Set(actx, entries("a")); err != nil {
+		t.Fatalf("leader write: %v", err)
+	}
+	check("a")
+
+	env.client.Del(ctx, env.ns+":{lease}")
+	campaign(t, b.lease, 5*time.Second)
+	err = a.store.Set(actx, entries("stale"))
+	if !errors.Is(err, leader.ErrFenced) {
+		t.Fatalf("old leader's write: err = %v, want ErrFenced", err)
+	}
+	check("a")
+	if got := promtest.Value(t, a.reg, "hearth_fenced_writes_total", "op", "set"); got != n {
+		t.Errorf("hearth_fenced_writes_total = %g, want %d", got, n)
+	}
+	bctx, err := b.lease.Admit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Set(bctx, entries("b")); err != nil {
+		t.Fatalf("new leader write: %v", err)
+	}
+	check("b")
 }

@@ -121,7 +121,11 @@ type Source interface {
 
 // MemberLister is a Source that can list a family's members (members_query).
 type MemberLister interface {
-	ListMembers(ctx context.Context, spec *Spec) ([]string, error)
+	// ListMembers lists the members in the query's order. prev is what the
+	// last successful call listed for spec (nil at first): a lister may hand
+	// back prev's own strings where they are equal, so that an unchanged
+	// list of a million members is read without a million new strings.
+	ListMembers(ctx context.Context, spec *Spec, prev []string) ([]string, error)
 }
 
 // Reasons a member or a batch was not refreshed, as counted in metrics.

@@ -374,8 +374,15 @@ func (w *Warmer) members(ctx context.Context, spec *Spec, st *declState) ([]stri
 		if !ok {
 			return nil, 0, fmt.Errorf("list members of %s: source %s cannot list members", spec.Name, spec.Source)
 		}
+		// The last listing, if it came through unchanged, is the lister's hint.
+		var prev []string
+		st.mu.Lock()
+		if st.membersClean {
+			prev = st.members
+		}
+		st.mu.Unlock()
 		lctx, cancel := context.WithTimeout(ctx, spec.LoadTimeout)
-		list, err := lister.ListMembers(lctx, spec)
+		list, err := lister.ListMembers(lctx, spec, prev)
 		cancel()
 		if err != nil {
 			listErr = fmt.Errorf("list members of %s: %w", spec.Name, err)
@@ -514,6 +521,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 		out.LastError = err
 		failed = batch
 	} else {
+		entries, okm = make([]Entry, 0, len(batch)), make([]string, 0, len(batch))
 		pending := make(map[string]bool, len(batch))
 		for _, m := range batch {
 			pending[m] = true

@@ -121,19 +121,19 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	out := make([]warmer.Result, 0, len(members))
 	seen := make(map[string]bool, len(members))
 	var (
-		// Scanned into values, not pointers: no allocation per row for them.
-		member pgtype.Text
-		size   pgtype.Int8
+		// Scanned into values, not pointers, through one destination list:
+		// no allocation per row for them. Each scan gives value a new slice.
+		member  pgtype.Text
+		size    pgtype.Int8
+		value   []byte
+		version any
 	)
+	dest := []any{&member, &value, &size}
+	if sh.versioned {
+		dest = append(dest, &version)
+	}
 	for rows.Next() {
-		var (
-			value   []byte
-			version any
-		)
-		dest := []any{&member, &value, &size}
-		if sh.versioned {
-			dest = append(dest, &version)
-		}
+		value, version = nil, nil
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
@@ -363,7 +363,7 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec, sh *shape) (
 
 // ListMembers runs the members query (one text column), stopping with an error
 // past the declaration's MaxMembers.
-func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, error) {
+func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec, prev []string) ([]string, error) {
 	// Cancelled past MaxMembers, so that the server stops sending rows instead
 	// of the client reading the rest of a huge result only to discard it.
 	ctx, cancel := context.WithCancel(ctx)
@@ -376,18 +376,36 @@ func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, 
 	if err := columns(rows, 1, "keys["+spec.Name+"].members_query", "(member)"); err != nil {
 		return nil, err
 	}
-	var out []string
+	// A text column's bytes are the member in either wire format: read them
+	// as they are, and keep prev's string where the row repeats it.
+	raw := false
+	switch rows.FieldDescriptions()[0].DataTypeOID {
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID:
+		raw = true
+	}
+	out := make([]string, 0, len(prev))
+	var m pgtype.Text
 	for rows.Next() {
 		if spec.MaxMembers > 0 && len(out) >= spec.MaxMembers {
 			cancel()
 			return nil, fmt.Errorf("keys[%s].members_query: %w: more than max_members %d", spec.Name, warmer.ErrTooMany, spec.MaxMembers)
 		}
-		var m *string
+		if raw {
+			b := rows.RawValues()[0]
+			switch i := len(out); {
+			case b == nil: // NULL: not a member
+			case i < len(prev) && prev[i] == string(b): // compared without a copy
+				out = append(out, prev[i])
+			default: // checked member by member by the warmer, as any listing
+				out = append(out, string(b))
+			}
+			continue
+		}
 		if err := rows.Scan(&m); err != nil {
 			return nil, fmt.Errorf("keys[%s].members_query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
-		if m != nil {
-			out = append(out, *m)
+		if m.Valid {
+			out = append(out, m.String)
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/sources/postgres"
@@ -133,13 +134,59 @@ func TestListMembersIsBounded(t *testing.T) {
 	src, _ := setup(t)
 	s := spec(t, "item:{id}", "")
 	s.MembersQuery = "SELECT id FROM items ORDER BY id"
-	got, err := src.ListMembers(context.Background(), s)
+	got, err := src.ListMembers(context.Background(), s, nil)
 	if err != nil || strings.Join(got, ",") != "1,2,3" {
 		t.Fatalf("ListMembers = %v, %v", got, err)
 	}
 	s.MaxMembers = 2
-	if _, err := src.ListMembers(context.Background(), s); !errors.Is(err, warmer.ErrTooMany) {
+	if _, err := src.ListMembers(context.Background(), s, got); !errors.Is(err, warmer.ErrTooMany) {
 		t.Errorf("err = %v, want ErrTooMany past max_members", err)
+	}
+}
+
+// TestListMembersReusesUnchanged: a listing given the last one keeps its
+// strings where a row repeats it (no copy of an unchanged million members),
+// reads changed, new, non-text and NULL rows as before, and a listing longer
+// or shorter than the hint is read whole.
+func TestListMembersReusesUnchanged(t *testing.T) {
+	src, pg := setup(t)
+	ctx := context.Background()
+	s := spec(t, "item:{id}", "")
+	s.MembersQuery = "SELECT id FROM items ORDER BY id"
+	first, err := src.ListMembers(ctx, s, nil)
+	if err != nil || strings.Join(first, ",") != "1,2,3" {
+		t.Fatalf("ListMembers = %v, %v", first, err)
+	}
+	again, err := src.ListMembers(ctx, s, first)
+	if err != nil || strings.Join(again, ",") != "1,2,3" {
+		t.Fatalf("ListMembers with the last listing = %v, %v", again, err)
+	}
+	for i := range again {
+		if unsafe.StringData(again[i]) != unsafe.StringData(first[i]) {
+			t.Errorf("member %q read anew, not reused", again[i])
+		}
+	}
+	if _, err := pg.Pool.Exec(ctx, `UPDATE items SET id = '20' WHERE id = '2'; INSERT INTO items (id) VALUES ('4')`); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := src.ListMembers(ctx, s, first)
+	if err != nil || strings.Join(changed, ",") != "1,20,3,4" {
+		t.Fatalf("ListMembers after a change = %v, %v", changed, err)
+	}
+	if unsafe.StringData(changed[0]) != unsafe.StringData(first[0]) {
+		t.Errorf("unchanged first member read anew")
+	}
+	for _, c := range []struct{ query, want string }{
+		{"SELECT note FROM items WHERE id < '3' ORDER BY id", "one,two"}, // shorter than the hint
+		{"SELECT NULLIF(id, '20') FROM items ORDER BY id", "1,3,4"},      // a NULL is no member
+		{"SELECT length(id) * 10 FROM items ORDER BY id", "10,20,10,10"}, // not text: scanned
+		{"SELECT id::varchar FROM items ORDER BY id", "1,20,3,4"},
+	} {
+		s.MembersQuery = c.query
+		got, err := src.ListMembers(ctx, s, first)
+		if err != nil || strings.Join(got, ",") != c.want {
+			t.Errorf("%s: ListMembers = %v, %v; want %s", c.query, got, err, c.want)
+		}
 	}
 }
 

@@ -361,12 +361,12 @@ func merge(out []warmer.Result, index map[string]int, pending []string, rs []war
 }
 
 // ListMembers lists a family's members through the protection.
-func (g guardedLister) ListMembers(ctx context.Context, spec *warmer.Spec) ([]string, error) {
+func (g guardedLister) ListMembers(ctx context.Context, spec *warmer.Spec, prev []string) ([]string, error) {
 	lister := g.src.(warmer.MemberLister)
 	var bo *backoff.ExponentialBackOff
 	for attempt := 0; ; attempt++ {
 		list, err := call(g.Guarded, ctx, func(actx context.Context) ([]string, error) {
-			return lister.ListMembers(actx, spec)
+			return lister.ListMembers(actx, spec, prev)
 		}, func(ctx context.Context, _ []string, err error) error { return g.verdict(ctx, nil, err) })
 		if err == nil || !g.retryable(err) || !g.wait(ctx, &bo, attempt) {
 			return list, err
