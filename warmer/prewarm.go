@@ -233,12 +233,15 @@ type prewarmRun struct {
 	wake     chan struct{} // a batch was queued, or the queue closed
 	pending  map[string]*pendingBatch
 	order    []string // declarations in order of their hottest key
+	// seen holds every family key queued so far: a key repeated in the
+	// ranking is loaded once. A key names one member of one declaration
+	// (templates do not overlap), so keys stand for both.
+	seen map[string]struct{}
 }
 
 type pendingBatch struct {
 	spec    *Spec
 	members []string
-	seen    map[string]struct{}
 }
 
 func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport, error) {
@@ -324,6 +327,10 @@ func coverage(rep PrewarmReport, topN int) float64 {
 	return float64(loaded) / float64(wanted)
 }
 
+// maxSeenHint bounds the size a pre-warm's de-duplication set is made with
+// (it grows past it if it must).
+const maxSeenHint = 1 << 20
+
 // add takes one access-log key, in rank order: skipped and counted, or added
 // to its declaration's batch, which is queued once full.
 func (r *prewarmRun) add(key string) {
@@ -346,15 +353,23 @@ func (r *prewarmRun) add(key string) {
 	}
 	b := r.pending[spec.Name]
 	if b == nil {
-		b = &pendingBatch{spec: spec, seen: make(map[string]struct{}, max(spec.BatchSize, 64))}
+		b = &pendingBatch{spec: spec}
 		r.pending[spec.Name] = b
 		r.order = append(r.order, spec.Name)
 	}
 	// One map operation per key: a duplicate leaves the size unchanged.
-	n := len(b.seen)
-	b.seen[member] = struct{}{}
-	if len(b.seen) == n {
+	if r.seen == nil {
+		// Sized for the whole run up front: a map grown key by key to top_n
+		// entries rehashes all of them at every doubling.
+		r.seen = make(map[string]struct{}, min(max(r.po.TopN, 64), maxSeenHint))
+	}
+	n := len(r.seen)
+	r.seen[key] = struct{}{}
+	if len(r.seen) == n {
 		return
+	}
+	if b.members == nil && spec.BatchSize > 0 {
+		b.members = make([]string, 0, spec.BatchSize)
 	}
 	b.members = append(b.members, member)
 	if size := spec.BatchSize; size > 0 && len(b.members) >= size {

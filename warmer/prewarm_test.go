@@ -348,6 +348,42 @@ func TestPrewarmCoverage(t *testing.T) {
 	}
 }
 
+// TestPrewarmRepeatedKeysLoadOnce: a stored ranking that repeats keys
+// (another client can write it), within a chunk and across chunks, loads each
+// key once and counts it once as wanted.
+func TestPrewarmRepeatedKeysLoadOnce(t *testing.T) {
+	rd := testenv.Redis(t)
+	e := newPWEnv(t, rd.Client, rd.Prefix, 20, 2, "")
+	p := rd.Prefix
+	// A stored chunk holds 1,000 keys: the first is filled with keys of no
+	// declaration.
+	first := []string{p + "product:1", p + "product:2", p + "product:1"}
+	for i := len(first); i < 1000; i++ {
+		first = append(first, fmt.Sprintf("%sother:%d", p, i))
+	}
+	if _, err := e.pg.Pool.Exec(context.Background(), `INSERT INTO hearth_access_rank (chunk, keys) VALUES (0, $1::text[]), (1, $2::text[])`,
+		first, []string{p + "product:2", p + "product:3", p + "top"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pg.Pool.Exec(context.Background(), `INSERT INTO hearth_access_rank_info (computed_at, window_ms, top_n, keys) VALUES (now(), 3600000, 2000, 1003)`); err != nil {
+		t.Fatal(err)
+	}
+	e.log.UseRanking(time.Hour)
+	rep, err := e.w.Prewarm(context.Background(), e.options(2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.log.LastRanking(); got != accesslog.RankingStored {
+		t.Fatalf("ranking %q, want the stored one", got)
+	}
+	if got, want := e.src.asked(), []string{"", "1", "2", "3"}; !slices.Equal(got, want) {
+		t.Errorf("origin asked for %q, want each member once %q", got, want)
+	}
+	if got, want := [3]int{rep.Candidates, rep.Wanted, rep.Written}, [3]int{1003, 4, 4}; got != want {
+		t.Errorf("candidates, wanted, written = %v, want %v", got, want)
+	}
+}
+
 // TestPrewarmAccessLogUnreadable: without a readable access log the declared
 // single keys still load, and the error is returned.
 func TestPrewarmAccessLogUnreadable(t *testing.T) {

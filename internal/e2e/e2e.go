@@ -35,9 +35,12 @@ var (
 )
 
 // Binary builds cmd/hearth once (with the race detector when the tests use it)
-// and returns its path.
+// and returns its path, or returns $HEARTH_BIN when that is set.
 func Binary(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("HEARTH_BIN"); bin != "" {
+		return bin // a binary built elsewhere: a release, or another commit to compare with
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "hearth-e2e-")
 		if err != nil {
