@@ -92,8 +92,8 @@ func BenchmarkPrewarm(b *testing.B) {
 	log := accesslog.New(pg.Pool)
 
 	for b.Loop() {
-		// The machine is shared: each of (a'), (b'), (a) and (b) runs four
-		// times and the best run counts. Each pair runs in both orders, two
+		// The machine is shared: each of (a'), (b'), (a) and (b) runs six
+		// times and the best run counts. Each pair runs in both orders, three
 		// rounds each, so that neither side always runs first: whatever the
 		// step before leaves behind (the leader's ranking rewrites the stored
 		// ranking, then PostgreSQL writes it out; a clear leaves Redis freeing
@@ -113,7 +113,7 @@ func BenchmarkPrewarm(b *testing.B) {
 				hearth()
 			}
 		}
-		for round := range 4 {
+		for round := range 6 {
 			// (a') hearth prewarm, ranking the access log on the spot: no
 			// leader has stored a ranking; (b') its ceiling.
 			if _, err := pg.Pool.Exec(ctx, "DELETE FROM "+accesslog.RankInfoTable); err != nil {
