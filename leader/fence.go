@@ -118,37 +118,47 @@ func (s *FencedStore) slotFence(n int) string {
 // after a repair: the current leader's next write raises the fence to its
 // epoch, and older epochs are refused from then on.
 
-// setScript: KEYS value, fence; ARGV epoch, value, ttl ms. 1 written, 0 fenced.
-var setScript = hstate.NewScript(`
-local e = tonumber(ARGV[1])
-local f, bad = hearth_epoch(KEYS[2], e)
-if f > e then
-  if bad then return {0, bad} end
-  return 0
+// fenceLua is the fence check every fenced script starts with.
+// hearth_fence(key, es) compares the writer's epoch es (its decimal string)
+// with the fence key: false when a newer epoch holds it; otherwise it raises
+// the fence to es (or overwrites a foreign value) and returns true. Its second
+// result describes a foreign value it found, nil when none. hearth_reply(code,
+// found) is the script's reply: code alone, or {code, found} after a repair.
+const fenceLua = `
+local function hearth_fence(key, es)
+  local e = tonumber(es)
+  local f, bad = hearth_epoch(key, e)
+  if f > e then return false, bad end
+  if f < e or bad then redis.call('SET', key, es) end
+  return true, bad
 end
-if f < e or bad then redis.call('SET', KEYS[2], ARGV[1]) end
+local function hearth_reply(code, found)
+  if found then return {code, found} end
+  return code
+end
+`
+
+func newFencedScript(body string) *redis.Script { return hstate.NewScript(fenceLua + body) }
+
+// setScript: KEYS value, fence; ARGV epoch, value, ttl ms. 1 written, 0 fenced.
+var setScript = newFencedScript(`
+local ok, bad = hearth_fence(KEYS[2], ARGV[1])
+if not ok then return hearth_reply(0, bad) end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if bad then return {1, bad} end
-return 1
+return hearth_reply(1, bad)
 `)
 
 // setManyScript: KEYS fence, value 1 … value n; ARGV epoch, then value and
 // ttl ms for each key. 1 all written, 0 all fenced: one fence guards them all,
 // so one check decides for every key, and the per-key command, script run and
 // reply of setScript are paid once per chunk.
-var setManyScript = hstate.NewScript(`
-local e = tonumber(ARGV[1])
-local f, bad = hearth_epoch(KEYS[1], e)
-if f > e then
-  if bad then return {0, bad} end
-  return 0
-end
-if f < e or bad then redis.call('SET', KEYS[1], ARGV[1]) end
+var setManyScript = newFencedScript(`
+local ok, bad = hearth_fence(KEYS[1], ARGV[1])
+if not ok then return hearth_reply(0, bad) end
 for i = 2, #KEYS do
   redis.call('SET', KEYS[i], ARGV[2*i-2], 'PX', ARGV[2*i-1])
 end
-if bad then return {1, bad} end
-return 1
+return hearth_reply(1, bad)
 `)
 
 // setManyChunk bounds the keys of one setManyScript call, so that one call
@@ -157,31 +167,19 @@ const setManyChunk = 256
 
 // extendScript: KEYS value, fence; ARGV epoch, ttl ms. 1 extended (or already
 // longer), 0 key gone, -1 fenced.
-var extendScript = hstate.NewScript(`
-local e = tonumber(ARGV[1])
-local f, bad = hearth_epoch(KEYS[2], e)
-if f > e then
-  if bad then return {-1, bad} end
-  return -1
-end
-if f < e or bad then redis.call('SET', KEYS[2], ARGV[1]) end
+var extendScript = newFencedScript(`
+local ok, bad = hearth_fence(KEYS[2], ARGV[1])
+if not ok then return hearth_reply(-1, bad) end
 local n = redis.call('EXISTS', KEYS[1])
 if redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT') == 1 then n = 1 end
-if bad then return {n, bad} end
-return n
+return hearth_reply(n, bad)
 `)
 
 // raiseScript: KEYS fence; ARGV epoch. 1 raised or equal, 0 a newer epoch holds it.
-var raiseScript = hstate.NewScript(`
-local e = tonumber(ARGV[1])
-local f, bad = hearth_epoch(KEYS[1], e)
-if f > e then
-  if bad then return {0, bad} end
-  return 0
-end
-if f < e or bad then redis.call('SET', KEYS[1], ARGV[1]) end
-if bad then return {1, bad} end
-return 1
+var raiseScript = newFencedScript(`
+local ok, bad = hearth_fence(KEYS[1], ARGV[1])
+if not ok then return hearth_reply(0, bad) end
+return hearth_reply(1, bad)
 `)
 
 // replies reads the codes of a pipeline of fence scripts, logging and counting

@@ -73,7 +73,7 @@ const (
 // (same version and bytes), 3 refused as older; a found string is non-empty
 // when that key held a foreign value that was repaired. Idempotent: run twice,
 // the second run extends (same stamp and hash) or refuses.
-var versionedSetScript = hstate.NewScript(`
+var versionedSetScript = newFencedScript(`
 local function hearth_vcmp(a, b)
   local a1, b1 = tonumber(string.sub(a, 1, 10)), tonumber(string.sub(b, 1, 10))
   if a1 ~= b1 then if a1 < b1 then return -1 end return 1 end
@@ -82,10 +82,9 @@ local function hearth_vcmp(a, b)
   return 0
 end
 local e = tonumber(ARGV[1])
-local f, bad = hearth_epoch(KEYS[2], e)
+local ok, bad = hearth_fence(KEYS[2], ARGV[1])
 bad = bad or ''
-if f > e then return {0, bad, ''} end
-if f < e or bad ~= '' then redis.call('SET', KEYS[2], ARGV[1]) end
+if not ok then return {0, bad, ''} end
 local seq, ver, hash, vttl = tonumber(ARGV[4]), ARGV[5], ARGV[6], tonumber(ARGV[7])
 local vbad = ''
 local ce, cs, cv, ch, ca
