@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
@@ -57,50 +58,50 @@ func TestFencedStore(t *testing.T) {
 // arrives afterwards and must be refused by Redis.
 func testFencing(t *testing.T, perSlot bool) {
 	ctx := context.Background()
-	env := newLeaseEnv(t)
+	env := leadertest.New(t)
 	// Long leases: a must not notice by renewing that its lease is gone; only
 	// the fence tells it.
-	a := env.instance(30*time.Second, 20*time.Millisecond, perSlot)
-	b := env.instance(30*time.Second, 20*time.Millisecond, perSlot)
-	key, other := env.prefix+"product:1", env.prefix+"product:2"
+	a := env.Instance(30*time.Second, 20*time.Millisecond, perSlot)
+	b := env.Instance(30*time.Second, 20*time.Millisecond, perSlot)
+	key, other := env.Prefix+"product:1", env.Prefix+"product:2"
 
-	ta := campaign(t, a.lease, 5*time.Second)
-	actx, err := a.lease.Admit(ctx)
+	ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
+	actx, err := a.Lease.Admit(ctx)
 	if err != nil {
 		t.Fatalf("admit leader: %v", err)
 	}
-	if err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a1"), TTL: time.Minute}}); err != nil {
+	if err := a.Store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a1"), TTL: time.Minute}}); err != nil {
 		t.Fatalf("leader write: %v", err)
 	}
 
 	// a's lease vanishes behind its back (its pause outlasted the lease);
 	// b takes over. a still holds actx, admitted before the pause.
-	env.client.Del(ctx, env.ns+":{lease}")
-	tb := campaign(t, b.lease, 5*time.Second)
+	env.Client.Del(ctx, env.NS+":{lease}")
+	tb := leadertest.Campaign(t, b.Lease, 5*time.Second)
 	if tb.Epoch <= ta.Epoch {
 		t.Fatalf("epoch %d after %d", tb.Epoch, ta.Epoch)
 	}
-	bctx, err := b.lease.Admit(ctx)
+	bctx, err := b.Lease.Admit(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.Set(bctx, []warmer.Entry{{Key: key, Value: []byte("b1"), TTL: time.Minute}}); err != nil {
+	if err := b.Store.Set(bctx, []warmer.Entry{{Key: key, Value: []byte("b1"), TTL: time.Minute}}); err != nil {
 		t.Fatalf("new leader write: %v", err)
 	}
 
 	t.Run("old leader's write is refused", func(t *testing.T) {
 		// other is a key b never wrote: the fence raised at takeover guards it.
-		err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a2"), TTL: time.Minute}, {Key: other, Value: []byte("a2"), TTL: time.Minute}})
+		err := a.Store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a2"), TTL: time.Minute}, {Key: other, Value: []byte("a2"), TTL: time.Minute}})
 		if !errors.Is(err, leader.ErrFenced) {
 			t.Fatalf("stale write: err = %v, want ErrFenced", err)
 		}
-		if got, want := env.client.Get(ctx, key).Val(), "b1"; got != want {
+		if got, want := env.Client.Get(ctx, key).Val(), "b1"; got != want {
 			t.Errorf("%s = %q, want the new leader's %q", key, got, want)
 		}
-		if n := env.client.Exists(ctx, other).Val(); n != 0 {
+		if n := env.Client.Exists(ctx, other).Val(); n != 0 {
 			t.Errorf("%s written by the fenced leader", other)
 		}
-		if got, want := promtest.Value(t, a.reg, "hearth_fenced_writes_total", "op", "set"), 2.0; got != want {
+		if got, want := promtest.Value(t, a.Reg, "hearth_fenced_writes_total", "op", "set"), 2.0; got != want {
 			t.Errorf("hearth_fenced_writes_total = %g, want %g", got, want)
 		}
 		if !errors.Is(ta.Err(), leader.ErrFenced) {
@@ -109,35 +110,35 @@ func testFencing(t *testing.T, perSlot bool) {
 	})
 
 	t.Run("old leader's stale extension is refused", func(t *testing.T) {
-		before := env.client.PTTL(ctx, key).Val()
-		_, err := a.store.Extend(actx, []string{key}, []time.Duration{time.Hour})
+		before := env.Client.PTTL(ctx, key).Val()
+		_, err := a.Store.Extend(actx, []string{key}, []time.Duration{time.Hour})
 		if !errors.Is(err, leader.ErrFenced) {
 			t.Fatalf("stale extend: err = %v, want ErrFenced", err)
 		}
-		if after := env.client.PTTL(ctx, key).Val(); after > before {
+		if after := env.Client.PTTL(ctx, key).Val(); after > before {
 			t.Errorf("ttl extended from %s to %s by the fenced leader", before, after)
 		}
 	})
 
 	t.Run("new leader extends", func(t *testing.T) {
-		kept, err := b.store.Extend(bctx, []string{key, other}, []time.Duration{time.Hour, time.Hour})
+		kept, err := b.Store.Extend(bctx, []string{key, other}, []time.Duration{time.Hour, time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !kept[0] || kept[1] {
 			t.Errorf("kept = %v, want [true false]", kept)
 		}
-		if ttl := env.client.PTTL(ctx, key).Val(); ttl <= time.Minute {
+		if ttl := env.Client.PTTL(ctx, key).Val(); ttl <= time.Minute {
 			t.Errorf("ttl %s not extended", ttl)
 		}
 	})
 
 	t.Run("a write without a term is refused before it is sent", func(t *testing.T) {
-		err := b.store.Set(ctx, []warmer.Entry{{Key: other, Value: []byte("x"), TTL: time.Minute}})
+		err := b.Store.Set(ctx, []warmer.Entry{{Key: other, Value: []byte("x"), TTL: time.Minute}})
 		if !errors.Is(err, leader.ErrNotLeader) {
 			t.Fatalf("err = %v, want ErrNotLeader", err)
 		}
-		if n := env.client.Exists(ctx, other).Val(); n != 0 {
+		if n := env.Client.Exists(ctx, other).Val(); n != 0 {
 			t.Errorf("%s written without a term", other)
 		}
 	})
@@ -159,7 +160,7 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 	}
 	a, astore := newInstance()
 	b, bstore := newInstance()
-	ta := campaign(t, a, 5*time.Second)
+	ta := leadertest.Campaign(t, a, 5*time.Second)
 	actx, _ := a.Admit(ctx)
 	if err := astore.Set(actx, []warmer.Entry{{Key: "k", Value: []byte("a"), TTL: time.Minute}}); err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 	// Redis comes back empty: no lease, no epoch counter, no fence, no scripts.
 	srv.Restart(t)
 	waitDone(t, ta, 5*time.Second)
-	tb := campaign(t, b, 5*time.Second)
+	tb := leadertest.Campaign(t, b, 5*time.Second)
 	if tb.Epoch <= ta.Epoch {
 		t.Fatalf("epoch went back from %d to %d after the restart", ta.Epoch, tb.Epoch)
 	}
@@ -190,14 +191,14 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 // election passed by; a fenced key answer counts every refused key.
 func TestFencedWriteOfManyKeys(t *testing.T) {
 	ctx := context.Background()
-	env := newLeaseEnv(t)
-	a := env.instance(30*time.Second, 20*time.Millisecond, false)
-	b := env.instance(30*time.Second, 20*time.Millisecond, false)
+	env := leadertest.New(t)
+	a := env.Instance(30*time.Second, 20*time.Millisecond, false)
+	b := env.Instance(30*time.Second, 20*time.Millisecond, false)
 	const n = 600 // three calls: 256 + 256 + 88
 	entries := func(tag string) []warmer.Entry {
 		out := make([]warmer.Entry, n)
 		for i := range out {
-			out[i] = warmer.Entry{Key: fmt.Sprintf("%smany:%d", env.prefix, i), Value: []byte(tag + strconv.Itoa(i)),
+			out[i] = warmer.Entry{Key: fmt.Sprintf("%smany:%d", env.Prefix, i), Value: []byte(tag + strconv.Itoa(i)),
 				TTL: time.Minute + time.Duration(i)*time.Second}
 		}
 		return out
@@ -205,39 +206,39 @@ func TestFencedWriteOfManyKeys(t *testing.T) {
 	check := func(tag string) {
 		t.Helper()
 		for i, e := range entries(tag) {
-			if got := env.client.Get(ctx, e.Key).Val(); got != string(e.Value) {
+			if got := env.Client.Get(ctx, e.Key).Val(); got != string(e.Value) {
 				t.Fatalf("%s = %q, want %q", e.Key, got, e.Value)
 			}
-			if ttl := env.client.PTTL(ctx, e.Key).Val(); ttl > e.TTL || ttl < e.TTL-10*time.Second {
+			if ttl := env.Client.PTTL(ctx, e.Key).Val(); ttl > e.TTL || ttl < e.TTL-10*time.Second {
 				t.Fatalf("key %d: ttl %s, want about %s", i, ttl, e.TTL)
 			}
 		}
 	}
-	campaign(t, a.lease, 5*time.Second)
-	actx, err := a.lease.Admit(ctx)
+	leadertest.Campaign(t, a.Lease, 5*time.Second)
+	actx, err := a.Lease.Admit(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.store.Set(actx, entries("a")); err != nil {
+	if err := a.Store.Set(actx, entries("a")); err != nil {
 		t.Fatalf("leader write: %v", err)
 	}
 	check("a")
 
-	env.client.Del(ctx, env.ns+":{lease}")
-	campaign(t, b.lease, 5*time.Second)
-	err = a.store.Set(actx, entries("stale"))
+	env.Client.Del(ctx, env.NS+":{lease}")
+	leadertest.Campaign(t, b.Lease, 5*time.Second)
+	err = a.Store.Set(actx, entries("stale"))
 	if !errors.Is(err, leader.ErrFenced) {
 		t.Fatalf("old leader's write: err = %v, want ErrFenced", err)
 	}
 	check("a")
-	if got := promtest.Value(t, a.reg, "hearth_fenced_writes_total", "op", "set"); got != n {
+	if got := promtest.Value(t, a.Reg, "hearth_fenced_writes_total", "op", "set"); got != n {
 		t.Errorf("hearth_fenced_writes_total = %g, want %d", got, n)
 	}
-	bctx, err := b.lease.Admit(ctx)
+	bctx, err := b.Lease.Admit(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.Set(bctx, entries("b")); err != nil {
+	if err := b.Store.Set(bctx, entries("b")); err != nil {
 		t.Fatalf("new leader write: %v", err)
 	}
 	check("b")

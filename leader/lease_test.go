@@ -8,58 +8,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 )
-
-// leaseEnv is one Hearth namespace on a Redis, with helpers to build
-// instances (a lease and its fenced store) that share it.
-type leaseEnv struct {
-	t      *testing.T
-	client *redis.Client
-	ns     string
-	prefix string
-}
-
-func newLeaseEnv(t *testing.T) *leaseEnv {
-	env := testenv.Redis(t)
-	return &leaseEnv{t: t, client: env.Client, ns: env.Prefix + "hearth", prefix: env.Prefix}
-}
-
-type instance struct {
-	lease *leader.Lease
-	store *leader.FencedStore
-	reg   *prometheus.Registry
-}
-
-func (e *leaseEnv) instance(lease, retry time.Duration, perSlot bool) *instance {
-	e.t.Helper()
-	reg := prometheus.NewRegistry()
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg})
-	l, err := leader.NewLease(leader.LeaseOptions{
-		Client: e.client, Namespace: e.ns, Duration: lease, RetryPeriod: retry, Fence: store, Registerer: reg,
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = l.Close(context.Background()) })
-	return &instance{lease: l, store: store, reg: reg}
-}
-
-func campaign(t *testing.T, l *leader.Lease, within time.Duration) *leader.Term {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	term, err := l.Campaign(ctx)
-	if err != nil {
-		t.Fatalf("campaign: %v", err)
-	}
-	return term
-}
 
 func waitDone(t *testing.T, term *leader.Term, within time.Duration) {
 	t.Helper()
@@ -71,12 +26,12 @@ func waitDone(t *testing.T, term *leader.Term, within time.Duration) {
 }
 
 func TestLeaseOneLeader(t *testing.T) {
-	env := newLeaseEnv(t)
-	a := env.instance(2*time.Second, 50*time.Millisecond, false)
-	b := env.instance(2*time.Second, 50*time.Millisecond, false)
+	env := leadertest.New(t)
+	a := env.Instance(2*time.Second, 50*time.Millisecond, false)
+	b := env.Instance(2*time.Second, 50*time.Millisecond, false)
 
-	ta := campaign(t, a.lease, 5*time.Second)
-	if err := a.lease.IsLeader(context.Background()); err != nil {
+	ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
+	if err := a.Lease.IsLeader(context.Background()); err != nil {
 		t.Fatalf("a.IsLeader after winning: %v", err)
 	}
 
@@ -84,26 +39,26 @@ func TestLeaseOneLeader(t *testing.T) {
 		// Several lease lifetimes: only renewals keep a's lease alive.
 		ctx, cancel := context.WithTimeout(context.Background(), 3*2*time.Second)
 		defer cancel()
-		if term, err := b.lease.Campaign(ctx); err == nil {
+		if term, err := b.Lease.Campaign(ctx); err == nil {
 			t.Fatalf("b won epoch %d while a leads", term.Epoch)
 		}
-		if err := b.lease.IsLeader(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
+		if err := b.Lease.IsLeader(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
 			t.Errorf("b.IsLeader = %v, want ErrNotLeader", err)
 		}
 		if !ta.Valid() {
 			t.Errorf("a's term ended: %v", ta.Err())
 		}
-		if _, err := b.lease.Admit(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
+		if _, err := b.Lease.Admit(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
 			t.Errorf("b.Admit = %v, want ErrNotLeader", err)
 		}
 	})
 
 	t.Run("release hands over at once, with a greater epoch", func(t *testing.T) {
 		// b retries only every minute: winning sooner proves the announcement.
-		slow := env.instance(2*time.Second, time.Minute, false)
+		slow := env.Instance(2*time.Second, time.Minute, false)
 		won := make(chan *leader.Term, 1)
 		go func() {
-			term, err := slow.lease.Campaign(context.Background())
+			term, err := slow.Lease.Campaign(context.Background())
 			if err == nil {
 				won <- term
 			}
@@ -111,8 +66,8 @@ func TestLeaseOneLeader(t *testing.T) {
 		// Let the standby subscribe and fail its first try.
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
-			n, _ := env.client.PubSubNumSub(context.Background(), env.ns+":lease:released").Result()
-			if n[env.ns+":lease:released"] > 0 {
+			n, _ := env.Client.PubSubNumSub(context.Background(), env.NS+":lease:released").Result()
+			if n[env.NS+":lease:released"] > 0 {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -131,7 +86,7 @@ func TestLeaseOneLeader(t *testing.T) {
 			if err := tb.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			tc := campaign(t, a.lease, 5*time.Second)
+			tc := leadertest.Campaign(t, a.Lease, 5*time.Second)
 			if tc.Epoch <= tb.Epoch {
 				t.Errorf("third epoch %d, want > %d", tc.Epoch, tb.Epoch)
 			}
@@ -144,19 +99,19 @@ func TestLeaseOneLeader(t *testing.T) {
 
 func TestLeaseStepsDown(t *testing.T) {
 	t.Run("lost lease ends the term", func(t *testing.T) {
-		env := newLeaseEnv(t)
-		a := env.instance(time.Second, 50*time.Millisecond, false)
-		ta := campaign(t, a.lease, 5*time.Second)
+		env := leadertest.New(t)
+		a := env.Instance(time.Second, 50*time.Millisecond, false)
+		ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
 		// Another party deleted the lease (as an expiry during a pause would).
-		env.client.Del(context.Background(), env.ns+":{lease}")
+		env.Client.Del(context.Background(), env.NS+":{lease}")
 		waitDone(t, ta, 5*time.Second)
 		if !errors.Is(ta.Err(), leader.ErrLeaseLost) {
 			t.Errorf("term ended with %v, want ErrLeaseLost", ta.Err())
 		}
-		if err := a.lease.IsLeader(context.Background()); err == nil {
+		if err := a.Lease.IsLeader(context.Background()); err == nil {
 			t.Error("still leader after losing the lease")
 		}
-		if got := promtest.Value(t, a.reg, "hearth_leader"); got != 0 {
+		if got := promtest.Value(t, a.Reg, "hearth_leader"); got != 0 {
 			t.Errorf("hearth_leader = %g, want 0", got)
 		}
 	})
@@ -170,7 +125,7 @@ func TestLeaseStepsDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = l.Close(context.Background()) }()
-		term := campaign(t, l, 5*time.Second)
+		term := leadertest.Campaign(t, l, 5*time.Second)
 		srv.Pause(t)
 		defer srv.Resume(t)
 		waitDone(t, term, 5*time.Second)

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
@@ -59,27 +59,16 @@ func newTamperEnv(t *testing.T, client *redis.Client, ns string) *tamperEnv {
 }
 
 type tamperInstance struct {
-	lease *leader.Lease
-	store *leader.FencedStore
-	reg   *prometheus.Registry
-	logs  *syncBuffer
+	*leadertest.Instance
+	logs *syncBuffer
 }
 
 func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	e.t.Helper()
-	reg := prometheus.NewRegistry()
 	logs := &syncBuffer{}
-	log := zerolog.New(logs)
-	perSlot := e.perSlot
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: e.client, Namespace: e.ns, PerSlot: &perSlot, Registerer: reg, Logger: log})
-	l, err := leader.NewLease(leader.LeaseOptions{
-		Client: e.client, Namespace: e.ns, Duration: lease, RetryPeriod: retry, Fence: store, Registerer: reg, Logger: log,
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = l.Close(context.Background()) })
-	return &tamperInstance{lease: l, store: store, reg: reg, logs: logs}
+	env := leadertest.On(e.t, e.client, e.ns)
+	env.Log = zerolog.New(logs)
+	return &tamperInstance{Instance: env.Instance(lease, retry, e.perSlot), logs: logs}
 }
 
 // lead runs what the daemon (leader/campaign.go) does with a lease: campaign, write key every
@@ -92,12 +81,12 @@ func (in *tamperInstance) lead(t *testing.T, key string) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			term, err := in.lease.Campaign(ctx)
+			term, err := in.Lease.Campaign(ctx)
 			if err != nil {
 				return
 			}
 			for term.Valid() {
-				_ = in.store.Set(leader.WithTerm(ctx, term), []warmer.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
+				_ = in.Store.Set(leader.WithTerm(ctx, term), []warmer.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
 				select {
 				case <-ctx.Done():
 					_ = term.Release(context.Background())
@@ -114,14 +103,14 @@ func (in *tamperInstance) attempts(t *testing.T) float64 {
 	t.Helper()
 	n := 0.0
 	for _, r := range []string{"acquired", "held", "fenced", "error"} {
-		n += promtest.Value(t, in.reg, "hearth_lease_campaign_attempts_total", "result", r)
+		n += promtest.Value(t, in.Reg, "hearth_lease_campaign_attempts_total", "result", r)
 	}
 	return n
 }
 
 func (in *tamperInstance) repairs(t *testing.T, kind string) float64 {
 	t.Helper()
-	return promtest.Value(t, in.reg, "hearth_state_repairs_total", "key", kind)
+	return promtest.Value(t, in.Reg, "hearth_state_repairs_total", "key", kind)
 }
 
 // tamper is one foreign value written into one of Hearth's keys.
@@ -206,7 +195,7 @@ func TestTamperState(t *testing.T) {
 
 			key := env.ns + tc.key
 			before := in.attempts(t)
-			terms := promtest.Value(t, in.reg, "hearth_leader_transitions_total", "result", "acquired")
+			terms := promtest.Value(t, in.Reg, "hearth_leader_transitions_total", "result", "acquired")
 			if err := tc.do(client, key); err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +207,7 @@ func TestTamperState(t *testing.T) {
 				// The old term writes until its renewal finds the lease
 				// gone: only a new term proves the takeover.
 				testenv.Eventually(t, 10*time.Second, "a new term after "+tc.name, func() bool {
-					return promtest.Value(t, in.reg, "hearth_leader_transitions_total", "result", "acquired") > terms
+					return promtest.Value(t, in.Reg, "hearth_leader_transitions_total", "result", "acquired") > terms
 				})
 			}
 			client.Del(ctx, value)
@@ -238,7 +227,7 @@ func TestTamperState(t *testing.T) {
 				t.Errorf("%g campaign attempts during the repair, want ≤ 30", n)
 			}
 			if tc.kind == "fence" || tc.kind == "epoch" {
-				epoch := int64(promtest.Value(t, in.reg, "hearth_leader_epoch"))
+				epoch := int64(promtest.Value(t, in.Reg, "hearth_leader_epoch"))
 				if limit := redisMillis(t, client) + leader.MaxEpochAhead.Milliseconds(); epoch > limit {
 					t.Errorf("epoch %d after the repair, beyond Redis time + bound %d", epoch, limit)
 				}
@@ -277,11 +266,11 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 			a := env.instance(30*time.Second, 20*time.Millisecond)
 			b := env.instance(30*time.Second, 20*time.Millisecond)
 			key := env.ns + ":value"
-			fence := b.store.FenceKey(key)
-			ta := campaign(t, a.lease, 5*time.Second)
+			fence := b.Store.FenceKey(key)
+			ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
 			actx := leader.WithTerm(ctx, ta) // admitted, then paused
 			client.Del(ctx, env.ns+":{lease}")
-			tb := campaign(t, b.lease, 5*time.Second)
+			tb := leadertest.Campaign(t, b.Lease, 5*time.Second)
 			if tb.Epoch <= ta.Epoch {
 				t.Fatalf("epoch %d after %d", tb.Epoch, ta.Epoch)
 			}
@@ -289,19 +278,19 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 				t.Fatal(err)
 			}
 			bctx := leader.WithTerm(ctx, tb)
-			if err := b.store.Set(bctx, []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
+			if err := b.Store.Set(bctx, []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
 				t.Fatalf("new leader's write over a foreign fence: %v", err)
 			}
 			if got := b.repairs(t, "fence"); got != 1 {
 				t.Errorf("repairs{fence} = %g, want 1", got)
 			}
-			if err := a.store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
+			if err := a.Store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's write after the repair: err = %v, want ErrFenced", err)
 			}
-			if _, err := a.store.Extend(actx, []string{key}, []time.Duration{time.Hour}); !errors.Is(err, leader.ErrFenced) {
+			if _, err := a.Store.Extend(actx, []string{key}, []time.Duration{time.Hour}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's extend after the repair: err = %v, want ErrFenced", err)
 			}
-			if err := a.store.Raise(ctx, ta.Epoch); !errors.Is(err, leader.ErrFenced) {
+			if err := a.Store.Raise(ctx, ta.Epoch); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("raise to the ex-leader's epoch after the repair: err = %v, want ErrFenced", err)
 			}
 			if got := client.Get(ctx, key).Val(); got != "b" {
@@ -337,14 +326,14 @@ func TestCampaignDoesNotSpinWhenFenced(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if term, err := in.lease.Campaign(cctx); err == nil {
+			if term, err := in.Lease.Campaign(cctx); err == nil {
 				t.Errorf("won epoch %d below the fence %d", term.Epoch, future)
 			}
 		}()
 	}
 	testenv.Eventually(t, 5*time.Second, "first fenced attempts", func() bool {
-		return promtest.Value(t, a.reg, "hearth_lease_campaign_attempts_total", "result", "fenced") >= 1 &&
-			promtest.Value(t, b.reg, "hearth_lease_campaign_attempts_total", "result", "fenced") >= 1
+		return promtest.Value(t, a.Reg, "hearth_lease_campaign_attempts_total", "result", "fenced") >= 1 &&
+			promtest.Value(t, b.Reg, "hearth_lease_campaign_attempts_total", "result", "fenced") >= 1
 	})
 	start := time.Now()
 	n0 := a.attempts(t) + b.attempts(t)
@@ -379,12 +368,12 @@ func TestCampaignSkipsOwnReleases(t *testing.T) {
 	ctx := context.Background()
 	env := newTamperEnv(t, client, "own")
 	leader := env.instance(time.Minute, time.Minute)
-	_ = campaign(t, leader.lease, 5*time.Second)
+	_ = leadertest.Campaign(t, leader.Lease, 5*time.Second)
 	const retry = 2 * time.Second
 	standby := env.instance(time.Minute, retry)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { _, _ = standby.lease.Campaign(cctx) }()
+	go func() { _, _ = standby.Lease.Campaign(cctx) }()
 	channel := env.ns + ":lease:released"
 	testenv.Eventually(t, 5*time.Second, "standby subscribed and tried once", func() bool {
 		n, _ := client.PubSubNumSub(ctx, channel).Result()
@@ -401,13 +390,13 @@ func TestCampaignSkipsOwnReleases(t *testing.T) {
 	}
 	// Its own announcements (what its own release publishes), for less than
 	// one retry period: no attempt.
-	flood("1:"+standby.lease.ID()+"/7", retry/4)
+	flood("1:"+standby.Lease.ID()+"/7", retry/4)
 	if got := standby.attempts(t); got != 1 {
 		t.Errorf("attempts after %d of its own announcements = %g, want 1", published.Load(), got)
 	}
 	// Another instance's, for one retry period: woken, but at most once per
 	// retry/10.
-	flood("1:"+leader.lease.ID()+"/1", retry)
+	flood("1:"+leader.Lease.ID()+"/1", retry)
 	if got, limit := standby.attempts(t), 1.0+10+2; got < 2 || got > limit {
 		t.Errorf("attempts after a flood of foreign announcements = %g, want 2..%g", got, limit)
 	}

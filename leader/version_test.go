@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -44,16 +45,16 @@ func TestVersionKeyInValueSlot(t *testing.T) {
 // versionEnv is one fenced store holding a lease term, writing stamped entries.
 type versionEnv struct {
 	t     *testing.T
-	env   *leaseEnv
-	in    *instance
+	env   *leadertest.Env
+	in    *leadertest.Instance
 	ctx   context.Context
 	epoch int64
 }
 
 func newVersionEnv(t *testing.T) *versionEnv {
-	env := newLeaseEnv(t)
-	in := env.instance(30*time.Second, 20*time.Millisecond, true)
-	term, err := in.lease.Campaign(context.Background())
+	env := leadertest.New(t)
+	in := env.Instance(30*time.Second, 20*time.Millisecond, true)
+	term, err := in.Lease.Campaign(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,14 +67,14 @@ func (v *versionEnv) set(key, value string, seq int64, version *int64) {
 	if version != nil {
 		e.Versioned, e.Version = true, *version
 	}
-	if err := v.in.store.Set(v.ctx, []warmer.Entry{e}); err != nil {
+	if err := v.in.Store.Set(v.ctx, []warmer.Entry{e}); err != nil {
 		v.t.Fatalf("Set %s=%s: %v", key, value, err)
 	}
 }
 
 func (v *versionEnv) get(key string) string {
 	v.t.Helper()
-	s, err := v.env.client.Get(context.Background(), key).Result()
+	s, err := v.env.Client.Get(context.Background(), key).Result()
 	if err != nil {
 		v.t.Fatalf("GET %s: %v", key, err)
 	}
@@ -107,7 +108,7 @@ func ptr(v int64) *int64 { return &v }
 
 func TestVersionedWrites(t *testing.T) {
 	v := newVersionEnv(t)
-	p := v.env.prefix
+	p := v.env.Prefix
 	t.Run("an older version is refused", func(t *testing.T) {
 		k := p + "v:1"
 		v.set(k, "five", 1, ptr(5))
@@ -119,7 +120,7 @@ func TestVersionedWrites(t *testing.T) {
 		if got := v.get(k); got != "six" {
 			t.Errorf("value = %q, want six", got)
 		}
-		if got := counter(t, v.in.reg, "hearth_version_refused_writes_total", "family=f"); got != 1 {
+		if got := counter(t, v.in.Reg, "hearth_version_refused_writes_total", "family=f"); got != 1 {
 			t.Errorf("refused = %v, want 1", got)
 		}
 	})
@@ -151,23 +152,23 @@ func TestVersionedWrites(t *testing.T) {
 	t.Run("same version and bytes extend instead of rewriting", func(t *testing.T) {
 		k := p + "c:1"
 		v.set(k, "same", 40, ptr(1))
-		v.env.client.PExpire(context.Background(), k, 5*time.Second)
-		before := counter(t, v.in.reg, "hearth_conditional_extends_total", "family=f")
+		v.env.Client.PExpire(context.Background(), k, 5*time.Second)
+		before := counter(t, v.in.Reg, "hearth_conditional_extends_total", "family=f")
 		v.set(k, "same", 41, ptr(1))
-		if got := counter(t, v.in.reg, "hearth_conditional_extends_total", "family=f"); got != before+1 {
+		if got := counter(t, v.in.Reg, "hearth_conditional_extends_total", "family=f"); got != before+1 {
 			t.Errorf("conditional extends = %v, want %v", got, before+1)
 		}
-		if ttl := v.env.client.PTTL(context.Background(), k).Val(); ttl < 30*time.Second {
+		if ttl := v.env.Client.PTTL(context.Background(), k).Val(); ttl < 30*time.Second {
 			t.Errorf("TTL after a conditional extend = %s, want about a minute", ttl)
 		}
 		// The application overwrote the value with other bytes: rewritten.
-		v.env.client.Set(context.Background(), k, "someone else's", time.Minute)
+		v.env.Client.Set(context.Background(), k, "someone else's", time.Minute)
 		v.set(k, "same", 42, ptr(1))
 		if got := v.get(k); got != "same" {
 			t.Errorf("value = %q, want same (rewritten, not extended)", got)
 		}
 		// Gone: written again.
-		v.env.client.Del(context.Background(), k)
+		v.env.Client.Del(context.Background(), k)
 		v.set(k, "same", 43, ptr(1))
 		if got := v.get(k); got != "same" {
 			t.Errorf("value = %q after delete, want same", got)
@@ -182,7 +183,7 @@ func TestVersionedWrites(t *testing.T) {
 func TestVersionRecordTamper(t *testing.T) {
 	v := newVersionEnv(t)
 	ctx := context.Background()
-	c := v.env.client
+	c := v.env.Client
 	hash := strings.Repeat("a", 32)
 	for _, tc := range []struct {
 		name  string
@@ -199,15 +200,15 @@ func TestVersionRecordTamper(t *testing.T) {
 		{"wrong type", func(vk string) { c.HSet(ctx, vk, "v", "1") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := v.env.prefix + "tamper:" + strings.ReplaceAll(tc.name, " ", "_")
-			vk := leader.VersionKey(v.env.ns, k)
+			k := v.env.Prefix + "tamper:" + strings.ReplaceAll(tc.name, " ", "_")
+			vk := leader.VersionKey(v.env.NS, k)
 			tc.plant(vk)
-			before := counter(t, v.in.reg, "hearth_state_repairs_total", "key=version")
+			before := counter(t, v.in.Reg, "hearth_state_repairs_total", "key=version")
 			v.set(k, "mine", 100, ptr(1))
 			if got := v.get(k); got != "mine" {
 				t.Errorf("value = %q, want the write through (record repaired)", got)
 			}
-			if got := counter(t, v.in.reg, "hearth_state_repairs_total", "key=version"); got != before+1 {
+			if got := counter(t, v.in.Reg, "hearth_state_repairs_total", "key=version"); got != before+1 {
 				t.Errorf("version repairs = %v, want %v", got, before+1)
 			}
 			rec := c.Get(ctx, vk).Val()
@@ -217,8 +218,8 @@ func TestVersionRecordTamper(t *testing.T) {
 		})
 	}
 	t.Run("far-future version within the bound expires with its TTL", func(t *testing.T) {
-		k := v.env.prefix + "tamper:future"
-		vk := leader.VersionKey(v.env.ns, k)
+		k := v.env.Prefix + "tamper:future"
+		vk := leader.VersionKey(v.env.NS, k)
 		c.Set(ctx, vk, "1:1:"+leader.EncodeVersion(math.MaxInt64)+":"+hash, 300*time.Millisecond)
 		v.set(k, "mine", 200, ptr(1))
 		if n := c.Exists(ctx, k).Val(); n != 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -58,21 +59,21 @@ func familySpec(t *testing.T, prefix string, members ...string) *warmer.Spec {
 
 func TestCatchUp(t *testing.T) {
 	ctx := context.Background()
-	env := newLeaseEnv(t)
-	inst := env.instance(2*time.Second, 20*time.Millisecond, false)
+	env := leadertest.New(t)
+	inst := env.Instance(2*time.Second, 20*time.Millisecond, false)
 	src := &catchOrigin{}
-	spec := familySpec(t, env.prefix, "fresh", "expiring", "missing", "persistent")
+	spec := familySpec(t, env.Prefix, "fresh", "expiring", "missing", "persistent")
 	w, err := warmer.New(warmer.Options{
-		Store: inst.store, Gate: inst.lease, Sources: map[string]warmer.Source{"origin": src},
+		Store: inst.Store, Gate: inst.Lease, Sources: map[string]warmer.Source{"origin": src},
 		Specs: []*warmer.Spec{spec}, Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := func(m string) string { return env.prefix + "product:" + m }
-	env.client.Set(ctx, key("fresh"), "old", 9*time.Second)
-	env.client.Set(ctx, key("expiring"), "old", 1500*time.Millisecond)
-	env.client.Set(ctx, key("persistent"), "old", 0)
+	key := func(m string) string { return env.Prefix + "product:" + m }
+	env.Client.Set(ctx, key("fresh"), "old", 9*time.Second)
+	env.Client.Set(ctx, key("expiring"), "old", 1500*time.Millisecond)
+	env.Client.Set(ctx, key("persistent"), "old", 0)
 
 	t.Run("a standby catches nothing up", func(t *testing.T) {
 		res, err := w.CatchUp(ctx, warmer.CatchUpOptions{})
@@ -84,7 +85,7 @@ func TestCatchUp(t *testing.T) {
 		}
 	})
 
-	term := campaign(t, inst.lease, 5*time.Second)
+	term := leadertest.Campaign(t, inst.Lease, 5*time.Second)
 	defer term.Release(ctx)
 
 	// The next run is 2s away: keys with less than 2s + the 1s load timeout
@@ -100,11 +101,11 @@ func TestCatchUp(t *testing.T) {
 		t.Errorf("result %+v, want 4 checked, 2 due, 2 refreshed", res)
 	}
 	for m, want := range map[string]string{"fresh": "old", "expiring": "fresh-expiring", "missing": "fresh-missing", "persistent": "old"} {
-		if got := env.client.Get(ctx, key(m)).Val(); got != want {
+		if got := env.Client.Get(ctx, key(m)).Val(); got != want {
 			t.Errorf("%s = %q, want %q", key(m), got, want)
 		}
 	}
-	if ttl := env.client.PTTL(ctx, key("expiring")).Val(); ttl < 5*time.Second {
+	if ttl := env.Client.PTTL(ctx, key("expiring")).Val(); ttl < 5*time.Second {
 		t.Errorf("caught-up key has ttl %s", ttl)
 	}
 }
@@ -155,7 +156,7 @@ func TestHorizon(t *testing.T) {
 
 // catchUpEnv is a leader's warmer over one family, its keys in the shared Redis.
 type catchUpEnv struct {
-	env  *leaseEnv
+	env  *leadertest.Env
 	src  *catchOrigin
 	w    *warmer.Warmer
 	spec *warmer.Spec
@@ -163,19 +164,19 @@ type catchUpEnv struct {
 
 func newCatchUpEnv(t *testing.T, batch int, members ...string) *catchUpEnv {
 	t.Helper()
-	env := newLeaseEnv(t)
-	inst := env.instance(5*time.Second, 20*time.Millisecond, false)
+	env := leadertest.New(t)
+	inst := env.Instance(5*time.Second, 20*time.Millisecond, false)
 	src := &catchOrigin{}
-	spec := familySpec(t, env.prefix, members...)
+	spec := familySpec(t, env.Prefix, members...)
 	spec.TTL, spec.Interval, spec.BatchSize = 8*time.Second, 4*time.Second, batch
 	w, err := warmer.New(warmer.Options{
-		Store: inst.store, Gate: inst.lease, Sources: map[string]warmer.Source{"origin": src},
+		Store: inst.Store, Gate: inst.Lease, Sources: map[string]warmer.Source{"origin": src},
 		Specs: []*warmer.Spec{spec}, Registerer: prometheus.NewRegistry(), MaxConcurrentLoads: 1,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	term := campaign(t, inst.lease, 5*time.Second)
+	term := leadertest.Campaign(t, inst.Lease, 5*time.Second)
 	t.Cleanup(func() { _ = term.Release(context.Background()) })
 	return &catchUpEnv{env: env, src: src, w: w, spec: spec}
 }
@@ -183,7 +184,7 @@ func newCatchUpEnv(t *testing.T, batch int, members ...string) *catchUpEnv {
 func (e *catchUpEnv) set(t *testing.T, ttls map[string]time.Duration) {
 	t.Helper()
 	for m, ttl := range ttls {
-		if err := e.env.client.Set(context.Background(), e.env.prefix+"product:"+m, "old", ttl).Err(); err != nil {
+		if err := e.env.Client.Set(context.Background(), e.env.Prefix+"product:"+m, "old", ttl).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -259,29 +260,29 @@ func (o *orderOrigin) Ping(context.Context) error { return nil }
 // missing ones before all, across declarations.
 func TestCatchUpHottestFirst(t *testing.T) {
 	ctx := context.Background()
-	env := newLeaseEnv(t)
-	inst := env.instance(5*time.Second, 20*time.Millisecond, false)
+	env := leadertest.New(t)
+	inst := env.Instance(5*time.Second, 20*time.Millisecond, false)
 	src := &orderOrigin{}
-	product := familySpec(t, env.prefix, "p1", "p2", "p3")
-	price := familySpec(t, env.prefix+"x", "q1", "q2")
+	product := familySpec(t, env.Prefix, "p1", "p2", "p3")
+	price := familySpec(t, env.Prefix+"x", "q1", "q2")
 	price.Name = "price"
 	for _, s := range []*warmer.Spec{product, price} {
 		s.BatchSize = 1
 	}
 	w, err := warmer.New(warmer.Options{
-		Store: inst.store, Gate: inst.lease, Sources: map[string]warmer.Source{"origin": src},
+		Store: inst.Store, Gate: inst.Lease, Sources: map[string]warmer.Source{"origin": src},
 		Specs: []*warmer.Spec{product, price}, Registerer: prometheus.NewRegistry(), MaxConcurrentLoads: 1,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	term := campaign(t, inst.lease, 5*time.Second)
+	term := leadertest.Campaign(t, inst.Lease, 5*time.Second)
 	defer term.Release(ctx)
 	for k, ttl := range map[string]time.Duration{
 		"product:p1": 3 * time.Second, "product:p3": 1 * time.Second,
 		"xproduct:q1": 2 * time.Second, "xproduct:q2": 4 * time.Second,
 	} {
-		env.client.Set(ctx, env.prefix+k, "old", ttl)
+		env.Client.Set(ctx, env.Prefix+k, "old", ttl)
 	}
 	// p2 is missing. Every key is due: the schedule is unknown.
 	if _, err := w.CatchUp(ctx, warmer.CatchUpOptions{}); err != nil {
