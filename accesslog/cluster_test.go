@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,12 +30,9 @@ func clusterRedis(t *testing.T) *redis.ClusterClient {
 		return nil
 	}
 	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	// Its cluster bus listens 10000 above: both must be free (a kernel-chosen
+	// port can put the bus past 65535).
+	port := testenv.FreeClusterPort(t)
 	log, err := os.Create(filepath.Join(dir, "redis.log"))
 	if err != nil {
 		t.Fatal(err)

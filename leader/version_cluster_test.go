@@ -28,7 +28,7 @@ func startCluster(t *testing.T) []string {
 	}
 	var addrs []string
 	for i := range 3 {
-		port := testenv.FreePort(t)
+		port := testenv.FreeClusterPort(t)
 		dir := t.TempDir()
 		cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--dir", dir)

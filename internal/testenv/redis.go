@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -259,8 +260,12 @@ func newRedisServer(args ...string) (*RedisServer, error) {
 	s := &RedisServer{bin: bin, dir: dir, args: args}
 	// Another process may take the free port before redis binds it: retry.
 	var lastErr error
+	offset := 0
+	if slices.Contains(args, "--cluster-enabled") {
+		offset = ClusterBusOffset // its bus port must be free too
+	}
 	for range 5 {
-		port, err := freePort()
+		port, err := freePorts(offset)
 		if err != nil {
 			lastErr = err
 			break

@@ -96,11 +96,46 @@ var (
 	issued  = map[int]bool{}
 )
 
-func freePort() (int, error) {
-	lo, hi := 10000, ephemeralLow()
+func freePort() (int, error) { return freePorts(0) }
+
+// ClusterBusOffset is how far above its port a Redis Cluster node listens
+// for its cluster bus.
+const ClusterBusOffset = 10000
+
+// FreeClusterPort returns a free port for a Redis Cluster node: both it and
+// its bus port (ClusterBusOffset above) are free and below the ephemeral
+// range, where an outgoing connection could otherwise hold the bus port and
+// keep the node from starting.
+func FreeClusterPort(t testing.TB) int {
+	t.Helper()
+	port, err := freePorts(ClusterBusOffset)
+	if err != nil {
+		t.Fatalf("testenv: finding a free cluster port: %v", err)
+	}
+	return port
+}
+
+// freePorts finds a port that is free, and, with offset > 0, whose
+// port+offset is free too, both below the ephemeral range.
+func freePorts(offset int) (int, error) {
+	lo, hi := 10000, ephemeralLow()-offset
 	if hi-lo < 1000 {
+		if offset > 0 {
+			return 0, fmt.Errorf("no room below the ephemeral range (from %d) for a port and its port+%d", ephemeralLow(), offset)
+		}
 		// A strange ephemeral range; let the kernel choose.
 		return kernelPort()
+	}
+	free := func(port int) bool {
+		if issued[port] {
+			return false
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return false
+		}
+		_ = l.Close()
+		return true
 	}
 	portsMu.Lock()
 	defer portsMu.Unlock()
@@ -110,16 +145,17 @@ func freePort() (int, error) {
 			return 0, fmt.Errorf("random port: %w", err)
 		}
 		port := lo + int(n.Int64())
-		if issued[port] {
+		if !free(port) || offset > 0 && !free(port+offset) {
 			continue
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
 		issued[port] = true
+		if offset > 0 {
+			issued[port+offset] = true
+		}
 		return port, nil
+	}
+	if offset > 0 {
+		return 0, fmt.Errorf("no free port with a free port+%d after 200 tries", offset)
 	}
 	return kernelPort()
 }
