@@ -2,7 +2,10 @@ package leader_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,9 +54,11 @@ type versionEnv struct {
 	epoch int64
 }
 
-func newVersionEnv(t *testing.T) *versionEnv {
+// newVersionEnv: perSlot false checks versions many keys per script call
+// under the single fence key, true one key per call, as on a Cluster.
+func newVersionEnv(t *testing.T, perSlot bool) *versionEnv {
 	env := leadertest.New(t)
-	in := env.Instance(30*time.Second, 20*time.Millisecond, true)
+	in := env.Instance(30*time.Second, 20*time.Millisecond, perSlot)
 	term, err := in.Lease.Campaign(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +112,13 @@ func counter(t *testing.T, reg *prometheus.Registry, name, labels string) float6
 func ptr(v int64) *int64 { return &v }
 
 func TestVersionedWrites(t *testing.T) {
-	v := newVersionEnv(t)
+	for _, perSlot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per slot %v", perSlot), func(t *testing.T) { testVersionedWrites(t, perSlot) })
+	}
+}
+
+func testVersionedWrites(t *testing.T, perSlot bool) {
+	v := newVersionEnv(t, perSlot)
 	p := v.env.Prefix
 	t.Run("an older version is refused", func(t *testing.T) {
 		k := p + "v:1"
@@ -181,7 +192,13 @@ func TestVersionedWrites(t *testing.T) {
 // check off for good, and a far-future one holds writes off at most for the
 // record's TTL bound.
 func TestVersionRecordTamper(t *testing.T) {
-	v := newVersionEnv(t)
+	for _, perSlot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per slot %v", perSlot), func(t *testing.T) { testVersionRecordTamper(t, perSlot) })
+	}
+}
+
+func testVersionRecordTamper(t *testing.T, perSlot bool) {
+	v := newVersionEnv(t, perSlot)
 	ctx := context.Background()
 	c := v.env.Client
 	hash := strings.Repeat("a", 32)
@@ -237,4 +254,75 @@ func TestVersionRecordTamper(t *testing.T) {
 			t.Errorf("value = %q, want mine once the planted record expired", got)
 		}
 	})
+}
+
+// TestVersionedWriteOfManyKeys: one write of more keys than a script call
+// carries, with every outcome mixed in every call — older (refused), same
+// version and bytes (extended), newer (written), and a key whose record
+// another client overwrote (repaired, then written) — decides each key
+// alone, on a single node (many keys per call) and per slot.
+func TestVersionedWriteOfManyKeys(t *testing.T) {
+	for _, perSlot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per slot %v", perSlot), func(t *testing.T) {
+			v := newVersionEnv(t, perSlot)
+			ctx := context.Background()
+			const n = 300
+			key := func(i int) string { return fmt.Sprintf("%smany:%d", v.env.Prefix, i) }
+			batch := func(seq int64, version func(i int) int64) []warmer.Entry {
+				es := make([]warmer.Entry, n)
+				for i := range es {
+					ver := version(i)
+					es[i] = warmer.Entry{Key: key(i), Value: []byte("v" + strconv.FormatInt(ver, 10)), TTL: time.Minute,
+						Seq: seq, Versioned: true, Version: ver, VersionTTL: 2 * time.Minute, Family: "f"}
+				}
+				return es
+			}
+			if err := v.in.Store.Set(v.ctx, batch(1, func(int) int64 { return 5 })); err != nil {
+				t.Fatal(err)
+			}
+			const tampered = 150 // planned older: its record is foreign, so it is written
+			if err := v.env.Client.Set(ctx, leader.VersionKey(v.env.NS, key(tampered)), "not a record", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.in.Store.Set(v.ctx, batch(2, func(i int) int64 { return int64(4 + i%3) })); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				want := []string{"v5", "v5", "v6"}[i%3]
+				if i == tampered {
+					want = "v4"
+				}
+				if got := v.get(key(i)); got != want {
+					t.Fatalf("%s = %q, want %q", key(i), got, want)
+				}
+			}
+			for _, c := range []struct {
+				name, labels string
+				want         float64
+			}{
+				{"hearth_version_refused_writes_total", "family=f", n/3 - 1},
+				{"hearth_conditional_extends_total", "family=f", n / 3},
+				{"hearth_state_repairs_total", "key=version", 1},
+			} {
+				if got := counter(t, v.in.Reg, c.name, c.labels); got != c.want {
+					t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
+				}
+			}
+
+			// A new leader takes over: the old one's versioned write is refused
+			// whole, however new its versions.
+			v.env.Client.Del(ctx, v.env.NS+":{lease}")
+			leadertest.Campaign(t, v.env.Instance(30*time.Second, 20*time.Millisecond, perSlot).Lease, 5*time.Second)
+			err := v.in.Store.Set(v.ctx, batch(3, func(int) int64 { return 9 }))
+			if !errors.Is(err, leader.ErrFenced) {
+				t.Fatalf("old leader's versioned write: err = %v, want ErrFenced", err)
+			}
+			if got := v.get(key(0)); got != "v5" {
+				t.Errorf("%s = %q after a fenced write, want v5", key(0), got)
+			}
+			if got := counter(t, v.in.Reg, "hearth_fenced_writes_total", "op=set"); got != n {
+				t.Errorf("hearth_fenced_writes_total{op=set} = %v, want %d", got, n)
+			}
+		})
+	}
 }
