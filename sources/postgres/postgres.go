@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -410,6 +411,9 @@ func (s *Source) ListMembers(ctx context.Context, spec *warmer.Spec, prev []stri
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("members query: %w", classify(err))
+	}
+	if len(out) < cap(out)/2 {
+		out = slices.Clone(out) // far fewer than last time: do not keep last time's room
 	}
 	return out, nil
 }

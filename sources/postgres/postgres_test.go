@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +176,15 @@ func TestListMembersReusesUnchanged(t *testing.T) {
 	}
 	if unsafe.StringData(changed[0]) != unsafe.StringData(first[0]) {
 		t.Errorf("unchanged first member read anew")
+	}
+	// A listing far shorter than the hint does not keep the hint's room.
+	big := make([]string, 1000)
+	for i := range big {
+		big[i] = strconv.Itoa(i)
+	}
+	short, err := src.ListMembers(ctx, s, big)
+	if err != nil || len(short) != 4 || cap(short) >= len(big) {
+		t.Errorf("ListMembers with a 1,000-member hint = %d members, capacity %d, %v; want 4 and far less room", len(short), cap(short), err)
 	}
 	for _, c := range []struct{ query, want string }{
 		{"SELECT note FROM items WHERE id < '3' ORDER BY id", "one,two"}, // shorter than the hint
