@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
@@ -21,7 +22,7 @@ func TestBadInput(t *testing.T) {
 	pg := testenv.Postgres(t)
 	mustExec(t, pg, `CREATE TABLE items (id text, body text)`)
 	mustExec(t, pg, `INSERT INTO items VALUES ('ok', 'fine'), ('big', repeat('x', 2000)), ('dup', 'a'), ('dup', 'b'), ('null', NULL)`)
-	u := newUpstream(t, func(m string, _ int) (int, string) {
+	u := origintest.New(t, func(m string, _ int) (int, string) {
 		switch m {
 		case "broken":
 			return http.StatusInternalServerError, "upstream down"
@@ -60,7 +61,7 @@ func TestBadInput(t *testing.T) {
 	good.Query = `SELECT 'still refreshed'`
 	specs = append(specs, good)
 
-	rg := newRig(t, r.Client, p, map[string]warmer.Source{"db": pgSource(t, pg.DSN), "api": u.source(t, 4)}, specs...)
+	rg := newRig(t, r.Client, p, map[string]warmer.Source{"db": pgSource(t, pg.DSN), "api": u.Source(t, 4)}, specs...)
 	ctx := context.Background()
 	// Old values of the members that will fail: they must survive.
 	for _, k := range []string{"sized:big", "dups:dup", "nulls:null", "cols:ok", "fivexx:broken", "json:garbage"} {
@@ -143,14 +144,14 @@ func TestNothingUserControlledIsSpliced(t *testing.T) {
 	pg := testenv.Postgres(t)
 	mustExec(t, pg, `CREATE TABLE items (id text PRIMARY KEY, body text NOT NULL)`)
 	mustExec(t, pg, `INSERT INTO items VALUES ('1', 'one')`)
-	u := newUpstream(t, func(m string, _ int) (int, string) { return http.StatusOK, "v" })
+	u := origintest.New(t, func(m string, _ int) (int, string) { return http.StatusOK, "v" })
 	sqlEvil := `1';DROP/**/TABLE/**/items;--`
 	urlEvil := `../admin?x=1#frag`
 	s := decl(t, "item", r.Prefix+"item:{id}", "db")
 	s.Members, s.Query = []string{"1", sqlEvil}, `SELECT id, body FROM items WHERE id = ANY($1)`
 	h := decl(t, "page", r.Prefix+"page:{id}", "api")
 	h.Members, h.Path = []string{urlEvil}, "/v/{id}"
-	rg := newRig(t, r.Client, r.Prefix, map[string]warmer.Source{"db": pgSource(t, pg.DSN), "api": u.source(t, 1)}, s, h)
+	rg := newRig(t, r.Client, r.Prefix, map[string]warmer.Source{"db": pgSource(t, pg.DSN), "api": u.Source(t, 1)}, s, h)
 	if err := rg.w.RefreshAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -161,12 +162,11 @@ func TestNothingUserControlledIsSpliced(t *testing.T) {
 	if v, ok := get(t, r.Client, r.Prefix+"item:"+sqlEvil); !ok || v != "" {
 		t.Errorf("the hostile member = %q (exists %v), want the not-found sentinel", v, ok)
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if got, want := u.hits[urlEvil], 1; got != want {
-		t.Errorf("upstream saw the member %d times as one path segment (hits %v), want %d", got, u.hits, want)
+	hits := u.Hits()
+	if got, want := hits[urlEvil], 1; got != want {
+		t.Errorf("upstream saw the member %d times as one path segment (hits %v), want %d", got, hits, want)
 	}
-	for path := range u.hits {
+	for path := range hits {
 		if strings.Contains(path, "admin") && path != urlEvil {
 			t.Errorf("a request escaped its path template: %q", path)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
@@ -44,7 +45,7 @@ func newRig(t *testing.T, rdb *redis.Client, prefix string, sources map[string]w
 // timeout 1s, negative ttl 1s, no jitter, no stale extension.
 func decl(t *testing.T, name, key, source string) *warmer.Spec {
 	t.Helper()
-	s := guardSpec(t, name, key, "")
+	s := origintest.Spec(t, name, key, "")
 	s.Source = source
 	return s
 }
@@ -141,9 +142,9 @@ func TestNegativeCaching(t *testing.T) {
 // hammer a missing member's key; the sentinel never lapses, and the origin is
 // asked for it once per negative_ttl/2, not once per read.
 func TestMissingRowCostsOneLoadPerNegativeInterval(t *testing.T) {
-	noLeaks(t)
+	origintest.NoLeaks(t)
 	r := testenv.Redis(t)
-	u := newUpstream(t, func(m string, _ int) (int, string) {
+	u := origintest.New(t, func(m string, _ int) (int, string) {
 		if m == "missing" {
 			return http.StatusNotFound, ""
 		}
@@ -152,7 +153,7 @@ func TestMissingRowCostsOneLoadPerNegativeInterval(t *testing.T) {
 	s := decl(t, "thing", r.Prefix+"thing:{id}", "api")
 	s.Path = "/v/{id}"
 	s.Members = []string{"here", "missing"}
-	rg := newRig(t, r.Client, r.Prefix, map[string]warmer.Source{"api": u.source(t, 2)}, s)
+	rg := newRig(t, r.Client, r.Prefix, map[string]warmer.Source{"api": u.Source(t, 2)}, s)
 	ctx := context.Background()
 	if _, err := rg.w.Refresh(ctx, "thing", warmer.RunOptions{}); err != nil {
 		t.Fatal(err)
@@ -172,7 +173,7 @@ func TestMissingRowCostsOneLoadPerNegativeInterval(t *testing.T) {
 
 	key := r.Prefix + "thing:missing"
 	const window = 3 * time.Second
-	before := u.count("missing")
+	before := u.Count("missing")
 	reads, misses := 0, 0
 	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
 		reads++
@@ -180,7 +181,7 @@ func TestMissingRowCostsOneLoadPerNegativeInterval(t *testing.T) {
 			misses++
 		}
 	}
-	loads := u.count("missing") - before
+	loads := u.Count("missing") - before
 	t.Logf("%d reads, %d misses, %d origin requests for the missing member in %s", reads, misses, loads, window)
 	if misses != 0 {
 		t.Errorf("%d of %d reads missed: the sentinel lapsed between checks", misses, reads)
@@ -198,10 +199,10 @@ func TestMissingRowCostsOneLoadPerNegativeInterval(t *testing.T) {
 }
 
 func TestServeStale(t *testing.T) {
-	noLeaks(t)
+	origintest.NoLeaks(t)
 	r := testenv.Redis(t)
 	var down atomic.Bool
-	u := newUpstream(t, func(m string, _ int) (int, string) {
+	u := origintest.New(t, func(m string, _ int) (int, string) {
 		if down.Load() {
 			return http.StatusInternalServerError, "down"
 		}
@@ -212,7 +213,7 @@ func TestServeStale(t *testing.T) {
 	s.Members = []string{"a", "b"}
 	s.TTL, s.Interval, s.LoadTimeout = 2*time.Second, time.Second, 500*time.Millisecond
 	s.MaxStale = 3 * time.Second
-	rg := newRig(t, r.Client, r.Prefix, map[string]warmer.Source{"api": u.source(t, 2)}, s)
+	rg := newRig(t, r.Client, r.Prefix, map[string]warmer.Source{"api": u.Source(t, 2)}, s)
 	ctx := context.Background()
 
 	t0 := time.Now()
@@ -281,10 +282,10 @@ func TestServeStale(t *testing.T) {
 // TestBreakerOpenServesStale: with the source's breaker open, a refresh keeps
 // the values alive without calling the origin at all.
 func TestBreakerOpenServesStale(t *testing.T) {
-	noLeaks(t)
+	origintest.NoLeaks(t)
 	r := testenv.Redis(t)
 	var down atomic.Bool
-	u := newUpstream(t, func(m string, _ int) (int, string) {
+	u := origintest.New(t, func(m string, _ int) (int, string) {
 		if down.Load() {
 			return http.StatusBadGateway, ""
 		}
@@ -294,7 +295,7 @@ func TestBreakerOpenServesStale(t *testing.T) {
 	s.Path = "/v/{id}"
 	s.Members = []string{"a", "b"}
 	s.MaxStale = time.Minute
-	guard := protect.Guard(u.source(t, 2), protect.GuardConfig{Name: "api", BreakerFailures: 2, BreakerOpenFor: time.Minute})
+	guard := protect.Guard(u.Source(t, 2), protect.GuardConfig{Name: "api", BreakerFailures: 2, BreakerOpenFor: time.Minute})
 	rg := newRig(t, r.Client, r.Prefix, map[string]warmer.Source{"api": guard}, s)
 	ctx := context.Background()
 	if _, err := rg.w.Refresh(ctx, "p", warmer.RunOptions{}); err != nil {
@@ -306,7 +307,7 @@ func TestBreakerOpenServesStale(t *testing.T) {
 			t.Fatal("refresh against a failing origin reported no error")
 		}
 	}
-	calls := u.total()
+	calls := u.Total()
 	extended := promtest.Sum(t, rg.reg, "hearth_stale_extensions_total", "family", "p")
 	for range 3 {
 		_, err := rg.w.Refresh(ctx, "p", warmer.RunOptions{})
@@ -314,7 +315,7 @@ func TestBreakerOpenServesStale(t *testing.T) {
 			t.Fatalf("err = %v, want ErrBreakerOpen", err)
 		}
 	}
-	if got := u.total(); got != calls {
+	if got := u.Total(); got != calls {
 		t.Errorf("origin called %d times with the breaker open", got-calls)
 	}
 	if got := promtest.Sum(t, rg.reg, "hearth_stale_extensions_total", "family", "p") - extended; got != 6 {

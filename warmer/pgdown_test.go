@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
@@ -21,7 +22,7 @@ import (
 // max_stale after their last good load and not longer; the breaker opens; when
 // the server is back, refreshes resume on their own.
 func TestPostgresDownMidRun(t *testing.T) {
-	noLeaks(t)
+	origintest.NoLeaks(t)
 	r := testenv.Redis(t)
 	pgs := testenv.PrivatePostgres(t)
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
@@ -26,12 +27,12 @@ import (
 // sees them fresh (the origin's new answer) while the breaker would still be
 // open, and the stale declaration was refreshed, the healthy one not.
 func TestBreakerProbeRecovers(t *testing.T) {
-	noLeaks(t)
+	origintest.NoLeaks(t)
 	rd := testenv.Redis(t)
 	ctx := context.Background()
 	var version atomic.Value
 	version.Store("v1")
-	u := newUpstream(t, func(m string, _ int) (int, string) {
+	u := origintest.New(t, func(m string, _ int) (int, string) {
 		return http.StatusOK, m + "@" + version.Load().(string)
 	})
 	proxy := testenv.NewProxy(t, strings.TrimPrefix(u.URL, "http://"))
@@ -45,7 +46,7 @@ func TestBreakerProbeRecovers(t *testing.T) {
 		ProbeInterval: 100 * time.Millisecond, Metrics: protect.NewGuardMetrics(greg), Logger: zerolog.Nop()})
 	t.Cleanup(guard.(interface{ Close() }).Close)
 
-	s := guardSpec(t, "p", rd.Prefix+"p:{id}", "/v/{id}")
+	s := origintest.Spec(t, "p", rd.Prefix+"p:{id}", "/v/{id}")
 	s.Members, s.MaxStale, s.TTL = []string{"a", "b"}, time.Hour, time.Hour
 	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": guard},
 		Specs: []*warmer.Spec{s}, Logger: zerolog.Nop()})
@@ -99,20 +100,20 @@ func TestBreakerProbeRecovers(t *testing.T) {
 // waits twice as long, so the origin sees about one load per probe, not a
 // refresh's worth.
 func TestBreakerProbeFalseRecovery(t *testing.T) {
-	noLeaks(t)
+	origintest.NoLeaks(t)
 	rd := testenv.Redis(t)
 	ctx := context.Background()
-	u := newUpstream(t, func(m string, _ int) (int, string) {
+	u := origintest.New(t, func(m string, _ int) (int, string) {
 		if m == "" || m == "/" {
 			return http.StatusOK, "healthy"
 		}
 		return http.StatusServiceUnavailable, "down"
 	})
 	greg := prometheus.NewRegistry()
-	guard := protect.Guard(u.source(t, 2), protect.GuardConfig{Name: "api", BreakerFailures: 3, BreakerOpenFor: time.Hour,
+	guard := protect.Guard(u.Source(t, 2), protect.GuardConfig{Name: "api", BreakerFailures: 3, BreakerOpenFor: time.Hour,
 		ProbeInterval: 100 * time.Millisecond, Metrics: protect.NewGuardMetrics(greg), Logger: zerolog.Nop()})
 	t.Cleanup(guard.(interface{ Close() }).Close)
-	s := guardSpec(t, "p", rd.Prefix+"p:{id}", "/v/{id}")
+	s := origintest.Spec(t, "p", rd.Prefix+"p:{id}", "/v/{id}")
 	s.Members = []string{"a"}
 	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": guard},
 		Specs: []*warmer.Spec{s}, Logger: zerolog.Nop()})
@@ -125,7 +126,7 @@ func TestBreakerProbeFalseRecovery(t *testing.T) {
 	if got := promtest.Sum(t, greg, "hearth_origin_breaker_state", "source", "api"); got != 2 {
 		t.Fatalf("breaker state %g after 3 failed loads, want 2 (open)", got)
 	}
-	before := u.count("a")
+	before := u.Count("a")
 	// Each probe answers; its recovery refresh fails once and re-opens it.
 	testenv.Eventually(t, 30*time.Second, "two probe recoveries", func() bool {
 		return promtest.Sum(t, greg, "hearth_origin_probes_total", "source", "api", "result", "ok") >= 2
@@ -134,7 +135,7 @@ func TestBreakerProbeFalseRecovery(t *testing.T) {
 		return promtest.Sum(t, greg, "hearth_origin_breaker_state", "source", "api") == 2
 	})
 	probes := promtest.Sum(t, greg, "hearth_origin_probes_total", "source", "api", "result", "ok")
-	loads := u.count("a") - before
+	loads := u.Count("a") - before
 	if float64(loads) > probes {
 		t.Errorf("%d loads of a for %g probe recoveries: a false recovery must re-open after one failed call", loads, probes)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,108 +11,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 
+	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/promtest"
-	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
-
-// upstream is an HTTP origin whose answer per member the test scripts; it
-// counts requests per member and the most requests it had in flight at once.
-type upstream struct {
-	*httptest.Server
-	mu      sync.Mutex
-	hits    map[string]int
-	answer  func(member string, n int) (int, string)
-	delay   time.Duration
-	running int
-	peak    int
-}
-
-func newUpstream(t *testing.T, answer func(member string, n int) (int, string)) *upstream {
-	t.Helper()
-	u := &upstream{hits: map[string]int{}, answer: answer}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m := strings.TrimPrefix(r.URL.Path, "/v/")
-		u.mu.Lock()
-		u.hits[m]++
-		n := u.hits[m]
-		u.running++
-		u.peak = max(u.peak, u.running)
-		delay := u.delay
-		u.mu.Unlock()
-		defer func() {
-			u.mu.Lock()
-			u.running--
-			u.mu.Unlock()
-		}()
-		if delay > 0 {
-			select {
-			case <-time.After(delay):
-			case <-r.Context().Done():
-				return
-			}
-		}
-		code, body := u.answer(m, n)
-		w.WriteHeader(code)
-		_, _ = w.Write([]byte(body))
-	}))
-	t.Cleanup(u.Close)
-	return u
-}
-
-func (u *upstream) count(m string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.hits[m]
-}
-
-func (u *upstream) total() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	n := 0
-	for _, h := range u.hits {
-		n += h
-	}
-	return n
-}
-
-func (u *upstream) setDelay(d time.Duration) {
-	u.mu.Lock()
-	u.delay = d
-	u.mu.Unlock()
-}
-
-func (u *upstream) source(t *testing.T, concurrency int) *httpsrc.Source {
-	t.Helper()
-	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: u.URL, Timeout: 5 * time.Second, Concurrency: concurrency})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	return src
-}
-
-func guardSpec(t *testing.T, name, key, path string) *warmer.Spec {
-	t.Helper()
-	tp, err := warmer.ParseTemplate(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &warmer.Spec{Name: name, Template: tp, Source: "api", Path: path, TTL: 4 * time.Second,
-		Interval: 2 * time.Second, LoadTimeout: time.Second, NegativeTTL: time.Second, MaxValueBytes: 1 << 20,
-		NegativeValue: []byte{}, BatchSize: 100, MaxMembers: 1000}
-}
-
-// noLeaks fails the test if a goroutine started during it outlives its
-// cleanups (servers, clients, sources): it runs after all of them.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
 
 func byMember(rs []warmer.Result) map[string]warmer.Result {
 	out := map[string]warmer.Result{}
@@ -124,18 +27,18 @@ func byMember(rs []warmer.Result) map[string]warmer.Result {
 }
 
 func TestGuardRetries(t *testing.T) {
-	noLeaks(t)
+	origintest.NoLeaks(t)
 	t.Run("a 5xx member is retried alone until it answers", func(t *testing.T) {
-		u := newUpstream(t, func(m string, n int) (int, string) {
+		u := origintest.New(t, func(m string, n int) (int, string) {
 			if m == "flaky" && n <= 2 {
 				return http.StatusServiceUnavailable, "busy"
 			}
 			return http.StatusOK, "v-" + m
 		})
 		reg := prometheus.NewRegistry()
-		g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api", Retries: 2, RetryBackoff: 10 * time.Millisecond,
+		g := protect.Guard(u.Source(t, 4), protect.GuardConfig{Name: "api", Retries: 2, RetryBackoff: 10 * time.Millisecond,
 			RetryMaxBackoff: 20 * time.Millisecond, Metrics: protect.NewGuardMetrics(reg)})
-		rs, err := g.Load(context.Background(), guardSpec(t, "p", "p:{id}", "/v/{id}"), []string{"ok", "flaky"})
+		rs, err := g.Load(context.Background(), origintest.Spec(t, "p", "p:{id}", "/v/{id}"), []string{"ok", "flaky"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,10 +49,10 @@ func TestGuardRetries(t *testing.T) {
 		if got, want := string(by["ok"].Value), "v-ok"; got != want {
 			t.Errorf("ok = %q, want %q", got, want)
 		}
-		if got, want := u.count("flaky"), 3; got != want {
+		if got, want := u.Count("flaky"), 3; got != want {
 			t.Errorf("flaky requested %d times, want %d (1 + 2 retries)", got, want)
 		}
-		if got, want := u.count("ok"), 1; got != want {
+		if got, want := u.Count("ok"), 1; got != want {
 			t.Errorf("ok requested %d times, want %d: a good member must not be asked again", got, want)
 		}
 		if got, want := promtest.Sum(t, reg, "hearth_origin_retries_total", "source", "api"), 2.0; got != want {
@@ -157,21 +60,21 @@ func TestGuardRetries(t *testing.T) {
 		}
 	})
 	t.Run("retries are bounded and the last error is kept", func(t *testing.T) {
-		u := newUpstream(t, func(string, int) (int, string) { return http.StatusBadGateway, "down" })
-		g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
-		rs, err := g.Load(context.Background(), guardSpec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
+		u := origintest.New(t, func(string, int) (int, string) { return http.StatusBadGateway, "down" })
+		g := protect.Guard(u.Source(t, 4), protect.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
+		rs, err := g.Load(context.Background(), origintest.Spec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := rs[0].Err; !errors.Is(err, warmer.ErrUnavailable) || !strings.Contains(err.Error(), "HTTP 502") {
 			t.Errorf("err = %v, want HTTP 502 marked unavailable", err)
 		}
-		if got, want := u.count("x"), 4; got != want {
+		if got, want := u.Count("x"), 4; got != want {
 			t.Errorf("requested %d times, want %d", got, want)
 		}
 	})
 	t.Run("bad payloads and missing members are never retried", func(t *testing.T) {
-		u := newUpstream(t, func(m string, _ int) (int, string) {
+		u := origintest.New(t, func(m string, _ int) (int, string) {
 			switch m {
 			case "gone":
 				return http.StatusNotFound, ""
@@ -180,9 +83,9 @@ func TestGuardRetries(t *testing.T) {
 			}
 			return http.StatusOK, "<html>not json"
 		})
-		s := guardSpec(t, "p", "p:{id}", "/v/{id}")
+		s := origintest.Spec(t, "p", "p:{id}", "/v/{id}")
 		s.JSONPointer = "/price"
-		g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
+		g := protect.Guard(u.Source(t, 4), protect.GuardConfig{Name: "api", Retries: 3, RetryBackoff: time.Millisecond})
 		rs, err := g.Load(context.Background(), s, []string{"garbage", "gone", "teapot"})
 		if err != nil {
 			t.Fatal(err)
@@ -195,23 +98,23 @@ func TestGuardRetries(t *testing.T) {
 			t.Errorf("gone: %+v, want missing", by["gone"])
 		}
 		for _, m := range []string{"garbage", "gone", "teapot"} {
-			if got := u.count(m); got != 1 {
+			if got := u.Count(m); got != 1 {
 				t.Errorf("%s requested %d times, want 1", m, got)
 			}
 		}
 	})
 	t.Run("a slow call is cut by attempt_timeout and retried", func(t *testing.T) {
-		u := newUpstream(t, func(m string, n int) (int, string) { return http.StatusOK, "v" })
-		u.setDelay(5 * time.Second)
-		s := guardSpec(t, "one", "one", "/v/one")
-		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api", Retries: 1, RetryBackoff: time.Millisecond,
+		u := origintest.New(t, func(m string, n int) (int, string) { return http.StatusOK, "v" })
+		u.SetDelay(5 * time.Second)
+		s := origintest.Spec(t, "one", "one", "/v/one")
+		g := protect.Guard(u.Source(t, 1), protect.GuardConfig{Name: "api", Retries: 1, RetryBackoff: time.Millisecond,
 			AttemptTimeout: 100 * time.Millisecond})
 		go func() {
 			// The second attempt answers at once.
-			for u.count("one") < 1 {
+			for u.Count("one") < 1 {
 				time.Sleep(5 * time.Millisecond)
 			}
-			u.setDelay(0)
+			u.SetDelay(0)
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -222,16 +125,16 @@ func TestGuardRetries(t *testing.T) {
 		if len(rs) != 1 || string(rs[0].Value) != "v" || rs[0].Err != nil {
 			t.Fatalf("results = %+v, want the value from the second attempt", rs)
 		}
-		if got, want := u.count("one"), 2; got != want {
+		if got, want := u.Count("one"), 2; got != want {
 			t.Errorf("requested %d times, want %d", got, want)
 		}
 	})
 	t.Run("no retry outlasts the load's deadline", func(t *testing.T) {
-		u := newUpstream(t, func(string, int) (int, string) { return http.StatusInternalServerError, "" })
-		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api", Retries: 5, RetryBackoff: time.Second})
+		u := origintest.New(t, func(string, int) (int, string) { return http.StatusInternalServerError, "" })
+		g := protect.Guard(u.Source(t, 1), protect.GuardConfig{Name: "api", Retries: 5, RetryBackoff: time.Second})
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		rs, err := g.Load(ctx, guardSpec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
+		rs, err := g.Load(ctx, origintest.Spec(t, "p", "p:{id}", "/v/{id}"), []string{"x"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,16 +144,16 @@ func TestGuardRetries(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Error("Load waited for a backoff that ends after its deadline")
 		}
-		if got, want := u.count("x"), 1; got != want {
+		if got, want := u.Count("x"), 1; got != want {
 			t.Errorf("requested %d times, want %d", got, want)
 		}
 	})
 }
 
 func TestGuardBreaker(t *testing.T) {
-	noLeaks(t)
+	origintest.NoLeaks(t)
 	var healthy atomic.Bool
-	u := newUpstream(t, func(string, int) (int, string) {
+	u := origintest.New(t, func(string, int) (int, string) {
 		if healthy.Load() {
 			return http.StatusOK, "v"
 		}
@@ -258,9 +161,9 @@ func TestGuardBreaker(t *testing.T) {
 	})
 	reg := prometheus.NewRegistry()
 	openFor := 300 * time.Millisecond
-	g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api", BreakerFailures: 3, BreakerOpenFor: openFor,
+	g := protect.Guard(u.Source(t, 4), protect.GuardConfig{Name: "api", BreakerFailures: 3, BreakerOpenFor: openFor,
 		Metrics: protect.NewGuardMetrics(reg)})
-	s := guardSpec(t, "p", "p:{id}", "/v/{id}")
+	s := origintest.Spec(t, "p", "p:{id}", "/v/{id}")
 	load := func() ([]warmer.Result, error) {
 		return g.Load(context.Background(), s, []string{"a", "b"})
 	}
@@ -273,12 +176,12 @@ func TestGuardBreaker(t *testing.T) {
 	if got, want := promtest.Sum(t, reg, "hearth_origin_breaker_state", "source", "api"), 2.0; got != want {
 		t.Fatalf("breaker state = %g after 3 failed calls, want 2 (open)", got)
 	}
-	before := u.total()
+	before := u.Total()
 	_, err := load()
 	if !errors.Is(err, warmer.ErrBreakerOpen) {
 		t.Fatalf("load with the breaker open: err = %v, want ErrBreakerOpen", err)
 	}
-	if got := u.total(); got != before {
+	if got := u.Total(); got != before {
 		t.Errorf("the origin was called %d times with the breaker open", got-before)
 	}
 	if got := promtest.Sum(t, reg, "hearth_origin_rejected_total", "source", "api", "reason", "breaker_open"); got < 1 {
@@ -305,13 +208,13 @@ func TestGuardBreaker(t *testing.T) {
 	}
 
 	t.Run("one failing member in many does not open it", func(t *testing.T) {
-		u := newUpstream(t, func(m string, _ int) (int, string) {
+		u := origintest.New(t, func(m string, _ int) (int, string) {
 			if m == "bad" {
 				return http.StatusInternalServerError, ""
 			}
 			return http.StatusOK, "v"
 		})
-		g := protect.Guard(u.source(t, 4), protect.GuardConfig{Name: "api2", BreakerFailures: 1, BreakerOpenFor: time.Minute})
+		g := protect.Guard(u.Source(t, 4), protect.GuardConfig{Name: "api2", BreakerFailures: 1, BreakerOpenFor: time.Minute})
 		for range 3 {
 			if _, err := g.Load(context.Background(), s, []string{"a", "b", "c", "bad"}); err != nil {
 				t.Fatalf("err = %v: one 5xx member in four opened the breaker", err)
@@ -325,21 +228,21 @@ func TestGuardBreaker(t *testing.T) {
 		}
 	})
 	t.Run("a cancelled load is not held against the origin", func(t *testing.T) {
-		u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
-		u.setDelay(5 * time.Second)
-		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api3", BreakerFailures: 1, BreakerOpenFor: time.Minute})
+		u := origintest.New(t, func(string, int) (int, string) { return http.StatusOK, "v" })
+		u.SetDelay(5 * time.Second)
+		g := protect.Guard(u.Source(t, 1), protect.GuardConfig{Name: "api3", BreakerFailures: 1, BreakerOpenFor: time.Minute})
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
-			for u.total() < 1 {
+			for u.Total() < 1 {
 				time.Sleep(5 * time.Millisecond)
 			}
 			cancel()
 		}()
-		one := guardSpec(t, "one", "one", "/v/one")
+		one := origintest.Spec(t, "one", "one", "/v/one")
 		if rs, err := g.Load(ctx, one, nil); err == nil && (len(rs) != 1 || !errors.Is(rs[0].Err, context.Canceled)) {
 			t.Fatalf("results = %+v, want the cancellation reported", rs)
 		}
-		u.setDelay(0)
+		u.SetDelay(0)
 		if _, err := g.Load(context.Background(), one, nil); err != nil {
 			t.Errorf("err = %v: a cancelled call opened the breaker", err)
 		}
@@ -347,12 +250,12 @@ func TestGuardBreaker(t *testing.T) {
 }
 
 func TestGuardBoundsCalls(t *testing.T) {
-	noLeaks(t)
+	origintest.NoLeaks(t)
 	t.Run("max_in_flight", func(t *testing.T) {
-		u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
-		u.setDelay(50 * time.Millisecond)
-		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api", MaxInFlight: 2})
-		s := guardSpec(t, "p", "p:{id}", "/v/{id}")
+		u := origintest.New(t, func(string, int) (int, string) { return http.StatusOK, "v" })
+		u.SetDelay(50 * time.Millisecond)
+		g := protect.Guard(u.Source(t, 1), protect.GuardConfig{Name: "api", MaxInFlight: 2})
+		s := origintest.Spec(t, "p", "p:{id}", "/v/{id}")
 		var wg sync.WaitGroup
 		for i := range 12 {
 			wg.Go(func() {
@@ -362,17 +265,15 @@ func TestGuardBoundsCalls(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		if got, want := u.peak, 2; got != want {
+		if got, want := u.Peak(), 2; got != want {
 			t.Errorf("peak requests in flight = %d, want %d", got, want)
 		}
 	})
 	t.Run("rate", func(t *testing.T) {
-		u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
+		u := origintest.New(t, func(string, int) (int, string) { return http.StatusOK, "v" })
 		reg := prometheus.NewRegistry()
-		g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api", Rate: 1, Burst: 1, Metrics: protect.NewGuardMetrics(reg)})
-		s := guardSpec(t, "one", "one", "/v/one")
+		g := protect.Guard(u.Source(t, 1), protect.GuardConfig{Name: "api", Rate: 1, Burst: 1, Metrics: protect.NewGuardMetrics(reg)})
+		s := origintest.Spec(t, "one", "one", "/v/one")
 		if _, err := g.Load(context.Background(), s, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -382,7 +283,7 @@ func TestGuardBoundsCalls(t *testing.T) {
 		if !errors.Is(err, warmer.ErrOverloaded) {
 			t.Fatalf("second call within a second at rate 1: err = %v, want ErrOverloaded", err)
 		}
-		if got, want := u.count("one"), 1; got != want {
+		if got, want := u.Count("one"), 1; got != want {
 			t.Errorf("origin called %d times, want %d", got, want)
 		}
 		if got := promtest.Sum(t, reg, "hearth_origin_rejected_total", "reason", "rate_limited"); got != 1 {
@@ -392,8 +293,8 @@ func TestGuardBoundsCalls(t *testing.T) {
 }
 
 func TestGuardForwardsMemberListing(t *testing.T) {
-	u := newUpstream(t, func(string, int) (int, string) { return http.StatusOK, "v" })
-	g := protect.Guard(u.source(t, 1), protect.GuardConfig{Name: "api"})
+	u := origintest.New(t, func(string, int) (int, string) { return http.StatusOK, "v" })
+	g := protect.Guard(u.Source(t, 1), protect.GuardConfig{Name: "api"})
 	if _, ok := g.(warmer.MemberLister); ok {
 		t.Error("a guarded http source claims to list members")
 	}
