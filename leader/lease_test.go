@@ -142,7 +142,7 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
 	reg := prometheus.NewRegistry()
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: client, Namespace: "hearth", Registerer: reg})
 	l, err := leader.NewLease(leader.LeaseOptions{
 		Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 50 * time.Millisecond, Fence: store, Registerer: reg,

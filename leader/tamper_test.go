@@ -1,7 +1,6 @@
 package leader_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,24 +26,6 @@ import (
 // writes again within a bound —, logged with the key and what was found,
 // counted in hearth_state_repairs_total, and must never make the campaign spin.
 
-// syncBuffer is a log sink the test reads while Hearth writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type tamperEnv struct {
 	t       *testing.T
 	client  *redis.Client
@@ -60,12 +41,12 @@ func newTamperEnv(t *testing.T, client *redis.Client, ns string) *tamperEnv {
 
 type tamperInstance struct {
 	*leadertest.Instance
-	logs *syncBuffer
+	logs *testenv.SyncBuffer
 }
 
 func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	e.t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	env := leadertest.On(e.t, e.client, e.ns)
 	env.Log = zerolog.New(logs)
 	return &tamperInstance{Instance: env.Instance(lease, retry, e.perSlot), logs: logs}
@@ -123,18 +104,6 @@ type tamper struct {
 	found string
 }
 
-func set(v string) func(c *redis.Client, key string) error {
-	return func(c *redis.Client, key string) error { return c.Set(context.Background(), key, v, 0).Err() }
-}
-
-func list(c *redis.Client, key string) error {
-	ctx := context.Background()
-	if err := c.Del(ctx, key).Err(); err != nil {
-		return err
-	}
-	return c.RPush(ctx, key, "x").Err()
-}
-
 func hash(c *redis.Client, key string) error {
 	ctx := context.Background()
 	if err := c.Del(ctx, key).Err(); err != nil {
@@ -163,24 +132,24 @@ func TestTamperState(t *testing.T) {
 	client := srv.Client(t)
 	farFuture := strconv.FormatInt(redisMillis(t, client)+2*leader.MaxEpochAhead.Milliseconds(), 10)
 	cases := []tamper{
-		{"fence huge", "fence", ":fence", set("99999999999999999"), "99999999999999999"},
-		{"fence nan", "fence", ":fence", set("nan"), "nan"},
-		{"fence inf", "fence", ":fence", set("inf"), "inf"},
-		{"fence 1e999", "fence", ":fence", set("1e999"), "1e999"},
-		{"fence negative", "fence", ":fence", set("-5"), "-5"},
-		{"fence beyond the bound", "fence", ":fence", set(farFuture), farFuture},
-		{"fence as a list", "fence", ":fence", list, "wrong type: list"},
+		{"fence huge", "fence", ":fence", testenv.PutString("99999999999999999"), "99999999999999999"},
+		{"fence nan", "fence", ":fence", testenv.PutString("nan"), "nan"},
+		{"fence inf", "fence", ":fence", testenv.PutString("inf"), "inf"},
+		{"fence 1e999", "fence", ":fence", testenv.PutString("1e999"), "1e999"},
+		{"fence negative", "fence", ":fence", testenv.PutString("-5"), "-5"},
+		{"fence beyond the bound", "fence", ":fence", testenv.PutString(farFuture), farFuture},
+		{"fence as a list", "fence", ":fence", testenv.PutList, "wrong type: list"},
 		{"fence as a hash", "fence", ":fence", hash, "wrong type: hash"},
 		{"fence with a ttl", "fence", ":fence", withTTL, "ttl set: "},
-		{"lease garbage without ttl", "lease", ":{lease}", set("garbage"), "garbage"},
-		{"lease well-formed without ttl", "lease", ":{lease}", set("1700000000000:intruder-1-abcdef/1"), "no ttl: 1700000000000:intruder-1-abcdef/1"},
+		{"lease garbage without ttl", "lease", ":{lease}", testenv.PutString("garbage"), "garbage"},
+		{"lease well-formed without ttl", "lease", ":{lease}", testenv.PutString("1700000000000:intruder-1-abcdef/1"), "no ttl: 1700000000000:intruder-1-abcdef/1"},
 		{"lease well-formed with an hour's ttl", "lease", ":{lease}", func(c *redis.Client, key string) error {
 			return c.Set(context.Background(), key, "1700000000000:intruder-1-abcdef/1", time.Hour).Err()
 		}, "1700000000000:intruder-1-abcdef/1"},
-		{"lease far-future epoch", "lease", ":{lease}", set("99999999999999:intruder-1-abcdef/1"), "99999999999999:intruder-1-abcdef/1"},
-		{"lease as a list", "lease", ":{lease}", list, "wrong type: list"},
-		{"epoch huge", "epoch", ":{lease}:epoch", set("99999999999999999999"), "99999999999999999999"},
-		{"epoch nan", "epoch", ":{lease}:epoch", set("nan"), "nan"},
+		{"lease far-future epoch", "lease", ":{lease}", testenv.PutString("99999999999999:intruder-1-abcdef/1"), "99999999999999:intruder-1-abcdef/1"},
+		{"lease as a list", "lease", ":{lease}", testenv.PutList, "wrong type: list"},
+		{"epoch huge", "epoch", ":{lease}:epoch", testenv.PutString("99999999999999999999"), "99999999999999999999"},
+		{"epoch nan", "epoch", ":{lease}:epoch", testenv.PutString("nan"), "nan"},
 		{"epoch with a ttl", "epoch", ":{lease}:epoch", withTTL, "ttl set: "},
 		{"epoch as a hash", "epoch", ":{lease}:epoch", hash, "wrong type: hash"},
 	}
@@ -257,7 +226,7 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 		name string
 		do   func(c *redis.Client, key string) error
 	}{
-		{"nan", set("nan")}, {"huge", set("99999999999999999")}, {"inf", set("inf")}, {"list", list}, {"ttl", withTTL},
+		{"nan", testenv.PutString("nan")}, {"huge", testenv.PutString("99999999999999999")}, {"inf", testenv.PutString("inf")}, {"list", testenv.PutList}, {"ttl", withTTL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

@@ -85,7 +85,7 @@ func TestRewarmDELLoop(t *testing.T) {
 // treated as absent (a re-warm), repaired to a valid marker without TTL,
 // logged with the key and what was found, and counted.
 func TestRewarmForeignMarker(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) {
 		o.MinGap, o.Logger = time.Nanosecond, zerolog.New(logs)
 	})
@@ -99,12 +99,12 @@ func TestRewarmForeignMarker(t *testing.T) {
 		name, found string
 		do          func(c *redis.Client, key string) error
 	}{
-		{"garbage", "garbage", set("garbage")},
-		{"nan", "nan", set("nan")},
-		{"negative", "-1", set("-1")},
-		{"far future", future, set(future)},
-		{"huge", "99999999999999999999", set("99999999999999999999")},
-		{"list", "wrong type: list", list},
+		{"garbage", "garbage", testenv.PutString("garbage")},
+		{"nan", "nan", testenv.PutString("nan")},
+		{"negative", "-1", testenv.PutString("-1")},
+		{"far future", future, testenv.PutString(future)},
+		{"huge", "99999999999999999999", testenv.PutString("99999999999999999999")},
+		{"list", "wrong type: list", testenv.PutList},
 		{"ttl set", "ttl set: 1700000000", func(c *redis.Client, key string) error {
 			return c.Set(ctx, key, "1700000000", time.Hour).Err()
 		}},
