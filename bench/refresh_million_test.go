@@ -109,12 +109,8 @@ keys:
 		minTTL, missing, polls := s.stop()
 
 		window := w1.Sub(w0)
-		written := e2e.Sum(m1, "hearth_keys_written_total", `kind="value"`) - e2e.Sum(m0, "hearth_keys_written_total", `kind="value"`)
-		achieved := written / window.Seconds()
-		intended := float64(members) / interval.Seconds()
-		cpu := (cpu1 - cpu0).Seconds() / window.Seconds() * 100
-		p99 := histQuantile(0.99, lagBuckets(m1), lagBuckets(m0))
-		p50 := histQuantile(0.50, lagBuckets(m1), lagBuckets(m0))
+		f := steadyFigures(m0, m1, cpu1-cpu0, window, members, interval)
+		achieved, intended, cpu, p50, p99 := f.achieved, f.intended, f.cpu, f.p50, f.p99
 
 		b.ReportMetric(achieved, "writes/s")
 		b.ReportMetric(achieved/intended*100, "%rate")

@@ -82,11 +82,8 @@ keys:
 		peak := peakRSS(b, pid)
 
 		window := w1.Sub(w0)
-		written := e2e.Sum(m1, "hearth_keys_written_total", `kind="value"`) - e2e.Sum(m0, "hearth_keys_written_total", `kind="value"`)
-		achieved := written / window.Seconds()
-		intended := float64(members) / interval.Seconds()
-		cpu := (cpu1 - cpu0).Seconds() / window.Seconds() * 100
-		p99 := histQuantile(0.99, lagBuckets(m1), lagBuckets(m0))
+		f := steadyFigures(m0, m1, cpu1-cpu0, window, members, interval)
+		achieved, intended, cpu, p99 := f.achieved, f.intended, f.cpu, f.p99
 
 		b.ReportMetric(achieved, "writes/s")
 		b.ReportMetric(achieved/intended*100, "%rate")
@@ -104,6 +101,25 @@ keys:
 		if code := proc.Wait(b, 30*time.Second); code != 0 {
 			b.Fatalf("exit %d", code)
 		}
+	}
+}
+
+// steady holds what a refresh benchmark measures between two scrapes of the
+// daemon's /metrics: value writes per second achieved and intended, the
+// daemon's CPU in % of one core, and the scheduling lag's p50 and p99
+// (bucket bounds, seconds).
+type steady struct {
+	achieved, intended, cpu, p50, p99 float64
+}
+
+func steadyFigures(m0, m1 map[string]float64, cpu, window time.Duration, members int, interval time.Duration) steady {
+	written := e2e.Sum(m1, "hearth_keys_written_total", `kind="value"`) - e2e.Sum(m0, "hearth_keys_written_total", `kind="value"`)
+	return steady{
+		achieved: written / window.Seconds(),
+		intended: float64(members) / interval.Seconds(),
+		cpu:      cpu.Seconds() / window.Seconds() * 100,
+		p50:      histQuantile(0.50, lagBuckets(m1), lagBuckets(m0)),
+		p99:      histQuantile(0.99, lagBuckets(m1), lagBuckets(m0)),
 	}
 }
 
