@@ -30,6 +30,7 @@ FUZZTIME ?= 10s
 fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTemplate$$' -fuzztime $(FUZZTIME) ./warmer/
 	$(GO) test -run '^$$' -fuzz '^FuzzPrewarmClassify$$' -fuzztime $(FUZZTIME) ./warmer/
+	$(GO) test -run '^$$' -fuzz '^FuzzMemberClass$$' -fuzztime $(FUZZTIME) ./warmer/
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigParse$$' -fuzztime $(FUZZTIME) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzPointer$$' -fuzztime $(FUZZTIME) ./sources/http/
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./daemon/

@@ -28,6 +28,7 @@ type Template struct {
 	param   string
 	suffix  string
 	pattern *regexp.Regexp
+	class   *memberClass // pattern as a table, when it is one ASCII class repeated
 	maxLen  int
 	// namespace, when set, is Hearth's own: Match refuses every key in it.
 	namespace string
@@ -98,7 +99,7 @@ func (t Template) WithMemberRules(pattern string, maxLen int) (Template, error) 
 		if err != nil {
 			return t, fmt.Errorf("invalid pattern %q: %w", pattern, err)
 		}
-		t.pattern = re
+		t.pattern, t.class = re, compileMemberClass(re.String())
 	}
 	return t, nil
 }
@@ -155,18 +156,58 @@ func (t Template) ValidateMember(m string) error {
 		return ErrMemberEmpty
 	case len(m) > t.maxLen:
 		return fmt.Errorf("%w (%d bytes, at most %d)", ErrMemberTooLong, len(m), t.maxLen)
-	case !utf8.ValidString(m):
+	case !cleanMember(m):
 		return ErrMemberChars
 	}
-	for _, r := range m {
-		if r == '{' || r == '}' || unicode.IsSpace(r) || unicode.IsControl(r) {
-			return ErrMemberChars
+	if t.class != nil {
+		if !t.class.match(m) {
+			return ErrMemberPattern
 		}
-	}
-	if t.pattern != nil && !t.pattern.MatchString(m) {
+	} else if t.pattern != nil && !t.pattern.MatchString(m) {
 		return ErrMemberPattern
 	}
 	return nil
+}
+
+// badASCII is which ASCII bytes a member may not hold: braces, whitespace and
+// control characters.
+var badASCII = func() (bad [utf8.RuneSelf]bool) {
+	for r := range rune(utf8.RuneSelf) {
+		bad[r] = !memberRune(r)
+	}
+	return bad
+}()
+
+// memberRune reports whether a member may hold r.
+func memberRune(r rune) bool {
+	return r != '{' && r != '}' && !unicode.IsSpace(r) && !unicode.IsControl(r)
+}
+
+// cleanMember reports whether m is valid UTF-8 without braces, whitespace or
+// control characters; an ASCII member is checked a byte at a time by table.
+func cleanMember(m string) bool {
+	for i := 0; i < len(m); i++ {
+		b := m[i]
+		if b >= utf8.RuneSelf {
+			return cleanRunes(m[i:])
+		}
+		if badASCII[b] {
+			return false
+		}
+	}
+	return true
+}
+
+func cleanRunes(m string) bool {
+	if !utf8.ValidString(m) {
+		return false
+	}
+	for _, r := range m {
+		if !memberRune(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // Overlaps reports whether some key could belong to both templates, in which case
@@ -196,7 +237,7 @@ func (t Template) couldMatch(key string) bool {
 // ns itself or ns followed by ':' (<ns>:fence, <ns>:{lease}, <ns>:warm,
 // <ns>:access:<bucket>, ...). No declaration may write such a key.
 func InNamespace(key, ns string) bool {
-	return key == ns || strings.HasPrefix(key, ns+":")
+	return strings.HasPrefix(key, ns) && (len(key) == len(ns) || key[len(ns)] == ':')
 }
 
 // WithNamespace returns the template with Hearth's namespace set: from then on
