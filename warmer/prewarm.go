@@ -60,6 +60,10 @@ const (
 	// SkipNamespace: the key is one of Hearth's own (inside redis.namespace,
 	// see InNamespace), which an access log must never make it overwrite.
 	SkipNamespace = "namespace"
+	// SkipDuplicate: the ranking held the key before. A ranking Hearth stores
+	// or computes never repeats a key, so this one was written by hand or by
+	// another program; each key is still loaded once.
+	SkipDuplicate = "duplicate"
 )
 
 // MaxLogKeyBytes bounds an access-log key before it is matched at all.
@@ -225,7 +229,7 @@ type prewarmRun struct {
 	po    PrewarmOptions
 	specs []*Spec // the declarations when the run started (a reload may change them)
 
-	mu       sync.Mutex // guards everything below
+	mu       sync.Mutex // guards everything down to reader
 	rep      PrewarmReport
 	prog     PrewarmProgress
 	firstErr error
@@ -233,17 +237,30 @@ type prewarmRun struct {
 	closed   bool
 	wake     chan struct{} // a batch was queued
 	done     chan struct{} // closed with the queue: every idle worker returns
-	pending  map[string]*pendingBatch
-	order    []string // declarations in order of their hottest key
+
+	// reader is the access-log reader's own state, touched by it alone (add,
+	// finishReading) and so without the lock: the lock is taken once per
+	// batch queued, not once per key.
+	reader prewarmReader
+}
+
+// prewarmReader is what the access-log reader keeps between keys.
+type prewarmReader struct {
+	pending map[*Spec]*pendingBatch
+	order   []*pendingBatch // in order of each declaration's hottest key
+	last    *pendingBatch   // the batch of the last key (keys of one family come in runs)
 	// seen holds a hash of every family key queued so far, so that a key
 	// repeated in the ranking is loaded once. A key names one member of one
 	// declaration (templates do not overlap), so keys stand for both. Hashes,
 	// not the keys: no key is kept alive past its batch, and the set holds no
 	// pointers for the collector to scan. The seed is random per run, so no
-	// access log can be written to collide (a collision, odds about 3 in 10^8
-	// at 10^6 keys, leaves one key to its first read).
-	seen map[uint64]struct{}
+	// access log can be written to collide (a collision, odds about 6 in 10^8
+	// at 10^6 keys with the set's 63 bits, leaves one key to its first read).
+	seen *hashSet
 	seed maphash.Seed
+	// Counted since they were last added to the report (flushLocked).
+	candidates int
+	skipped    map[string]int
 }
 
 type pendingBatch struct {
@@ -255,11 +272,11 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	start := w.now()
 	r := &prewarmRun{
 		w: w, po: po, specs: w.Specs(),
-		rep:     PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}},
-		prog:    PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now(), Reading: true},
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		pending: map[string]*pendingBatch{},
+		rep:    PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}},
+		prog:   PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now(), Reading: true},
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		reader: prewarmReader{pending: map[*Spec]*pendingBatch{}, skipped: map[string]int{}},
 	}
 	w.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window", po.Window).
 		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Msg("pre-warm started")
@@ -312,6 +329,10 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 		rep.Error = firstErr.Error()
 	}
 	w.log.Debug().Dur("took", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
+	if n := rep.Skipped[SkipDuplicate]; n > 0 {
+		w.log.Warn().Int("repeated", n).
+			Msg("pre-warm: the access-log ranking repeats keys (a ranking Hearth writes never does); each key was loaded once")
+	}
 	w.finishPrewarm(rep, err)
 	return rep, err
 }
@@ -337,13 +358,11 @@ const maxSeenHint = 1 << 20
 // add takes one access-log key, in rank order: skipped and counted, or added
 // to its declaration's batch, which is queued once full.
 func (r *prewarmRun) add(key string) {
+	rd := &r.reader
+	rd.candidates++
 	spec, member, reason := classify(r.specs, key)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.rep.Candidates++
 	if reason != "" {
-		r.rep.Skipped[reason]++
-		r.prog.Skipped++
+		rd.skipped[reason]++
 		ev := r.w.log.Debug()
 		if reason == SkipNamespace {
 			ev = r.w.log.Warn() // someone recorded Hearth's own key as an application read
@@ -354,22 +373,23 @@ func (r *prewarmRun) add(key string) {
 	if !spec.Template.IsFamily() {
 		return // declared single keys are always loaded
 	}
-	b := r.pending[spec.Name]
-	if b == nil {
-		b = &pendingBatch{spec: spec}
-		r.pending[spec.Name] = b
-		r.order = append(r.order, spec.Name)
+	b := rd.last
+	if b == nil || b.spec != spec {
+		if b = rd.pending[spec]; b == nil {
+			b = &pendingBatch{spec: spec}
+			rd.pending[spec] = b
+			rd.order = append(rd.order, b)
+		}
+		rd.last = b
 	}
-	// One map operation per key: a duplicate leaves the size unchanged.
-	if r.seen == nil {
-		// Sized for the whole run up front: a map grown key by key to top_n
+	if rd.seen == nil {
+		// Sized for the whole run up front: a set grown key by key to top_n
 		// entries rehashes all of them at every doubling.
-		r.seen = make(map[uint64]struct{}, min(max(r.po.TopN, 64), maxSeenHint))
-		r.seed = maphash.MakeSeed()
+		rd.seen = newHashSet(min(r.po.TopN, maxSeenHint))
+		rd.seed = maphash.MakeSeed()
 	}
-	n := len(r.seen)
-	r.seen[maphash.String(r.seed, key)] = struct{}{}
-	if len(r.seen) == n {
+	if !rd.seen.add(maphash.String(rd.seed, key)) {
+		rd.skipped[SkipDuplicate]++
 		return
 	}
 	if b.members == nil && spec.BatchSize > 0 {
@@ -377,16 +397,33 @@ func (r *prewarmRun) add(key string) {
 	}
 	b.members = append(b.members, member)
 	if size := spec.BatchSize; size > 0 && len(b.members) >= size {
+		r.mu.Lock()
+		r.flushLocked()
 		r.pushLocked(prewarmJob{spec: spec, members: b.members})
+		r.mu.Unlock()
 		b.members = nil
 	}
+}
+
+// flushLocked adds what the reader counted since the last flush to the
+// report and the progress.
+func (r *prewarmRun) flushLocked() {
+	rd := &r.reader
+	r.rep.Candidates += rd.candidates
+	rd.candidates = 0
+	for reason, n := range rd.skipped {
+		r.rep.Skipped[reason] += n
+		r.prog.Skipped += n
+	}
+	clear(rd.skipped)
 }
 
 // finishReading queues the partial batches and closes the queue.
 func (r *prewarmRun) finishReading() {
 	r.mu.Lock()
-	for _, name := range r.order {
-		if b := r.pending[name]; len(b.members) > 0 {
+	r.flushLocked()
+	for _, b := range r.reader.order {
+		if len(b.members) > 0 {
 			r.pushLocked(prewarmJob{spec: b.spec, members: b.members})
 			b.members = nil
 		}
@@ -633,7 +670,7 @@ func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
 		}),
 	}
 	for _, o := range []string{"written", "negative", "present", "failed", "skipped_" + SkipTooLong, "skipped_" + SkipMalformed,
-		"skipped_" + SkipUnknown, "skipped_" + SkipInvalidMember, "skipped_" + SkipNamespace} {
+		"skipped_" + SkipUnknown, "skipped_" + SkipInvalidMember, "skipped_" + SkipNamespace, "skipped_" + SkipDuplicate} {
 		m.keys.WithLabelValues(o)
 	}
 	for _, r := range []string{"ok", "partial", "error"} {

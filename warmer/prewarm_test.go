@@ -382,6 +382,16 @@ func TestPrewarmRepeatedKeysLoadOnce(t *testing.T) {
 	if got, want := [3]int{rep.Candidates, rep.Wanted, rep.Written}, [3]int{1003, 4, 4}; got != want {
 		t.Errorf("candidates, wanted, written = %v, want %v", got, want)
 	}
+	// The repeats are counted as skipped, with the keys of no declaration.
+	if got, want := [2]int{rep.Skipped[warmer.SkipDuplicate], rep.Skipped[warmer.SkipUnknown]}, [2]int{2, 997}; got != want {
+		t.Errorf("skipped duplicate, unknown = %v, want %v", got, want)
+	}
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_keys_total", "outcome", "skipped_duplicate"); got != 2 {
+		t.Errorf("hearth_prewarm_keys_total{outcome=skipped_duplicate} = %g, want 2", got)
+	}
+	if rep.Coverage != 1 {
+		t.Errorf("coverage = %g, want 1: every key asked for once was loaded", rep.Coverage)
+	}
 }
 
 // TestPrewarmAccessLogUnreadable: without a readable access log the declared
