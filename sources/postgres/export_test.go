@@ -15,3 +15,6 @@ func (s *Source) BoundedSQL(ctx context.Context, spec *warmer.Spec) (string, err
 	}
 	return sh.sql, nil
 }
+
+// Described is how many times the source has described a declaration's query.
+func (s *Source) Described() int64 { return s.described.Load() }

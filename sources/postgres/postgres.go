@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/warmer"
@@ -46,6 +48,11 @@ type Source struct {
 	log  zerolog.Logger
 	// shapes caches, per declaration query, the bounded query that runs it.
 	shapes sync.Map // query string → *shape
+	// describing runs one description per query at a time: the loads that
+	// need it meanwhile (a pre-warm's first batches, all at once) wait for it
+	// rather than each taking a connection to describe it again.
+	describing singleflight.Group
+	described  atomic.Int64 // descriptions started, for tests
 }
 
 var (
@@ -210,11 +217,48 @@ type shape struct {
 // without running it) and builds the bounded query around it. The wrapper is a
 // plain subquery, which the planner pulls up: the query keeps its index.
 func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
-	family := spec.Template.IsFamily()
-	key := fmt.Sprintf("%t\x00%s\x00%s", family, spec.VersionColumn, spec.Query)
+	key := shapeKey(spec)
 	if sh, ok := s.shapes.Load(key); ok {
 		return sh.(*shape), nil
 	}
+	for {
+		ch := s.describing.DoChan(key, func() (any, error) {
+			if sh, ok := s.shapes.Load(key); ok {
+				return sh, nil
+			}
+			sh, err := s.describe(ctx, spec)
+			if err != nil {
+				return nil, err
+			}
+			s.shapes.Store(key, sh)
+			return sh, nil
+		})
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("query: %w", classify(ctx.Err()))
+		case res := <-ch:
+			if res.Err == nil {
+				return res.Val.(*shape), nil
+			}
+			if res.Shared && ctx.Err() == nil &&
+				(errors.Is(res.Err, context.Canceled) || errors.Is(res.Err, context.DeadlineExceeded)) {
+				continue // the load that described it gave up; this one has time left
+			}
+			return nil, res.Err
+		}
+	}
+}
+
+// shapeKey names a declaration's query in the shape cache.
+func shapeKey(spec *warmer.Spec) string {
+	return fmt.Sprintf("%t\x00%s\x00%s", spec.Template.IsFamily(), spec.VersionColumn, spec.Query)
+}
+
+// describe prepares the declaration's query (without running it), checks its
+// columns and parameters, and builds the bounded query around it.
+func (s *Source) describe(ctx context.Context, spec *warmer.Spec) (*shape, error) {
+	s.described.Add(1)
+	family := spec.Template.IsFamily()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("query: %w", classify(err))
@@ -272,9 +316,7 @@ func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
 	} else {
 		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
 	}
-	sh := &shape{sql: sql, versioned: versioned, int8s: family && len(sd.ParamOIDs) == 1 && sd.ParamOIDs[0] == pgtype.Int8ArrayOID}
-	s.shapes.Store(key, sh)
-	return sh, nil
+	return &shape{sql: sql, versioned: versioned, int8s: family && len(sd.ParamOIDs) == 1 && sd.ParamOIDs[0] == pgtype.Int8ArrayOID}, nil
 }
 
 // queryError classifies a failed query and, if the cause may be a changed
@@ -283,7 +325,7 @@ func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
 func (s *Source) queryError(spec *warmer.Spec, err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "42") || pe.Code == "0A000") {
-		s.shapes.Delete(fmt.Sprintf("%t\x00%s\x00%s", spec.Template.IsFamily(), spec.VersionColumn, spec.Query))
+		s.shapes.Delete(shapeKey(spec))
 	}
 	return fmt.Errorf("query: %w", classify(err))
 }

@@ -3,11 +3,15 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/sources/postgres"
@@ -219,5 +223,92 @@ func TestPasswordNeverInErrors(t *testing.T) {
 	}
 	if _, err := postgres.New(postgres.Config{Name: "db", DSN: "postgres://app:Sup3rS3cret@host:notaport/db"}); err == nil || strings.Contains(err.Error(), "Sup3rS3cret") {
 		t.Errorf("bad DSN error = %v", err)
+	}
+}
+
+// The first loads of a query, arriving together as a pre-warm's first batches
+// do, describe it once between them: the others wait for that description
+// rather than each taking a connection to describe it again.
+func TestConcurrentFirstLoadsDescribeOnce(t *testing.T) {
+	src, _ := setup(t)
+	s := spec(t, "item:{id}", "SELECT id, note FROM items WHERE id = ANY($1)")
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rs, err := src.Load(context.Background(), s, []string{"1", "2"})
+			if err == nil && len(rs) != 2 {
+				err = fmt.Errorf("%d results, want 2", len(rs))
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if got := src.Described(); got != 1 {
+		t.Errorf("the query was described %d times by 16 concurrent first loads, want once", got)
+	}
+}
+
+// A load that waits for another's description is not failed by that other
+// load giving up: it describes the query itself, within its own deadline.
+func TestDescriptionOutlivesTheLoadThatStartedIt(t *testing.T) {
+	src, _ := setup(t)
+	s := spec(t, "item:{id}", "SELECT id, note FROM items WHERE id = ANY($1)")
+	ctx := context.Background()
+	// Hold both connections: the description waits for one.
+	var held []*pgxpool.Conn
+	for range 2 {
+		c, err := src.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	release := func() {
+		for _, c := range held {
+			c.Release()
+		}
+		held = nil
+	}
+	defer release()
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := src.Load(short, s, []string{"1"})
+		first <- err
+	}()
+	time.Sleep(30 * time.Millisecond) // the second load joins the first one's description
+	second := make(chan error, 1)
+	go func() {
+		rs, err := src.Load(ctx, s, []string{"1", "2"})
+		if err == nil && len(rs) != 2 {
+			err = fmt.Errorf("%d results, want 2", len(rs))
+		}
+		second <- err
+	}()
+	if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first load: err = %v, want its deadline", err)
+	}
+	select {
+	case err := <-second:
+		t.Fatalf("second load ended with the first one (err = %v); it had time left", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	if err := <-second; err != nil {
+		t.Fatalf("second load: %v", err)
+	}
+	if got := src.Described(); got != 2 {
+		t.Errorf("described %d times, want 2: the given-up description, then the second load's own", got)
 	}
 }
