@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
@@ -42,10 +42,11 @@ const (
 //	     pipelined SET … NX PX with jittered TTLs;
 //	(a') the same command when no leader has stored a ranking: it ranks the
 //	     access log itself;
-//	(b)  the honest ceiling for (a): plain Go reading the same top 100,000 keys
-//	     of the stored ranking, cutting the ids out of the keys, and copying
-//	     the rows in chunks of 1,000 with pipelined SET … PX, 4 workers, while
-//	     the ranking is still being read;
+//	(b)  the honest ceiling for (a): plain Go (bench/ceiling, a process of its
+//	     own like (a)) reading the same top 100,000 keys of the stored ranking,
+//	     cutting the ids out of the keys, and copying the rows in chunks of
+//	     1,000 with pipelined SET … PX, 4 workers, while the ranking is still
+//	     being read;
 //	(b') the same ceiling ranking the access log live, the ceiling for (a');
 //	(c)  the naive loop: one SELECT and one SET per key.
 //
@@ -85,7 +86,7 @@ func BenchmarkPrewarm(b *testing.B) {
 	ceiling := func(stored bool) time.Duration {
 		b.Helper()
 		clearKeys(b, rd.Client, ids, keyOf)
-		d := rawPrewarm(b, pg.DSN, rd.Addr, rd.Prefix+"item:", stored, keyOf)
+		d := rawPrewarm(b, pg.DSN, rd.Addr, rd.Prefix+"item:", stored)
 		checkKeys(b, rd.Client, ids, keyOf)
 		return d
 	}
@@ -262,145 +263,55 @@ func summaryDuration(b *testing.B, out string) time.Duration {
 	return d
 }
 
-// rawPrewarm is the ceiling: plain Go reading the top keys of the access log
-// (the stored ranking, or ranked live with the same query), cutting the ids
-// out of the keys, and copying the rows in chunks of 1,000 (= ANY($1::bigint[]))
-// with pipelined SET … PX, 4 workers, which start while the keys are read.
-func rawPrewarm(b *testing.B, dsn, redisAddr, keyPrefix string, stored bool, keyOf func(string) string) time.Duration {
+var (
+	ceilingOnce sync.Once
+	ceilingPath string
+	ceilingErr  error
+)
+
+// ceilingBinary builds bench/ceiling, the honest ceiling, once.
+func ceilingBinary(b *testing.B) string {
 	b.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
-	// Connect both before the clock starts, as hearth has by the time it reports.
-	if err := pool.Ping(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		b.Fatal(err)
-	}
-	chunks := make(chan []string, 4)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	t0 := time.Now()
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for chunk := range chunks {
-				if err := rawChunk(ctx, pool, rdb, chunk, keyOf); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	readErr := readTopKeys(ctx, pool, stored, func(key string, chunk *[]string) {
-		if id, ok := strings.CutPrefix(key, keyPrefix); ok {
-			*chunk = append(*chunk, id)
-			if len(*chunk) == prewarmChunk {
-				chunks <- *chunk
-				*chunk = make([]string, 0, prewarmChunk)
-			}
+	ceilingOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hearth-ceiling-")
+		if err != nil {
+			ceilingErr = err
+			return
 		}
-	}, func(rest []string) {
-		if len(rest) > 0 {
-			chunks <- rest
+		ceilingPath = filepath.Join(dir, "ceiling")
+		_, file, _, _ := runtime.Caller(0)
+		cmd := exec.Command("go", "build", "-o", ceilingPath, "./ceiling")
+		cmd.Dir = filepath.Dir(file)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			ceilingErr = fmt.Errorf("go build ./bench/ceiling: %w\n%s", err, out)
 		}
 	})
-	close(chunks)
-	wg.Wait()
-	d := time.Since(t0)
-	if readErr != nil {
-		b.Fatal(readErr)
+	if ceilingErr != nil {
+		b.Fatal(ceilingErr)
 	}
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-	return d
+	return ceilingPath
 }
 
-// readTopKeys reads the top prewarmKeys keys of the access log, the stored
-// ranking's chunks or the live ranking's rows, as they arrive.
-func readTopKeys(ctx context.Context, pool *pgxpool.Pool, stored bool, each func(string, *[]string), done func([]string)) error {
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+// rawPrewarm runs the ceiling (bench/ceiling: plain Go, a process of its own
+// as `hearth prewarm` is) and returns the duration it measured from the moment
+// it was connected.
+func rawPrewarm(b *testing.B, dsn, redisAddr, keyPrefix string, stored bool) time.Duration {
+	b.Helper()
+	out, err := exec.Command(ceilingBinary(b), "-dsn", dsn, "-redis", redisAddr, "-prefix", keyPrefix,
+		"-stored="+strconv.FormatBool(stored), "-n", strconv.Itoa(prewarmKeys), "-chunk", strconv.Itoa(prewarmChunk),
+		"-ttl", prewarmTTL.String()).Output()
 	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	var rows pgx.Rows
-	if stored {
-		rows, err = tx.Query(ctx, `SELECT keys FROM `+accesslog.RankTable+` ORDER BY chunk LIMIT $1`, (prewarmKeys+999)/1000)
-	} else {
-		if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '64MB'"); err != nil {
-			return err
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			b.Fatalf("ceiling: %v\n%s", err, ee.Stderr)
 		}
-		rows, err = tx.Query(ctx, `SELECT key, sum(hits)::bigint AS h FROM `+accesslog.Table+`
-			WHERE bucket >= now() - interval '1 hour' GROUP BY key ORDER BY h DESC, key COLLATE "C" LIMIT $1`, prewarmKeys)
+		b.Fatalf("ceiling: %v", err)
 	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	if err != nil {
-		return err
+		b.Fatalf("ceiling printed %q, not a duration in nanoseconds", out)
 	}
-	defer rows.Close()
-	chunk := make([]string, 0, prewarmChunk)
-	for rows.Next() {
-		if stored {
-			var keys []string
-			if err := rows.Scan(&keys); err != nil {
-				return err
-			}
-			for _, k := range keys {
-				each(k, &chunk)
-			}
-			continue
-		}
-		var (
-			k string
-			h int64
-		)
-		if err := rows.Scan(&k, &h); err != nil {
-			return err
-		}
-		each(k, &chunk)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	done(chunk)
-	return nil
-}
-
-func rawChunk(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, chunk []string, keyOf func(string) string) error {
-	rows, err := pool.Query(ctx, "SELECT id::text, v FROM items WHERE id = ANY($1::bigint[])", chunk)
-	if err != nil {
-		return err
-	}
-	pipe := rdb.Pipeline()
-	for rows.Next() {
-		var (
-			id string
-			v  []byte
-		)
-		if err := rows.Scan(&id, &v); err != nil {
-			rows.Close()
-			return err
-		}
-		pipe.Set(ctx, keyOf(id), v, prewarmTTL)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	_, err = pipe.Exec(ctx)
-	return err
+	return time.Duration(ns)
 }
 
 // naivePrewarm is the loop everyone writes first: one SELECT and one SET per key.
