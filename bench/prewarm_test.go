@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -263,41 +262,12 @@ func summaryDuration(b *testing.B, out string) time.Duration {
 	return d
 }
 
-var (
-	ceilingOnce sync.Once
-	ceilingPath string
-	ceilingErr  error
-)
-
-// ceilingBinary builds bench/ceiling, the honest ceiling, once.
-func ceilingBinary(b *testing.B) string {
-	b.Helper()
-	ceilingOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hearth-ceiling-")
-		if err != nil {
-			ceilingErr = err
-			return
-		}
-		ceilingPath = filepath.Join(dir, "ceiling")
-		_, file, _, _ := runtime.Caller(0)
-		cmd := exec.Command("go", "build", "-o", ceilingPath, "./ceiling")
-		cmd.Dir = filepath.Dir(file)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			ceilingErr = fmt.Errorf("go build ./bench/ceiling: %w\n%s", err, out)
-		}
-	})
-	if ceilingErr != nil {
-		b.Fatal(ceilingErr)
-	}
-	return ceilingPath
-}
-
 // rawPrewarm runs the ceiling (bench/ceiling: plain Go, a process of its own
 // as `hearth prewarm` is) and returns the duration it measured from the moment
 // it was connected.
 func rawPrewarm(b *testing.B, dsn, redisAddr, keyPrefix string, stored bool) time.Duration {
 	b.Helper()
-	out, err := exec.Command(ceilingBinary(b), "-dsn", dsn, "-redis", redisAddr, "-prefix", keyPrefix,
+	out, err := exec.Command(e2e.Build(b, "./bench/ceiling"), "-dsn", dsn, "-redis", redisAddr, "-prefix", keyPrefix,
 		"-stored="+strconv.FormatBool(stored), "-n", strconv.Itoa(prewarmKeys), "-chunk", strconv.Itoa(prewarmChunk),
 		"-ttl", prewarmTTL.String()).Output()
 	if err != nil {

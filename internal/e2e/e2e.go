@@ -28,12 +28,6 @@ import (
 	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
 // Binary builds cmd/hearth once (with the race detector when the tests use it)
 // and returns its path, or returns $HEARTH_BIN when that is set.
 func Binary(t testing.TB) string {
@@ -41,30 +35,56 @@ func Binary(t testing.TB) string {
 	if bin := os.Getenv("HEARTH_BIN"); bin != "" {
 		return bin // a binary built elsewhere: a release, or another commit to compare with
 	}
-	buildOnce.Do(func() {
+	return Build(t, "./cmd/hearth")
+}
+
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var (
+	buildsMu sync.Mutex
+	builds   = map[string]*build{}
+)
+
+// Build builds the main package pkg (a path from the module's root, such as
+// "./cmd/hearth") once per test binary, with the race detector when the tests
+// use it, and returns the executable's path.
+func Build(t testing.TB, pkg string) string {
+	t.Helper()
+	buildsMu.Lock()
+	bd := builds[pkg]
+	if bd == nil {
+		bd = &build{}
+		builds[pkg] = bd
+	}
+	buildsMu.Unlock()
+	bd.once.Do(func() {
 		dir, err := os.MkdirTemp("", "hearth-e2e-")
 		if err != nil {
-			buildErr = err
+			bd.err = err
 			return
 		}
-		binPath = filepath.Join(dir, "hearth")
+		bd.path = filepath.Join(dir, filepath.Base(pkg))
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
-		args := []string{"build", "-o", binPath}
+		args := []string{"build", "-o", bd.path}
 		if raceEnabled {
 			args = append(args, "-race")
 		}
-		args = append(args, "./cmd/hearth")
+		args = append(args, pkg)
 		cmd := exec.Command("go", args...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+			bd.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatalf("build hearth: %v", buildErr)
+	if bd.err != nil {
+		t.Fatalf("build %s: %v", pkg, bd.err)
 	}
-	return binPath
+	return bd.path
 }
 
 // Proc is a running hearth process.
