@@ -10,6 +10,7 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -167,7 +168,8 @@ type Prewarm struct {
 // leader state of rdb (see warmer.PrewarmStore.Prepare) and builds the warmer
 // that pre-warms rdb; overwrite replaces present values. Close closes the sources.
 func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool, log zerolog.Logger) (*Prewarm, error) {
-	store := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite, Logger: log})
+	store := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
+		Versioned: leader.NewPrewarmVersioned(rdb, cfg.Redis.Namespace, log), Logger: log})
 	fence, err := store.Prepare(ctx)
 	if err != nil {
 		return nil, err

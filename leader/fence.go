@@ -372,35 +372,5 @@ func (s *FencedStore) PTTLs(ctx context.Context, keys []string) ([]time.Duration
 // with EVAL, which also caches the script for next time. The scripts are
 // idempotent, so a pipeline the client retransmits does no harm.
 func (s *FencedStore) run(ctx context.Context, script *redis.Script, n int, args func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, n)
-	pipe := s.client.Pipeline()
-	for i := range n {
-		keys, argv := args(i)
-		cmds[i] = script.EvalSha(ctx, pipe, keys, argv...)
-	}
-	_, _ = pipe.Exec(ctx)
-	var retry []int
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			if !redis.HasErrorPrefix(err, "NOSCRIPT") {
-				return nil, err
-			}
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) == 0 {
-		return cmds, nil
-	}
-	pipe = s.client.Pipeline()
-	for _, i := range retry {
-		keys, argv := args(i)
-		cmds[i] = script.Eval(ctx, pipe, keys, argv...)
-	}
-	_, _ = pipe.Exec(ctx)
-	for _, i := range retry {
-		if err := cmds[i].Err(); err != nil {
-			return nil, err
-		}
-	}
-	return cmds, nil
+	return hstate.RunScript(ctx, s.client, script, n, args)
 }

@@ -52,7 +52,21 @@ type PrewarmStoreOptions struct {
 	PerSlot *bool
 	// Overwrite replaces present values; the default fills absent keys only.
 	Overwrite bool
+	// Versioned, when set, writes the entries the leader version-checks
+	// (stamped: Entry.Seq > 0) whenever the writes are fenced, so that the
+	// pre-warm never replaces a newer version the leader wrote and leaves a
+	// version record its next write compares with (leader.PrewarmVersioned).
+	// Without it they are written as the others are.
+	Versioned PrewarmVersionedWriter
 	Logger    zerolog.Logger
+}
+
+// PrewarmVersionedWriter writes stamped entries for a fenced pre-warm with
+// the writer's epoch, through the version check: the key's version record
+// decides whether the entry is older than what Redis holds. fenceKey names the
+// fence guarding a key. Outcomes as for EachStore.
+type PrewarmVersionedWriter interface {
+	SetVersioned(ctx context.Context, epoch int64, overwrite bool, fenceKey func(string) string, entries []Entry) ([]SetOutcome, error)
 }
 
 // PrewarmStore is the Store of `hearth prewarm`, a one-shot writer into a
@@ -73,9 +87,10 @@ type PrewarmStore struct {
 	overwrite bool
 	log       zerolog.Logger
 
-	fenced  bool  // leader state found: writes go through the script
-	epoch   int64 // the writer's epoch when fenced
-	foreign atomic.Int64
+	fenced    bool  // leader state found: writes go through the script
+	epoch     int64 // the writer's epoch when fenced
+	foreign   atomic.Int64
+	versioned PrewarmVersionedWriter
 }
 
 var _ EachStore = (*PrewarmStore)(nil)
@@ -90,7 +105,7 @@ func NewPrewarmStore(opts PrewarmStoreOptions) *PrewarmStore {
 		perSlot = *opts.PerSlot
 	}
 	return &PrewarmStore{client: opts.Client, ns: opts.Namespace, perSlot: perSlot, overwrite: opts.Overwrite,
-		log: opts.Logger.With().Str("component", "prewarm-store").Logger()}
+		versioned: opts.Versioned, log: opts.Logger.With().Str("component", "prewarm-store").Logger()}
 }
 
 // PrewarmFence is what Prepare found of Hearth's leader state.
@@ -233,46 +248,70 @@ func (s *PrewarmStore) SetEach(ctx context.Context, entries []Entry) ([]SetOutco
 	if !s.fenced {
 		return out, s.setPlain(ctx, entries, out)
 	}
+	if s.versioned != nil {
+		var stamped, plain []int
+		for i, e := range entries {
+			if e.Seq > 0 {
+				stamped = append(stamped, i)
+			} else {
+				plain = append(plain, i)
+			}
+		}
+		if len(stamped) > 0 {
+			return s.setSplit(ctx, entries, out, stamped, plain)
+		}
+	}
+	return out, s.setFenced(ctx, entries, out)
+}
+
+// setSplit writes the stamped entries (indexes into entries) through the
+// version check and the others through the fence script.
+func (s *PrewarmStore) setSplit(ctx context.Context, entries []Entry, out []SetOutcome, stamped, plain []int) ([]SetOutcome, error) {
+	pick := func(idx []int) []Entry {
+		es := make([]Entry, len(idx))
+		for j, i := range idx {
+			es[j] = entries[i]
+		}
+		return es
+	}
+	res, err := s.versioned.SetVersioned(ctx, s.epoch, s.overwrite, s.fenceKey, pick(stamped))
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range stamped {
+		out[i] = res[j]
+	}
+	if len(plain) > 0 {
+		rest := make([]SetOutcome, len(plain))
+		if err := s.setFenced(ctx, pick(plain), rest); err != nil {
+			return nil, err
+		}
+		for j, i := range plain {
+			out[i] = rest[j]
+		}
+	}
+	return out, nil
+}
+
+// setFenced writes entries through prewarmSetScript, each refused if a newer
+// epoch holds its fence.
+func (s *PrewarmStore) setFenced(ctx context.Context, entries []Entry, out []SetOutcome) error {
 	epoch := strconv.FormatInt(s.epoch, 10)
 	overwrite := "0"
 	if s.overwrite {
 		overwrite = "1"
 	}
-	cmds := make([]*redis.Cmd, len(entries))
-	send := func(idx []int, eval bool) {
-		pipe := s.client.Pipeline()
-		for _, i := range idx {
-			e := entries[i]
-			keys := []string{e.Key, s.fenceKey(e.Key)}
-			if eval {
-				cmds[i] = prewarmSetScript.Eval(ctx, pipe, keys, epoch, e.Value, max(1, e.TTL.Milliseconds()), overwrite)
-			} else {
-				cmds[i] = prewarmSetScript.EvalSha(ctx, pipe, keys, epoch, e.Value, max(1, e.TTL.Milliseconds()), overwrite)
-			}
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	all := make([]int, len(entries))
-	for i := range all {
-		all[i] = i
-	}
-	send(all, false)
-	var retry []int
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			if !redis.HasErrorPrefix(err, "NOSCRIPT") {
-				return nil, fmt.Errorf("write %d keys: %w", len(entries), err)
-			}
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 {
-		send(retry, true) // EVAL also caches the script for the next batch
+	cmds, err := hstate.RunScript(ctx, s.client, prewarmSetScript, len(entries), func(i int) ([]string, []any) {
+		e := entries[i]
+		return []string{e.Key, s.fenceKey(e.Key)}, []any{epoch, e.Value, max(1, e.TTL.Milliseconds()), overwrite}
+	})
+	if err != nil {
+		return fmt.Errorf("write %d keys: %w", len(entries), err)
 	}
 	for i, c := range cmds {
 		code, found, foreign, err := hstate.ScriptReply(c)
 		if err != nil {
-			return nil, fmt.Errorf("write %d keys: %w", len(entries), err)
+			return fmt.Errorf("write %d keys: %w", len(entries), err)
 		}
 		if foreign && s.foreign.Add(1) == 1 {
 			s.log.Warn().Str("key", s.fenceKey(entries[i].Key)).Str("found", quoteKey(found)).
@@ -286,10 +325,10 @@ func (s *PrewarmStore) SetEach(ctx context.Context, entries []Entry) ([]SetOutco
 		case 0:
 			out[i] = SetFenced
 		default:
-			return nil, fmt.Errorf("write %s: unexpected script reply %d", quoteKey(entries[i].Key), code)
+			return fmt.Errorf("write %s: unexpected script reply %d", quoteKey(entries[i].Key), code)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // setPlain writes with pipelined SET … [NX] PX: no leader state to fence against.

@@ -15,7 +15,10 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/internal/e2e"
+	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // catalogue is what a new user sets up: a products table, a config naming it,
@@ -372,5 +375,90 @@ func TestPrewarmCommandLeavesPresentValues(t *testing.T) {
 	}
 	if got := rdb.Get(ctx, "pp:product:2").Val(); got != "newer leader's" {
 		t.Errorf("a fenced pre-warm replaced the value: %q", got)
+	}
+}
+
+// TestPrewarmOverwriteKeepsNewerVersions: `hearth prewarm --overwrite` reading
+// a database that lags behind (a replica, a restored snapshot) into a Redis
+// where a leader writes version-checked values replaces a value only with a
+// newer version of it, and leaves a version record the leader's next write
+// compares with.
+func TestPrewarmOverwriteKeepsNewerVersions(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	pg := testenv.Postgres(t)
+	ns := e2e.Namespace(t, rdb)
+	// The database the pre-warm reads holds version 10 of every row.
+	if _, err := pg.Pool.Exec(ctx, `CREATE TABLE items (id bigint PRIMARY KEY, v text NOT NULL, ver bigint NOT NULL);
+		INSERT INTO items SELECT i, 'old' || i, 10 FROM generate_series(1, 4) i`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+redis: {addrs: [%q], namespace: %q}
+log: {level: warn, format: json}
+sources: [{name: db, type: postgres, dsn: %q}]
+access_log: {source: db}
+keys:
+  - name: item
+    key: "vi:item:{id}"
+    source: db
+    ttl: 10m
+    param_pattern: "[0-9]{1,9}"
+    members: ["1"]
+    version_column: ver
+    query: "SELECT id::text, v, ver FROM items WHERE id = ANY($1::bigint[])"
+`, rdb.Options().Addr, ns, pg.DSN)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runHearth(t, "migrate", "up", "--config", cfg); code != 0 {
+		t.Fatalf("hearth migrate up: exit %d\n%s", code, out)
+	}
+	keys := []string{"vi:item:1", "vi:item:2", "vi:item:3", "vi:item:4"}
+	if _, err := pg.Pool.Exec(ctx, accesslog.RecordSQL, time.Now().Truncate(time.Minute), keys, []int64{4, 3, 2, 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The leader has written items 1 and 2 at version 20 and item 3 at
+	// version 5; item 4 it has not written.
+	in := leadertest.On(t, rdb, ns).Instance(time.Minute, 50*time.Millisecond, false)
+	term := leadertest.Campaign(t, in.Lease, 5*time.Second)
+	lctx := leader.WithTerm(ctx, term)
+	var entries []warmer.Entry
+	for i, ver := range []int64{20, 20, 5} {
+		entries = append(entries, warmer.Entry{Key: keys[i], Value: []byte(fmt.Sprintf("v%d-%d", ver, i+1)), TTL: 10 * time.Minute,
+			Seq: int64(100 + i), Versioned: true, Version: ver, VersionTTL: 20 * time.Minute, Family: "item"})
+	}
+	if err := in.Store.Set(lctx, entries); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out := runHearth(t, "prewarm", "--config", cfg, "--top", "10", "--overwrite")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"written               2", "already present       2", "coverage              100.000%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	for key, want := range map[string]string{keys[0]: "v20-1", keys[1]: "v20-2", keys[2]: "old3", keys[3]: "old4"} {
+		if got := rdb.Get(ctx, key).Val(); got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+	// The leader's next write of the version the pre-warm wrote, with the
+	// same bytes, only extends it; an older one is refused.
+	for _, e := range []warmer.Entry{
+		{Key: keys[3], Value: []byte("old4"), TTL: 10 * time.Minute, Seq: 200, Versioned: true, Version: 10, VersionTTL: 20 * time.Minute, Family: "item"},
+		{Key: keys[3], Value: []byte("v9-4"), TTL: 10 * time.Minute, Seq: 201, Versioned: true, Version: 9, VersionTTL: 20 * time.Minute, Family: "item"},
+	} {
+		if err := in.Store.Set(lctx, []warmer.Entry{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rdb.Get(ctx, keys[3]).Val(); got != "old4" {
+		t.Errorf("%s = %q after the leader wrote versions 10 and 9, want old4 (version 10)", keys[3], got)
 	}
 }
