@@ -172,18 +172,45 @@ func (s *PrewarmStore) Prepare(ctx context.Context) (PrewarmFence, error) {
 	} else if ok && counter != "" {
 		s.log.Warn().Str("key", epochKey).Str("found", quoteKey(counter)).Msg("pre-warm: foreign epoch counter ignored")
 	}
-	if !present && !s.perSlot {
+	if !present {
 		// A fence without lease or counter: a leader ran here and its
 		// counter was lost. Write fenced with epoch 0, which that fence refuses.
-		n, err := s.client.Exists(ctx, s.ns+":fence").Result()
+		found, err := s.anyFence(ctx)
 		if err != nil {
-			return pf, fmt.Errorf("read %s: %w", s.ns+":fence", err)
+			return pf, err
 		}
-		present = n > 0
+		present = found
 	}
 	pf.Fenced = present
 	s.fenced, s.epoch = pf.Fenced, pf.Epoch
 	return pf, nil
+}
+
+// anyFence reports whether a fence key exists: the single one, or on a
+// Cluster any of the one per hash slot (all 16,384 names checked in one
+// pipeline, each on its master: no SCAN of the keyspace).
+func (s *PrewarmStore) anyFence(ctx context.Context) (bool, error) {
+	if !s.perSlot {
+		n, err := s.client.Exists(ctx, s.ns+":fence").Result()
+		if err != nil {
+			return false, fmt.Errorf("read %s: %w", s.ns+":fence", err)
+		}
+		return n > 0, nil
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.IntCmd, SlotCount)
+	for slot := range SlotCount {
+		cmds[slot] = pipe.Exists(ctx, s.ns+":fence:{"+SlotTag(slot)+"}")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("read the fence keys %s:fence:{…}: %w", s.ns, err)
+	}
+	for _, c := range cmds {
+		if c.Val() > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // fenceKey is the fence guarding key, as the leader's FencedStore names it.

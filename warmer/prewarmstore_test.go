@@ -278,3 +278,49 @@ func TestPrewarmReportsPresent(t *testing.T) {
 		}
 	}
 }
+
+// TestPrewarmStoreFindsASlotFence: on a Cluster a fence is one key per hash
+// slot; one left without lease or counter (they were lost) is found among the
+// 16,384 names, and the writes are fenced: refused in its slot, written in the
+// others, which it does not guard. (A single node stands in for the Cluster:
+// the names and the script are the same.)
+func TestPrewarmStoreFindsASlotFence(t *testing.T) {
+	rd := testenv.Redis(t)
+	ctx := context.Background()
+	ns := rd.Prefix + "hearth"
+	perSlot := true
+	open := func() (*warmer.PrewarmStore, warmer.PrewarmFence) {
+		t.Helper()
+		s := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: true})
+		pf, err := s.Prepare(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, pf
+	}
+	if _, pf := open(); pf.Fenced {
+		t.Fatalf("no leader state at all: %+v, want unfenced", pf)
+	}
+	guarded, other := rd.Prefix+"a", rd.Prefix+"b"
+	if warmer.HashSlot(guarded) == warmer.HashSlot(other) {
+		t.Fatal("test keys share a slot")
+	}
+	fence := ns + ":fence:{" + warmer.SlotTag(warmer.HashSlot(guarded)) + "}"
+	if err := rd.Client.Set(ctx, fence, "1700000000000", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, pf := open()
+	if !pf.Fenced || pf.Epoch != 0 {
+		t.Fatalf("a slot's fence without lease or counter: %+v, want fenced with epoch 0", pf)
+	}
+	res, err := s.SetEach(ctx, append(entries("", "v", guarded), entries("", "v", other)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != warmer.SetFenced || res[1] != warmer.SetWritten {
+		t.Errorf("outcomes = %v, want fenced in the fence's slot, written in the other", res)
+	}
+	if n := rd.Client.Exists(ctx, guarded).Val(); n != 0 {
+		t.Errorf("the key the fence guards was written")
+	}
+}
