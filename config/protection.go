@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -133,4 +134,33 @@ func (p Protection) validate(c *checker, path string) {
 	if pi := p.Breaker.ProbeInterval; pi < 0 || (pi > 0 && pi < 100*time.Millisecond) {
 		c.add(path+".breaker.probe_interval", "must be at least 100ms (got %s)", pi)
 	}
+}
+
+// Warnings are what a valid config allows but an operator should know,
+// each naming its field: a source whose breaker, once open, looks for the
+// origin's return (a probe every breaker.probe_interval, or the trial call
+// after breaker.open_for, whichever comes first) less often than one of its
+// declarations is refreshed, so that after an outage that declaration's
+// values stay stale for longer than one refresh interval.
+func (cfg *Config) Warnings() []string {
+	var out []string
+	for _, src := range cfg.Sources {
+		g := src.Protection.resolved()
+		if g.BreakerFailures == 0 {
+			continue // no breaker
+		}
+		back := min(g.ProbeInterval, g.BreakerOpenFor)
+		for _, s := range cfg.specs {
+			if s.Source != src.Name || s.Interval <= 0 || back <= s.Interval {
+				continue
+			}
+			field := fmt.Sprintf("sources[%s].breaker.probe_interval", src.Name)
+			if g.BreakerOpenFor < g.ProbeInterval {
+				field = fmt.Sprintf("sources[%s].breaker.open_for", src.Name)
+			}
+			out = append(out, fmt.Sprintf("%s: the origin's return is noticed after up to %s, longer than the refresh interval %s of keys[%s]: after an outage its values stay stale that long; keep it below %s",
+				field, back, s.Interval, s.Name, s.Interval))
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,4 +69,44 @@ keys:
 			t.Errorf("retry_max_backoff = %s, want %s", got, want)
 		}
 	})
+}
+
+// A breaker that notices the origin's return less often than a declaration of
+// its source is refreshed is allowed, and warned of, naming both.
+func TestBreakerSlowerThanRefreshWarned(t *testing.T) {
+	parse := func(breaker string) []string {
+		t.Helper()
+		cfg, err := config.Parse("inline.yaml", []byte(`
+sources:
+  - name: db
+    type: postgres
+    dsn: postgres://u@127.0.0.1/test
+    `+breaker+`
+  - name: other
+    type: postgres
+    dsn: postgres://u@127.0.0.1/test
+    breaker: {probe_interval: 1h}
+keys:
+  - {name: slow, key: "slow", source: db, ttl: 10m, query: SELECT 1}
+  - {name: quick, key: "quick", source: db, ttl: 20s, query: SELECT 1}
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Warnings()
+	}
+	got := parse("breaker: {probe_interval: 30s}")
+	want := "sources[db].breaker.probe_interval: the origin's return is noticed after up to 30s, longer than the refresh interval 10s of keys[quick]"
+	if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Errorf("warnings = %q, want one starting %q", got, want)
+	}
+	got = parse("breaker: {probe_interval: 30s, open_for: 15s}")
+	if len(got) != 1 || !strings.HasPrefix(got[0], "sources[db].breaker.open_for: the origin's return is noticed after up to 15s") {
+		t.Errorf("warnings = %q, want one naming open_for, the sooner of the two", got)
+	}
+	for _, ok := range []string{"breaker: {probe_interval: 5s}", "breaker: {probe_interval: 30s, open_for: 5s}", "breaker: {failures: 0, probe_interval: 30s}", ""} {
+		if got := parse(ok); len(got) != 0 {
+			t.Errorf("%q: warnings %q, want none", ok, got)
+		}
+	}
 }

@@ -120,6 +120,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	undo.push(func(context.Context) error { sources.Close(); return nil })
 	warnPlans(ctx, cfg, sources, log)
+	for _, w := range cfg.Warnings() {
+		log.Warn().Str("warning", w).Msg("config allows this, but it weakens a guarantee")
+	}
 
 	lead, err := leader.New(cfg, rdb, reg, log)
 	if err != nil {

@@ -285,6 +285,23 @@ func TestValidateAndVersion(t *testing.T) {
 	if code := good.Wait(t, 10*time.Second); code != 0 {
 		t.Errorf("validate config.yaml exit %d:\n%s", code, good.Output())
 	}
+	if out := good.Output(); strings.Contains(out, "warning:") {
+		t.Errorf("the shipped config.yaml draws a warning:\n%s", out)
+	}
+	slow := filepath.Join(t.TempDir(), "slow-breaker.yaml")
+	if err := os.WriteFile(slow, []byte(`
+sources: [{name: db, type: postgres, dsn: "postgres://u@127.0.0.1/test", breaker: {probe_interval: 30s}}]
+keys: [{name: quick, key: quick, source: db, ttl: 20s, query: SELECT 1}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	warned := e2e.Start(t, []string{"validate", "--config", slow})
+	if code := warned.Wait(t, 10*time.Second); code != 0 {
+		t.Errorf("validate with a slow breaker exit %d, want 0 (a warning, not an error):\n%s", code, warned.Output())
+	}
+	if out := warned.Output(); !strings.Contains(out, "warning: sources[db].breaker.probe_interval: the origin's return is noticed after up to 30s, longer than the refresh interval 10s of keys[quick]") {
+		t.Errorf("validate did not warn of the slow breaker:\n%s", out)
+	}
 	bad := e2e.Start(t, []string{"validate", "--config", "../../config/testdata/invalid-overlap.yaml"})
 	if code := bad.Wait(t, 10*time.Second); code != 2 {
 		t.Errorf("validate invalid exit %d, want 2", code)

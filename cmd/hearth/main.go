@@ -116,6 +116,9 @@ func newValidateCmd(g *globals) *cobra.Command {
 		Use:   "validate",
 		Short: "Check a config file and exit",
 		Long: "Validate loads the config, expands ${VAR} references and HEARTH_… overrides, and\nreports every problem with its field path. Exit code 0 if valid, 2 if not." + `
+A valid setting that weakens a guarantee (a source's breaker that notices the
+origin's return less often than one of its declarations is refreshed) is
+printed as a warning after "ok"; it does not change the exit code.
 
 With --explain it also connects to every postgres source and runs EXPLAIN of
 each declaration's query (a family's with a sample batch of members, bound as
@@ -132,6 +135,9 @@ one, 1 when a source is unreachable or a query could not be explained.`,
 				return err
 			}
 			fmt.Fprintf(g.stdout, "%s: ok (%d sources, %d declarations)\n", g.configPath, len(cfg.Sources), len(cfg.Keys))
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintf(g.stdout, "warning: %s\n", w)
+			}
 			if !explain {
 				return nil
 			}
