@@ -21,8 +21,8 @@ const codePresent = 4
 // into a Redis where a leader runs: KEYS value, fence, version record; ARGV
 // epoch, value, ttl ms, seq, version (20 digits or empty), hash, record ttl
 // ms, overwrite ("1" or "0"). The pre-warm is not a leader: it reads the fence
-// and never raises or repairs it (a foreign fence counts as absent), and it is
-// refused when a newer epoch holds it. Past the fence, the version record
+// and never raises it (a foreign fence counts as absent and is left to the
+// leader), and it is refused when a newer epoch holds it. Past the fence, the version record
 // decides as for the leader's own writes (hearth_versioned_set), so the
 // pre-warm never replaces a newer version, and leaves a record the leader's
 // next write compares with. Without overwrite a present key is left alone.
@@ -76,7 +76,7 @@ func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwr
 	}
 	out := make([]warmer.SetOutcome, len(entries))
 	for i, c := range cmds {
-		code, fbad, vbad, err := prewarmVersionedReply(c)
+		code, fbad, vbad, err := versionedReplyUpTo(c, codePresent)
 		if err != nil {
 			return nil, fmt.Errorf("write %d keys: %w", len(entries), err)
 		}
@@ -96,21 +96,4 @@ func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwr
 		}
 	}
 	return out, nil
-}
-
-// prewarmVersionedReply splits {code, fence found, record found}.
-func prewarmVersionedReply(c *redis.Cmd) (code int64, fence, record string, err error) {
-	v, err := c.Result()
-	if err != nil {
-		return 0, "", "", err
-	}
-	if a, ok := v.([]any); ok && len(a) == 3 {
-		n, ok1 := a[0].(int64)
-		f, ok2 := a[1].(string)
-		r, ok3 := a[2].(string)
-		if ok1 && ok2 && ok3 && n >= codeFenced && n <= codePresent {
-			return n, f, r, nil
-		}
-	}
-	return 0, "", "", fmt.Errorf("unexpected script reply %v", v)
 }

@@ -356,6 +356,11 @@ func versionedManyReply(c *redis.Cmd, n int) (codes []int64, records []string, f
 
 // versionedReply splits {code, fence found, record found}.
 func versionedReply(c *redis.Cmd) (code int64, fence, record string, err error) {
+	return versionedReplyUpTo(c, codeOlder)
+}
+
+// versionedReplyUpTo is versionedReply for a script whose codes go up to top.
+func versionedReplyUpTo(c *redis.Cmd, top int64) (code int64, fence, record string, err error) {
 	v, err := c.Result()
 	if err != nil {
 		return 0, "", "", err
@@ -364,7 +369,7 @@ func versionedReply(c *redis.Cmd) (code int64, fence, record string, err error) 
 		n, ok1 := a[0].(int64)
 		f, ok2 := a[1].(string)
 		r, ok3 := a[2].(string)
-		if ok1 && ok2 && ok3 && n >= codeFenced && n <= codeOlder {
+		if ok1 && ok2 && ok3 && n >= codeFenced && n <= top {
 			return n, f, r, nil
 		}
 	}
