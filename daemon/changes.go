@@ -79,8 +79,15 @@ const DefaultMinFullInterval = 10 * time.Second
 // Changes runs the change listeners, one per postgres source with notify
 // declarations.
 type Changes struct {
-	w         ChangeRefresher
-	m         *changeMetrics
+	w      ChangeRefresher
+	m      *changeMetrics
+	opts   ChangeOptions
+	parent context.Context
+
+	mu        sync.Mutex // guards everything below
+	closed    bool
+	sig       string // what the running listeners were built from (notifySignature)
+	specs     []*warmer.Spec
 	listeners []*listener
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -101,10 +108,58 @@ func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*C
 	if opts.MinFullInterval <= 0 {
 		opts.MinFullInterval = DefaultMinFullInterval
 	}
-	c := &Changes{w: w, m: newChangeMetrics(opts.Registerer)}
+	c := &Changes{w: w, m: newChangeMetrics(opts.Registerer), opts: opts, parent: ctx}
+	ls, err := c.build(opts.Specs)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.startLocked(ls, opts.Specs)
+	c.mu.Unlock()
+	return c, nil
+}
+
+// Apply makes the listeners follow reloaded declarations: when what they
+// listen for changed (a declaration's notify channel, coalesce window, batch
+// size or source, or which declarations have one), the running listeners stop
+// and new ones start. Each new session refreshes its declarations in full
+// once, as after a reconnection, which covers what changed in between. An
+// error (a notify declaration on a source that is not postgres) leaves the
+// running listeners as they are.
+func (c *Changes) Apply(specs []*warmer.Spec) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sig := notifySignature(specs)
+	if c.closed || sig == c.sig {
+		return nil
+	}
+	ls, err := c.build(specs)
+	if err != nil {
+		return err
+	}
+	c.stopLocked()
+	c.m.forget(c.specs, specs)
+	c.startLocked(ls, specs)
+	return nil
+}
+
+// notifySignature is what change listening depends on in specs.
+func notifySignature(specs []*warmer.Spec) string {
+	var b strings.Builder
+	for _, s := range specs {
+		if s != nil && s.Notify != "" {
+			fmt.Fprintf(&b, "%q %q %q %d %d\n", s.Name, s.Notify, s.Source, s.Coalesce, s.BatchSize)
+		}
+	}
+	return b.String()
+}
+
+// build makes a listener per source with notify declarations, in source order.
+func (c *Changes) build(specs []*warmer.Spec) ([]*listener, error) {
+	opts := c.opts
 	bySource := map[string]*listener{}
 	var names []string
-	for _, s := range opts.Specs {
+	for _, s := range specs {
 		if s == nil || s.Notify == "" {
 			continue
 		}
@@ -121,7 +176,7 @@ func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*C
 			cc.RuntimeParams["application_name"] = "hearth-listen"
 			l = &listener{
 				source: s.Source, conn: cc, channels: map[string][]*queue{},
-				w: w, m: c.m, leading: opts.Leading, now: opts.Now,
+				w: c.w, m: c.m, leading: opts.Leading, now: opts.Now,
 				// A flood of foreign payloads would log one line each: a
 				// burst, then one per period (every one is counted).
 				log: opts.Logger.With().Str("component", "changes").Str("source", s.Source).Logger().
@@ -136,26 +191,44 @@ func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*C
 		c.m.init(s.Name, s.Notify, s.Source)
 	}
 	sort.Strings(names)
-	ctx, c.cancel = context.WithCancel(ctx)
-	for _, n := range names {
-		l := bySource[n]
-		c.listeners = append(c.listeners, l)
+	ls := make([]*listener, len(names))
+	for i, n := range names {
+		ls[i] = bySource[n]
+	}
+	return ls, nil
+}
+
+func (c *Changes) startLocked(ls []*listener, specs []*warmer.Spec) {
+	ctx, cancel := context.WithCancel(c.parent)
+	c.cancel, c.listeners, c.sig, c.specs = cancel, ls, notifySignature(specs), specs
+	for _, l := range ls {
 		l.ctx = ctx
 		c.wg.Go(func() { l.run(ctx) })
 	}
-	return c, nil
 }
 
-// Close stops listening and waits for the listeners and their refreshes.
-func (c *Changes) Close(context.Context) error {
-	if c == nil || c.cancel == nil {
-		return nil
+// stopLocked stops the running listeners and waits for them and their refreshes.
+func (c *Changes) stopLocked() {
+	if c.cancel == nil {
+		return
 	}
 	c.cancel()
 	c.wg.Wait()
 	for _, l := range c.listeners {
 		l.refreshes.Wait()
 	}
+	c.cancel, c.listeners = nil, nil
+}
+
+// Close stops listening and waits for the listeners and their refreshes.
+func (c *Changes) Close(context.Context) error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.stopLocked()
 	return nil
 }
 
@@ -587,6 +660,38 @@ func (m *changeMetrics) init(family, channel, source string) {
 	m.overflows.WithLabelValues(family)
 	m.connected.WithLabelValues(source)
 	m.reconnects.WithLabelValues(source)
+}
+
+// forget drops the series of the declarations, channels and sources that
+// listened in old and do not in next, as a reload drops a removed
+// declaration's other series.
+func (m *changeMetrics) forget(old, next []*warmer.Spec) {
+	keep := map[[2]string]bool{}
+	for _, s := range next {
+		if s != nil && s.Notify != "" {
+			keep[[2]string{"family", s.Name}], keep[[2]string{"channel", s.Notify}], keep[[2]string{"source", s.Source}] = true, true, true
+		}
+	}
+	for _, s := range old {
+		if s == nil || s.Notify == "" {
+			continue
+		}
+		if !keep[[2]string{"family", s.Name}] {
+			l := prometheus.Labels{"family": s.Name}
+			m.members.DeletePartialMatch(l)
+			m.refreshes.DeletePartialMatch(l)
+			m.overflows.DeletePartialMatch(l)
+			m.lag.DeletePartialMatch(l)
+		}
+		if !keep[[2]string{"channel", s.Notify}] {
+			m.notifications.DeletePartialMatch(prometheus.Labels{"channel": s.Notify})
+		}
+		if !keep[[2]string{"source", s.Source}] {
+			l := prometheus.Labels{"source": s.Source}
+			m.connected.DeletePartialMatch(l)
+			m.reconnects.DeletePartialMatch(l)
+		}
+	}
 }
 
 // changeDSNs maps each postgres source's name to its DSN.

@@ -522,3 +522,51 @@ func TestChangesSurviveConnectionLoss(t *testing.T) {
 		e.waitName(5, "after restart")
 	})
 }
+
+// TestChangesFollowReload: a reload that moves a declaration to another
+// notify channel restarts the listener on it (a full refresh covers what
+// changed in between); the old channel is no longer heard and its series are
+// gone; a reload that changes nothing the listener depends on restarts nothing.
+func TestChangesFollowReload(t *testing.T) {
+	pg := testenv.Postgres(t)
+	e := newChangeEnv(t, pg.Pool, pg.DSN, pg.DSN, 20)
+	spec, ok := e.w.Spec("product")
+	if !ok {
+		t.Fatal("no product declaration")
+	}
+	fulls := func() float64 { return e.metric("hearth_change_refreshes_total", "family=product", "kind=full") }
+	testenv.Eventually(t, 20*time.Second, "the first session's full refresh", func() bool { return fulls() >= 1 })
+	before := fulls()
+
+	// The same declarations: nothing restarts.
+	if err := e.chg.Apply([]*warmer.Spec{spec}); err != nil {
+		t.Fatal(err)
+	}
+	moved := *spec
+	moved.Notify = e.channel + "_moved"
+	if err := e.chg.Apply([]*warmer.Spec{&moved}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the new session's full refresh", func() bool { return fulls() == before+1 })
+	e.waitConnected(1)
+
+	// Row 8 changes: its trigger notifies the old channel, which nobody
+	// hears now. Row 9 changes and is named on the new one.
+	e.exec(`UPDATE products SET name = 'old channel', version = version + 1 WHERE id = 8`)
+	e.exec(`UPDATE products SET name = 'new channel', version = version + 1 WHERE id = 9`)
+	e.exec(`SELECT pg_notify($1, '{"hearth":1,"ts":0,"ids":["9"]}')`, moved.Notify)
+	e.waitName(9, "new channel")
+	time.Sleep(300 * time.Millisecond)
+	if _, name, _ := e.value(e.rdb, 8); name == "old channel" {
+		t.Errorf("a notification on the channel the declaration left was still acted on")
+	}
+	if got := e.metric("hearth_change_notifications_total", "channel="+e.channel, "result=ok"); got != 0 {
+		t.Errorf("the old channel's series still reports %g notifications", got)
+	}
+	if got := e.metric("hearth_change_notifications_total", "channel="+moved.Notify, "result=ok"); got != 1 {
+		t.Errorf("the new channel's series reports %g notifications, want 1", got)
+	}
+	if got := fulls(); got != before+1 {
+		t.Errorf("%g full refreshes since the first session, want 1: only the move restarted the listener", got-before)
+	}
+}

@@ -221,6 +221,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	hot.open(ctx)
 	undo.push(hot.close)
 	rl := newReloader(cfg, hup, w, sched, reg, log)
+	rl.changes = chg
 	rl.open()
 	adm.Attach(sched, rl.status)
 	// The campaign's goroutine is waited for before anything it uses closes.

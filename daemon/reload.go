@@ -51,6 +51,8 @@ type reloader struct {
 	running *config.Config
 	w       *warmer.Warmer
 	sched   schedule
+	// changes, when set, follows the reloaded notify declarations.
+	changes interface{ Apply([]*warmer.Spec) error }
 	metrics *reloadMetrics
 	log     zerolog.Logger
 	hup     chan os.Signal
@@ -228,6 +230,11 @@ func (r *reloader) reload() {
 		return
 	}
 	sw.Keep()
+	if r.changes != nil {
+		if err := r.changes.Apply(specs); err != nil {
+			r.log.Warn().Err(err).Msg("change listeners not updated: they keep listening as the last config they ran with")
+		}
+	}
 	ch := sw.Changes()
 	now := time.Now()
 	r.metrics.reloads.WithLabelValues("ok").Inc()

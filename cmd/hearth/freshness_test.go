@@ -118,6 +118,31 @@ keys:
 	if got := e2e.Sum(m, "hearth_change_lag_seconds_count"); got < 2 {
 		t.Errorf("change lag observations %v, want at least 2", got)
 	}
+
+	// A reload that moves the declaration to another channel: the listener
+	// follows it, and its new session refreshes the family in full once.
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := channel + "_moved"
+	fulls := e2e.Sum(e2e.Metrics(t, metrics), "hearth_change_refreshes_total", `kind="full"`)
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(data), "channel: "+channel, "channel: "+moved, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proc.Signal(t, syscall.SIGHUP)
+	testenv.Eventually(t, 20*time.Second, "the listener restarted on the new channel", func() bool {
+		m := e2e.Metrics(t, metrics)
+		return e2e.Sum(m, "hearth_change_refreshes_total", `kind="full"`) > fulls &&
+			e2e.Sum(m, "hearth_change_listen_connected") == 1
+	})
+	exec(`UPDATE products SET name = 'heard on the moved channel', updated_at = now() WHERE id = 9`)
+	exec(`SELECT pg_notify('` + moved + `', '{"hearth":1,"ts":0,"ids":["9"]}')`)
+	testenv.Eventually(t, 10*time.Second, "the change named on the moved channel heard and in Redis", func() bool {
+		v, _ := get(9)
+		return strings.Contains(v, `"heard on the moved channel"`) &&
+			e2e.Sum(e2e.Metrics(t, metrics), "hearth_change_notifications_total", `channel="`+moved+`"`, `result="ok"`) == 1
+	})
 	proc.Signal(t, syscall.SIGTERM)
 	if code := proc.Wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("exit %d\n%s", code, proc.Output())
