@@ -267,7 +267,7 @@ keys: [{name: page, key: "%spage", source: api, ttl: 1h, path: /p}]
 	}
 	t.Cleanup(func() { listenTCP = net.Listen })
 
-	out := &lockedWriter{}
+	out := &testenv.SyncBuffer{}
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -296,24 +296,6 @@ keys: [{name: page, key: "%spage", source: api, ttl: 1h, path: /p}]
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-}
-
-// lockedWriter lets the test read what the daemon logs while it writes.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestPprofOnlyWhenAsked: the runtime profiles are served under /debug/pprof/

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,7 +58,7 @@ keys:
 	var (
 		wg   sync.WaitGroup
 		code int
-		out  = &lockedWriter{}
+		out  = &testenv.SyncBuffer{}
 	)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -81,22 +80,4 @@ keys:
 	if code != 0 {
 		t.Fatalf("run exited %d", code)
 	}
-}
-
-// lockedWriter lets the test read what the daemon logs while it writes.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
