@@ -86,8 +86,7 @@ type Changes struct {
 
 	mu        sync.Mutex // guards everything below
 	closed    bool
-	sig       string // what the running listeners were built from (notifySignature)
-	specs     []*warmer.Spec
+	specs     []*warmer.Spec // what the running listeners were built from
 	listeners []*listener
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -129,8 +128,7 @@ func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*C
 func (c *Changes) Apply(specs []*warmer.Spec) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	sig := notifySignature(specs)
-	if c.closed || sig == c.sig {
+	if c.closed || notifySignature(specs) == notifySignature(c.specs) {
 		return nil
 	}
 	ls, err := c.build(specs)
@@ -200,7 +198,7 @@ func (c *Changes) build(specs []*warmer.Spec) ([]*listener, error) {
 
 func (c *Changes) startLocked(ls []*listener, specs []*warmer.Spec) {
 	ctx, cancel := context.WithCancel(c.parent)
-	c.cancel, c.listeners, c.sig, c.specs = cancel, ls, notifySignature(specs), specs
+	c.cancel, c.listeners, c.specs = cancel, ls, specs
 	for _, l := range ls {
 		l.ctx = ctx
 		c.wg.Go(func() { l.run(ctx) })
