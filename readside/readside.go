@@ -20,6 +20,7 @@ package readside
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -743,9 +744,11 @@ func (c *Cache) stale(ctx context.Context, key string, co callOpts) ([]byte, boo
 		}
 	}
 	c.m.staleReject.WithLabelValues(reason).Inc()
-	c.log.Warn("readside: deleted a stale copy that must not be served",
-		"key", sk, "reason", reason, "bytes", len(raw), "head", truncate(string(raw)), "not_string", notString,
-		"max_age", c.staleMaxAge(co))
+	// The first bytes show a frame's header (or what is there instead),
+	// never more than that of what may be the application's data.
+	c.log.Warn("readside: refused a stale copy; deleting it",
+		"key", sk, "reason", reason, "bytes", len(raw), "head", hex.EncodeToString(raw[:min(len(raw), StaleHeaderLen)]),
+		"not_string", notString, "max_age", c.staleMaxAge(co))
 	c.repair(ctx, sk, raw, notString)
 	return nil, false
 }
