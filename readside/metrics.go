@@ -15,6 +15,8 @@ type metrics struct {
 	loads       *prometheus.CounterVec
 	loadSeconds prometheus.Histogram
 	foreign     *prometheus.CounterVec
+	lockRepairs *prometheus.CounterVec
+	staleReject *prometheus.CounterVec
 	redisErrors *prometheus.CounterVec
 	accesses    *prometheus.CounterVec
 }
@@ -67,9 +69,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "hearth_readside_foreign_values_total",
 			Help: "Values of the read side's own keys that were not its own and were ignored, by what: delta.",
 		}, []string{"what"}),
+		lockRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_lock_repairs_total",
+			Help: "Locks no reader would have written, deleted and taken, by reason: no_ttl, ttl_too_long (above LockTTL + 1s), foreign_format (not an owner token, or not a string).",
+		}, []string{"reason"}),
+		staleReject: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_readside_stale_rejected_total",
+			Help: "Stale copies deleted instead of served, by reason: unframed (not readside's frame, or not a string), unknown_version, bad_checksum, too_old (older than TTL + StaleFor), future (written over a minute ahead).",
+		}, []string{"reason"}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_redis_errors_total",
-			Help: "Redis commands that failed, by op: read, lock, store, release, access.",
+			Help: "Redis commands that failed, by op: read, lock, store, release, repair, access.",
 		}, []string{"op"}),
 		accesses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_access_reads_total",
@@ -89,9 +99,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"ok", "not_found", "error", "panic"} {
 		m.loads.WithLabelValues(r)
 	}
+	for _, r := range []string{lockNoTTL, lockTTLTooLong, lockForeignFormat} {
+		m.lockRepairs.WithLabelValues(r)
+	}
+	for _, r := range []string{staleUnframed, staleUnknownVersion, staleBadChecksum, staleTooOld, staleFuture} {
+		m.staleReject.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.hits, m.localHits, m.misses, m.coalesced, m.lockWait, m.early, m.fallbacks,
-			m.stale, m.loads, m.loadSeconds, m.foreign, m.redisErrors, m.accesses)
+			m.stale, m.loads, m.loadSeconds, m.foreign, m.lockRepairs, m.staleReject, m.redisErrors, m.accesses)
 	}
 	return m
 }

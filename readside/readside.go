@@ -20,6 +20,7 @@ package readside
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -411,7 +412,7 @@ func (c *Cache) refreshEarly(key string, load Loader, co callOpts, seen time.Dur
 		ctx, cancel := context.WithTimeout(context.Background(), c.o.LoadTimeout)
 		defer cancel()
 		token := newToken()
-		ok, err := c.rdb.SetNX(ctx, LockKey(c.o.Namespace, key), token, c.o.LockTTL).Result()
+		ok, err := c.acquire(ctx, LockKey(c.o.Namespace, key), token)
 		switch {
 		case err != nil:
 			c.m.redisErrors.WithLabelValues("lock").Inc()
@@ -476,7 +477,7 @@ func (c *Cache) fill(ctx context.Context, key string, load Loader, co callOpts) 
 	waited := false
 	pause := pollMin
 	for {
-		ok, err := c.rdb.SetNX(ctx, lock, token, c.o.LockTTL).Result()
+		ok, err := c.acquire(ctx, lock, token)
 		if err != nil {
 			// Redis is unusable: single-flight is the origin's only guard.
 			c.m.redisErrors.WithLabelValues("lock").Inc()
@@ -518,7 +519,7 @@ func (c *Cache) fill(ctx context.Context, key string, load Loader, co callOpts) 
 		c.m.fallbacks.WithLabelValues("lock_timeout", "load").Inc()
 		return c.loadAndStore(ctx, key, load, co, "", true)
 	case FallbackStale:
-		if v, ok := c.stale(ctx, key); ok {
+		if v, ok := c.stale(ctx, key, co); ok {
 			c.m.fallbacks.WithLabelValues("lock_timeout", "stale").Inc()
 			c.m.stale.WithLabelValues("fallback").Inc()
 			return v, nil
@@ -554,7 +555,7 @@ func (c *Cache) loadAndStore(ctx context.Context, key string, load Loader, co ca
 			c.release(ctx, lock, token)
 		}
 		if serveStale && co.staleFor > 0 {
-			if sv, ok := c.stale(ctx, key); ok {
+			if sv, ok := c.stale(ctx, key, co); ok {
 				c.m.stale.WithLabelValues("loader_error").Inc()
 				c.log.Warn("readside: loader failed; serving the stale copy", "key", key, "err", err)
 				return sv, nil
@@ -589,13 +590,14 @@ func (c *Cache) run(ctx context.Context, load Loader) (v []byte, err error) {
 // storeScript writes a value, its δ and its stale copy and releases the
 // lock, in one step in the key's slot. KEYS: value, δ, stale copy, lock.
 // ARGV: value, TTL ms, δ ms ("" deletes the δ), stale TTL ms (0 keeps the
-// copy as it is, -1 deletes it), owner token ("" holds no lock). Returns 1
-// when it released the lock.
+// copy as it is, -1 deletes it), owner token ("" holds no lock), the stale
+// copy's frame header (written before the value's bytes, so that they are
+// sent once). Returns 1 when it released the lock.
 var storeScript = redis.NewScript(`
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if ARGV[3] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2]) end
 local s = tonumber(ARGV[4])
-if s > 0 then redis.call('SET', KEYS[3], ARGV[1], 'PX', s) elseif s < 0 then redis.call('DEL', KEYS[3]) end
+if s > 0 then redis.call('SET', KEYS[3], ARGV[6] .. ARGV[1], 'PX', s) elseif s < 0 then redis.call('DEL', KEYS[3]) end
 if ARGV[5] ~= '' and redis.call('GET', KEYS[4]) == ARGV[5] then
 	redis.call('DEL', KEYS[4])
 	return 1
@@ -610,7 +612,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `)
 
-// store reports whether the write succeeded.
+// store reports whether the write succeeded. The stale copy, if any, is
+// framed as written now.
 func (c *Cache) store(ctx context.Context, key string, v []byte, ttl, delta, staleTTL time.Duration, token string) bool {
 	d := ""
 	if delta > 0 {
@@ -626,7 +629,11 @@ func (c *Cache) store(ctx context.Context, key string, v []byte, ttl, delta, sta
 		// A sentinel: no δ, and no stale copy of a row that is gone.
 		st = -1
 	}
-	if err := storeScript.Run(ctx, c.rdb, keys, v, ttl.Milliseconds(), d, st, token).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	var header []byte
+	if st > 0 {
+		header = staleHeader(v, c.o.Now())
+	}
+	if err := storeScript.Run(ctx, c.rdb, keys, v, ttl.Milliseconds(), d, st, token, header).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		c.m.redisErrors.WithLabelValues("store").Inc()
 		c.log.Warn("readside: write failed; the value is returned unstored", "key", key, "err", err)
 		return false
@@ -641,16 +648,109 @@ func (c *Cache) release(ctx context.Context, lock, token string) {
 	}
 }
 
-// stale returns the key's stale copy, if any.
-func (c *Cache) stale(ctx context.Context, key string) ([]byte, bool) {
-	v, err := c.rdb.Get(ctx, StaleKey(c.o.Namespace, key)).Bytes()
+// repairScript deletes a key of Hearth's own only if it still holds what
+// was judged foreign: the string ARGV[1], or (ARGV[2] == '1') a value of
+// another type. A reader that took the key since, or another reader's
+// repair, is left alone. Returns 1 when it deleted the key.
+var repairScript = redis.NewScript(`
+local t = redis.call('TYPE', KEYS[1])['ok']
+if ARGV[2] == '1' then
+	if t ~= 'string' and t ~= 'none' then return redis.call('DEL', KEYS[1]) end
+	return 0
+end
+if t == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// repair deletes key if it still holds seen (or, notString, a value of
+// another type) and reports whether it did.
+func (c *Cache) repair(ctx context.Context, key string, seen []byte, notString bool) bool {
+	flag := "0"
+	if notString {
+		flag = "1"
+	}
+	n, err := repairScript.Run(ctx, c.rdb, []string{key}, seen, flag).Int()
 	if err != nil {
+		c.m.redisErrors.WithLabelValues("repair").Inc()
+		c.log.Warn("readside: repair failed", "key", key, "err", err)
+		return false
+	}
+	return n == 1
+}
+
+// acquire tries the key's lock once. The same round trip reads the holder's
+// token and PTTL: a lock no reader would have written (no TTL, a TTL above
+// LockTTL + LockTTLSlack, not an owner token, not a string) is deleted,
+// counted and logged, and the lock tried again at once, so that it costs one
+// check, never a wait.
+func (c *Cache) acquire(ctx context.Context, lock, token string) (bool, error) {
+	pipe := c.rdb.Pipeline()
+	set := pipe.SetNX(ctx, lock, token, c.o.LockTTL)
+	get := pipe.Get(ctx, lock)
+	pttl := pipe.PTTL(ctx, lock)
+	_, _ = pipe.Exec(ctx) // each command's own result is read below
+	if ok, err := set.Result(); ok || err != nil {
+		return ok, err
+	}
+	holder, err := get.Result()
+	notString := redis.HasErrorPrefix(err, "WRONGTYPE")
+	if err != nil && !notString {
+		return false, nil // released meanwhile, or Redis failing: the next try sees it
+	}
+	left := pttl.Val()
+	if pttl.Err() != nil || left == -2 {
+		return false, nil
+	}
+	reason := judgeLock(holder, notString, left, c.o.LockTTL)
+	if reason == "" || !c.repair(ctx, lock, []byte(holder), notString) {
+		return false, nil
+	}
+	c.m.lockRepairs.WithLabelValues(reason).Inc()
+	ms := left.Milliseconds()
+	if left == -1 {
+		ms = -1 // PTTL's "no TTL"
+	}
+	c.log.Warn("readside: deleted a lock no reader would have written; taking it",
+		"lock", lock, "reason", reason, "holder", truncate(holder), "pttl_ms", ms,
+		"lock_ttl_ms", c.o.LockTTL.Milliseconds(), "not_string", notString)
+	return c.rdb.SetNX(ctx, lock, token, c.o.LockTTL).Result()
+}
+
+// staleMaxAge is the oldest a stale copy written under co can legitimately
+// be: the longest jittered TTL plus StaleFor.
+func (c *Cache) staleMaxAge(co callOpts) time.Duration {
+	return time.Duration(float64(co.ttl)*(1+c.o.Jitter/2)) + time.Millisecond + co.staleFor
+}
+
+// stale returns the key's stale copy if it is one readside framed, intact
+// and within staleMaxAge of its write time (whatever its Redis TTL says).
+// Anything else is counted, logged and deleted, never served.
+func (c *Cache) stale(ctx context.Context, key string, co callOpts) ([]byte, bool) {
+	sk := StaleKey(c.o.Namespace, key)
+	raw, err := c.rdb.Get(ctx, sk).Bytes()
+	notString := redis.HasErrorPrefix(err, "WRONGTYPE")
+	if err != nil && !notString {
 		if !errors.Is(err, redis.Nil) {
 			c.m.redisErrors.WithLabelValues("read").Inc()
 		}
 		return nil, false
 	}
-	return v, true
+	reason := staleUnframed
+	var v []byte
+	if !notString {
+		v, reason = openStale(raw, c.o.Now(), c.staleMaxAge(co))
+		if reason == "" {
+			return v, true
+		}
+	}
+	c.m.staleReject.WithLabelValues(reason).Inc()
+	// The first bytes show a frame's header (or what is there instead),
+	// never more than that of what may be the application's data.
+	c.log.Warn("readside: refused a stale copy; deleting it",
+		"key", sk, "reason", reason, "bytes", len(raw), "head", hex.EncodeToString(raw[:min(len(raw), StaleHeaderLen)]),
+		"not_string", notString, "max_age", c.staleMaxAge(co))
+	c.repair(ctx, sk, raw, notString)
+	return nil, false
 }
 
 // jitter spreads d by ±Jitter/2, never below a millisecond.

@@ -234,16 +234,17 @@ func TestFallbacks(t *testing.T) {
 	} {
 		t.Run(tc.fallback.String(), func(t *testing.T) {
 			key := env.Prefix + "fb:" + tc.fallback.String() + ":" + itoa(len(t.Name()))
-			env.Client.Set(ctx, readside.LockKey(ns, key), "someone-else", time.Minute)
+			// A holder's lock as another reader takes it: an owner token, LockTTL.
+			env.Client.Set(ctx, readside.LockKey(ns, key), holderToken, 5*time.Second)
 			if tc.stale {
-				env.Client.Set(ctx, readside.StaleKey(ns, key), "old", time.Minute)
+				env.Client.Set(ctx, readside.StaleKey(ns, key), frame("old", time.Now(), 1), time.Minute)
 			}
 			v, err := c.GetOrLoad(ctx, key, ok, readside.WithFallback(tc.fallback))
 			if !errors.Is(err, tc.wantErr) || string(v) != tc.want {
 				t.Errorf("got %q, %v; want %q, %v", v, err, tc.want, tc.wantErr)
 			}
-			if got := env.Client.Get(ctx, readside.LockKey(ns, key)).Val(); got != "someone-else" {
-				t.Errorf("the foreign lock became %q", got)
+			if got := env.Client.Get(ctx, readside.LockKey(ns, key)).Val(); got != holderToken {
+				t.Errorf("the holder's lock became %q", got)
 			}
 		})
 	}
