@@ -259,7 +259,8 @@ func TestPingRedactsToken(t *testing.T) {
 	}))
 	addr := srv.URL
 	srv.Close() // nothing listens any more: the ping fails with a dial error
-	for _, base := range []string{addr + "/v1?api_key=tok-s3cret-value", strings.Replace(addr, "http://", "http://u:pw-s3cret@", 1) + "/?k=s3cret"} {
+	for _, base := range []string{addr + "/v1?api_key=tok-s3cret-value", strings.Replace(addr, "http://", "http://u:pw-s3cret@", 1) + "/?k=s3cret",
+		addr + "/v1?SECRETs3cretTOKEN", addr + "/v1?region=eu&SECRETs3cretTOKEN"} {
 		src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: base, Timeout: time.Second, HealthPath: "/health"})
 		if err != nil {
 			t.Fatal(err)
