@@ -59,9 +59,9 @@ func TestRedirects(t *testing.T) {
 		keys = append(keys, r.Header.Get("X-Api-Key"))
 		mu.Unlock()
 		switch {
-		case strings.HasPrefix(r.URL.Path, "/moved/"):
-			http.Redirect(w, r, "/v/"+strings.TrimPrefix(r.URL.Path, "/moved/"), http.StatusFound)
-		case strings.HasPrefix(r.URL.Path, "/away/"):
+		case strings.HasPrefix(r.URL.Path, "/moved-"):
+			http.Redirect(w, r, "/v/"+strings.TrimPrefix(r.URL.Path, "/moved-"), http.StatusFound)
+		case strings.HasPrefix(r.URL.Path, "/away-"):
 			http.Redirect(w, r, far.URL+"/steal", http.StatusFound)
 		default:
 			_, _ = fmt.Fprintf(w, `{"v":%q}`, r.URL.Path)
@@ -91,7 +91,7 @@ func TestRedirects(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer src.Close()
-			rs, err := src.Load(context.Background(), s, []string{"moved/x", "away/y"})
+			rs, err := src.Load(context.Background(), s, []string{"moved-x", "away-y"})
 			if err != nil {
 				t.Fatal(err)
 			}
