@@ -412,7 +412,7 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 		r.Err = err
 		return r
 	}
-	ck := condKey(spec.Name, member)
+	ck := condKey(spec.Name, nethttp.MethodGet, target, spec.JSONPointer)
 	var cond *condEntry
 	if e, ok := s.cond.get(ck); ok {
 		cond = &e

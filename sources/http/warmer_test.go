@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/warmer"
@@ -166,5 +167,65 @@ hearth_load_failures_total{family="p",reason="bad_member"} %d
 `, len(bad))
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "hearth_load_failures_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestReloadedPointerNotServedFrom304 runs the warmer against a conditional
+// origin (ETags, 304 when the validator matches) and real Redis: after a
+// reload changes json_pointer from /v to /w, the new field is written, never
+// the old pointer's value remembered for a 304; and the origin's 304s keep
+// working for the new declaration.
+func TestReloadedPointerNotServedFrom304(t *testing.T) {
+	rd := testenv.Redis(t)
+	up := origintest.New(t, func(string, int) (int, string) { return http.StatusOK, `{"v":"old-field","w":"new-field"}` })
+	up.SetETags(true)
+	decl := func(ptr string) []*warmer.Spec {
+		cfg, err := config.Parse("test.yaml", []byte(`
+sources: [{name: api, type: http, base_url: "`+up.URL+`", timeout: 2s}]
+keys: [{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/v/{id}", json_pointer: `+ptr+`, members: ["1"]}]
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Specs()
+	}
+	reg := prometheus.NewRegistry()
+	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: up.URL, Timeout: 2 * time.Second, Metrics: httpsrc.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
+		Specs: decl("/v"), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	refresh := func(want string) {
+		t.Helper()
+		if out, err := w.Refresh(ctx, "p", warmer.RunOptions{}); err != nil || out.Failed != 0 {
+			t.Fatalf("refresh: %+v %v", out, err)
+		}
+		if got := rd.Client.Get(ctx, rd.Prefix+"p:1").Val(); got != want {
+			t.Errorf("p:1 = %q, want %q", got, want)
+		}
+	}
+	refresh("old-field")
+	refresh("old-field")
+	if n := up.NotModified(); n != 1 {
+		t.Fatalf("the origin answered %d 304s, want 1: it is not conditional, the test proves nothing", n)
+	}
+	sw, err := w.Swap(decl("/w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw.Keep()
+	refresh("new-field")
+	refresh("new-field")
+	if n := up.NotModified(); n != 2 {
+		t.Errorf("the origin answered %d 304s, want 2 (one more after the reload)", n)
+	}
+	if got := counterSum(t, reg, "hearth_source_not_modified_total"); got != 2 {
+		t.Errorf("hearth_source_not_modified_total = %g, want 2", got)
 	}
 }
