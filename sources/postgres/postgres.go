@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,8 +100,10 @@ func (s *Source) Ping(ctx context.Context) error {
 func (s *Source) Close() { s.pool.Close() }
 
 // Load runs the declaration's query. A family's query gets all members at once as
-// $1 (text[]) and must return two columns, member and value; a single key's query
-// returns one column, and no row means the key does not exist.
+// $1 (text[], or a typed array such as bigint[] that only members written as the
+// type writes them are sent in) and must return two columns, member and value;
+// a single key's query returns one column, and no row means the key does not
+// exist.
 //
 // The query runs wrapped, so that the server sends a value only if it is at most
 // the declaration's max_value_bytes: a larger one arrives as its length alone and
@@ -113,20 +116,19 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	if !spec.Template.IsFamily() {
 		return s.loadSingle(ctx, spec, sh)
 	}
-	var param any = members
-	if sh.int8s {
-		// Bound as int8s, pgx sends the array without trying (and failing)
-		// to encode each string as an int8 first.
-		if ids, ok := parseInt8s(members); ok {
-			param = ids
-		}
+	// A member the typed parameter would not give back as written ("01"
+	// for a bigint is 1, answered as "1") fails alone, unsent: its answer
+	// would come back under another member's name, and the member itself be
+	// written as not found.
+	param, out := bindMembers(sh.param, members)
+	if param == nil {
+		return out, nil
 	}
 	rows, err := s.pool.Query(ctx, sh.sql, param, valueBound(spec))
 	if err != nil {
 		return nil, s.queryError(spec, err)
 	}
 	defer rows.Close()
-	out := make([]warmer.Result, 0, len(members))
 	seen := make(map[string]bool, len(members))
 	var (
 		// Scanned into values, not pointers, through one destination list:
@@ -175,19 +177,88 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	return dedupe(out), nil
 }
 
-// parseInt8s is members as int8s, or false if one is not a canonical
-// decimal int8 (then they are bound as text, as before, and the server
-// judges them).
-func parseInt8s(members []string) ([]int64, bool) {
-	ids := make([]int64, len(members))
-	for i, m := range members {
-		n, err := strconv.ParseInt(m, 10, 64)
-		if err != nil {
-			return nil, false
-		}
-		ids[i] = n
+// paramKind is the type of a family query's member parameter ($1), for how
+// members are bound.
+type paramKind int
+
+const (
+	// paramText: text[] or a type Hearth does not know; members bound as
+	// text, the server casts them (the warmer keeps an unanswered member
+	// from being written as not found when answers named other members).
+	paramText paramKind = iota
+	paramInt8
+	paramInt4
+	paramInt2
+	paramUUID
+)
+
+func kindOf(oid uint32) paramKind {
+	switch oid {
+	case pgtype.Int8ArrayOID:
+		return paramInt8
+	case pgtype.Int4ArrayOID:
+		return paramInt4
+	case pgtype.Int2ArrayOID:
+		return paramInt2
+	case pgtype.UUIDArrayOID:
+		return paramUUID
 	}
-	return ids, true
+	return paramText
+}
+
+// canonicalUUID is a uuid as PostgreSQL prints it (uuid::text).
+var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// bindMembers returns the parameter for members and, failed as bad members,
+// those that do not round-trip through the parameter's type: a member is
+// sent only if the type's text form of the parsed value is the member itself
+// ("01", "+1", " 1", "1.0" are not a bigint's; an upper-case uuid is not a
+// uuid's), since the query answers under that text form. The parameter is nil
+// when no member is left to send.
+func bindMembers(kind paramKind, members []string) (any, []warmer.Result) {
+	out := make([]warmer.Result, 0, len(members))
+	refuse := func(m, typ string) {
+		out = append(out, warmer.Result{Member: m, Err: fmt.Errorf("%w: %q is not a %s as the database writes it: its answer would come back under another name", warmer.ErrBadMember, m, typ)})
+	}
+	var param any
+	switch kind {
+	case paramText:
+		return members, out
+	case paramInt8, paramInt4, paramInt2:
+		bits, typ := 64, "bigint"
+		if kind == paramInt4 {
+			bits, typ = 32, "integer"
+		} else if kind == paramInt2 {
+			bits, typ = 16, "smallint"
+		}
+		// Bound as int64s, pgx sends the array without trying (and failing)
+		// to encode each string as an integer first.
+		ids := make([]int64, 0, len(members))
+		for _, m := range members {
+			n, err := strconv.ParseInt(m, 10, bits)
+			if err != nil || strconv.FormatInt(n, 10) != m {
+				refuse(m, typ)
+				continue
+			}
+			ids = append(ids, n)
+		}
+		if len(ids) > 0 {
+			param = ids
+		}
+	case paramUUID:
+		ok := make([]string, 0, len(members))
+		for _, m := range members {
+			if !canonicalUUID.MatchString(m) {
+				refuse(m, "uuid")
+				continue
+			}
+			ok = append(ok, m)
+		}
+		if len(ok) > 0 {
+			param = ok
+		}
+	}
+	return param, out
 }
 
 // valueBound is the largest value the server may send for spec.
@@ -209,8 +280,8 @@ type shape struct {
 	// versioned: the query returns the declaration's version column last,
 	// and the wrapper passes it through.
 	versioned bool
-	// int8s: the query's member parameter is an int8[] ($1::bigint[]).
-	int8s bool
+	// param is the type of the query's member parameter ($1).
+	param paramKind
 }
 
 // shape describes the declaration's query once (its columns and parameters,
@@ -316,7 +387,11 @@ func (s *Source) describe(ctx context.Context, spec *warmer.Spec) (*shape, error
 	} else {
 		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
 	}
-	return &shape{sql: sql, versioned: versioned, int8s: family && len(sd.ParamOIDs) == 1 && sd.ParamOIDs[0] == pgtype.Int8ArrayOID}, nil
+	sh := &shape{sql: sql, versioned: versioned}
+	if family && len(sd.ParamOIDs) == 1 {
+		sh.param = kindOf(sd.ParamOIDs[0])
+	}
+	return sh, nil
 }
 
 // queryError classifies a failed query and, if the cause may be a changed

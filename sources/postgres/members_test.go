@@ -1,0 +1,93 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// TestNonCanonicalMembersNeverNegative runs the warmer against real
+// PostgreSQL and Redis: members that pass the param_pattern but that the typed
+// parameter would not give back as written ("01" for a bigint, which the query
+// answers under "1"; an upper-case uuid) are counted as bad members and never
+// written, above all not as the not-found sentinel while their row exists;
+// the canonical members load, and a member with no row is still not found.
+func TestNonCanonicalMembersNeverNegative(t *testing.T) {
+	pg := testenv.Postgres(t)
+	rd := testenv.Redis(t)
+	ctx := context.Background()
+	const u = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+	if _, err := pg.Pool.Exec(ctx, `
+		CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL);
+		INSERT INTO big VALUES (1, 'one'), (2, 'two');
+		CREATE TABLE small (id integer PRIMARY KEY, v text NOT NULL);
+		INSERT INTO small VALUES (1, 'one');
+		CREATE TABLE uu (id uuid PRIMARY KEY, v text NOT NULL);
+		INSERT INTO uu VALUES ('`+u+`', 'uuid');`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(`
+sources: [{name: db, type: postgres, dsn: %q}]
+keys:
+  - {name: big, key: "%[2]shot:{id}", source: db, ttl: 1h, negative_value: "NOT-FOUND", param_pattern: "[0-9]{1,12}",
+     members: ["01", "1", "002", "404"], query: "SELECT id::text, v FROM big WHERE id = ANY($1::bigint[])"}
+  - {name: small, key: "%[2]ssmall:{id}", source: db, ttl: 1h, negative_value: "NOT-FOUND",
+     members: ["+1", "1.0", "01"], query: "SELECT id::text, v FROM small WHERE id = ANY($1::int[])"}
+  - {name: uu, key: "%[2]suu:{id}", source: db, ttl: 1h, negative_value: "NOT-FOUND",
+     members: [%[3]q, %[4]q], query: "SELECT id::text, v FROM uu WHERE id = ANY($1::uuid[])"}
+`, pg.DSN, rd.Prefix, u, strings.ToUpper(u))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	reg := prometheus.NewRegistry()
+	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"db": src},
+		Specs: cfg.Specs(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"big", "small", "uu"} {
+		if _, err := w.Refresh(ctx, name, warmer.RunOptions{}); err != nil {
+			t.Logf("refresh %s: %v", name, err)
+		}
+	}
+	want := map[string]string{
+		"hot:1": "one", "hot:404": "NOT-FOUND", "hot:01": "", "hot:002": "",
+		"small:+1": "", "small:1.0": "", "small:01": "",
+		"uu:" + u: "uuid", "uu:" + strings.ToUpper(u): "",
+	}
+	for k, v := range want {
+		got, err := rd.Client.Get(ctx, rd.Prefix+k).Result()
+		if v == "" {
+			if err == nil {
+				t.Errorf("%s = %q, want it never written (its answer would name another member)", k, got)
+			}
+			continue
+		}
+		if got != v {
+			t.Errorf("%s = %q (%v), want %q", k, got, err, v)
+		}
+	}
+	exp := `# HELP hearth_load_failures_total Members not refreshed, by reason; their previous values are kept.
+# TYPE hearth_load_failures_total counter
+hearth_load_failures_total{family="big",reason="bad_member"} 2
+hearth_load_failures_total{family="small",reason="bad_member"} 3
+hearth_load_failures_total{family="uu",reason="bad_member"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(exp), "hearth_load_failures_total"); err != nil {
+		t.Error(err)
+	}
+}
