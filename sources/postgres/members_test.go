@@ -21,6 +21,9 @@ import (
 // answers under "1"; an upper-case uuid) are counted as bad members and never
 // written, above all not as the not-found sentinel while their row exists;
 // the canonical members load, and a member with no row is still not found.
+// For a parameter type Hearth does not parse (numeric, date), an answer under
+// a name not asked for ("1" for "1.0") is counted, and the members left
+// without an answer are counted as ambiguous, not written as not found.
 func TestNonCanonicalMembersNeverNegative(t *testing.T) {
 	pg := testenv.Postgres(t)
 	rd := testenv.Redis(t)
@@ -32,7 +35,11 @@ func TestNonCanonicalMembersNeverNegative(t *testing.T) {
 		CREATE TABLE small (id integer PRIMARY KEY, v text NOT NULL);
 		INSERT INTO small VALUES (1, 'one');
 		CREATE TABLE uu (id uuid PRIMARY KEY, v text NOT NULL);
-		INSERT INTO uu VALUES ('`+u+`', 'uuid');`); err != nil {
+		INSERT INTO uu VALUES ('`+u+`', 'uuid');
+		CREATE TABLE num (id numeric PRIMARY KEY, v text NOT NULL);
+		INSERT INTO num VALUES (1, 'one'), (2, 'two');
+		CREATE TABLE days (d date PRIMARY KEY, v text NOT NULL);
+		INSERT INTO days VALUES ('2024-01-05', 'fifth');`); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(`
@@ -44,6 +51,10 @@ keys:
      members: ["+1", "1.0", "01"], query: "SELECT id::text, v FROM small WHERE id = ANY($1::int[])"}
   - {name: uu, key: "%[2]suu:{id}", source: db, ttl: 1h, negative_value: "NOT-FOUND",
      members: [%[3]q, %[4]q], query: "SELECT id::text, v FROM uu WHERE id = ANY($1::uuid[])"}
+  - {name: num, key: "%[2]snum:{id}", source: db, ttl: 1h, negative_value: "NOT-FOUND",
+     members: ["1.0", "2"], query: "SELECT id::text, v FROM num WHERE id = ANY($1::numeric[])"}
+  - {name: days, key: "%[2]sday:{id}", source: db, ttl: 1h, negative_value: "NOT-FOUND",
+     members: ["2024-1-5"], query: "SELECT d::text, v FROM days WHERE d = ANY($1::date[])"}
 `, pg.DSN, rd.Prefix, u, strings.ToUpper(u))))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +70,7 @@ keys:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"big", "small", "uu"} {
+	for _, name := range []string{"big", "small", "uu", "num", "days"} {
 		if _, err := w.Refresh(ctx, name, warmer.RunOptions{}); err != nil {
 			t.Logf("refresh %s: %v", name, err)
 		}
@@ -68,6 +79,9 @@ keys:
 		"hot:1": "one", "hot:404": "NOT-FOUND", "hot:01": "", "hot:002": "",
 		"small:+1": "", "small:1.0": "", "small:01": "",
 		"uu:" + u: "uuid", "uu:" + strings.ToUpper(u): "",
+		// Types Hearth does not parse: the answer names another member, so
+		// the member without an answer is not written as not found.
+		"num:2": "two", "num:1.0": "", "day:2024-1-5": "",
 	}
 	for k, v := range want {
 		got, err := rd.Client.Get(ctx, rd.Prefix+k).Result()
@@ -84,6 +98,10 @@ keys:
 	exp := `# HELP hearth_load_failures_total Members not refreshed, by reason; their previous values are kept.
 # TYPE hearth_load_failures_total counter
 hearth_load_failures_total{family="big",reason="bad_member"} 2
+hearth_load_failures_total{family="days",reason="ambiguous"} 1
+hearth_load_failures_total{family="days",reason="unexpected_member"} 1
+hearth_load_failures_total{family="num",reason="ambiguous"} 1
+hearth_load_failures_total{family="num",reason="unexpected_member"} 1
 hearth_load_failures_total{family="small",reason="bad_member"} 3
 hearth_load_failures_total{family="uu",reason="bad_member"} 1
 `
