@@ -21,9 +21,11 @@ import (
 // answers under "1"; an upper-case uuid) are counted as bad members and never
 // written, above all not as the not-found sentinel while their row exists;
 // the canonical members load, and a member with no row is still not found.
-// For a parameter type Hearth does not parse (numeric, date), an answer under
-// a name not asked for ("1" for "1.0") is counted, and the members left
-// without an answer are counted as ambiguous, not written as not found.
+// For a parameter type Hearth does not parse (numeric, date), the server
+// writes each member first: one it writes otherwise, or that equals an earlier
+// member, is a bad member; an answer that still comes under a name not asked
+// for ("1" for "1.0") is counted, and the members left without an answer are
+// counted as ambiguous, not written as not found.
 func TestNonCanonicalMembersNeverNegative(t *testing.T) {
 	pg := testenv.Postgres(t)
 	rd := testenv.Redis(t)
@@ -53,6 +55,8 @@ keys:
      members: [%[3]q, %[4]q], query: "SELECT id::text, v FROM uu WHERE id = ANY($1::uuid[])"}
   - {name: num, key: "%[2]snum:{id}", source: db, ttl: 1h, negative_value: "NOT-FOUND",
      members: ["1.0", "2"], query: "SELECT id::text, v FROM num WHERE id = ANY($1::numeric[])"}
+  - {name: num2, key: "%[2]snum2:{id}", source: db, ttl: 1h, negative_value: "NOT-FOUND",
+     members: ["1", "1.0", "3"], query: "SELECT id::text, v FROM num WHERE id = ANY($1::numeric[])"}
   - {name: days, key: "%[2]sday:{id}", source: db, ttl: 1h, negative_value: "NOT-FOUND",
      members: ["2024-1-5"], query: "SELECT d::text, v FROM days WHERE d = ANY($1::date[])"}
 `, pg.DSN, rd.Prefix, u, strings.ToUpper(u))))
@@ -70,7 +74,7 @@ keys:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"big", "small", "uu", "num", "days"} {
+	for _, name := range []string{"big", "small", "uu", "num", "num2", "days"} {
 		if _, err := w.Refresh(ctx, name, warmer.RunOptions{}); err != nil {
 			t.Logf("refresh %s: %v", name, err)
 		}
@@ -79,9 +83,13 @@ keys:
 		"hot:1": "one", "hot:404": "NOT-FOUND", "hot:01": "", "hot:002": "",
 		"small:+1": "", "small:1.0": "", "small:01": "",
 		"uu:" + u: "uuid", "uu:" + strings.ToUpper(u): "",
-		// Types Hearth does not parse: the answer names another member, so
-		// the member without an answer is not written as not found.
+		// Types Hearth does not parse: the server says how it writes each
+		// member (a date written otherwise is refused unsent, as is a member
+		// equal to an earlier one); an answer that still names another
+		// member (numeric "1.0" answered as "1") leaves the member without an
+		// answer unwritten, not written as not found.
 		"num:2": "two", "num:1.0": "", "day:2024-1-5": "",
+		"num2:1": "one", "num2:1.0": "", "num2:3": "NOT-FOUND",
 	}
 	for k, v := range want {
 		got, err := rd.Client.Get(ctx, rd.Prefix+k).Result()
@@ -98,10 +106,10 @@ keys:
 	exp := `# HELP hearth_load_failures_total Members not refreshed, by reason; their previous values are kept.
 # TYPE hearth_load_failures_total counter
 hearth_load_failures_total{family="big",reason="bad_member"} 2
-hearth_load_failures_total{family="days",reason="ambiguous"} 1
-hearth_load_failures_total{family="days",reason="unexpected_member"} 1
+hearth_load_failures_total{family="days",reason="bad_member"} 1
 hearth_load_failures_total{family="num",reason="ambiguous"} 1
 hearth_load_failures_total{family="num",reason="unexpected_member"} 1
+hearth_load_failures_total{family="num2",reason="bad_member"} 1
 hearth_load_failures_total{family="small",reason="bad_member"} 3
 hearth_load_failures_total{family="uu",reason="bad_member"} 1
 `

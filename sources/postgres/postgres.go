@@ -120,7 +120,14 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	// for a bigint is 1, answered as "1") fails alone, unsent: its answer
 	// would come back under another member's name, and the member itself be
 	// written as not found.
+	var refused []warmer.Result
+	if sh.canon != "" {
+		if members, refused, err = s.canonical(ctx, sh, members); err != nil {
+			return nil, err
+		}
+	}
 	param, out := bindMembers(sh.param, members)
+	out = append(out, refused...)
 	if param == nil {
 		return out, nil
 	}
@@ -182,9 +189,9 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 type paramKind int
 
 const (
-	// paramText: text[] or a type Hearth does not know; members bound as
-	// text, the server casts them (the warmer keeps an unanswered member
-	// from being written as not found when answers named other members).
+	// paramText: text[], or a type Hearth does not parse; members bound
+	// as text, the server casts them (checked first by shape.canon when
+	// the type allows).
 	paramText paramKind = iota
 	paramInt8
 	paramInt4
@@ -218,7 +225,7 @@ var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-
 func bindMembers(kind paramKind, members []string) (any, []warmer.Result) {
 	out := make([]warmer.Result, 0, len(members))
 	refuse := func(m, typ string) {
-		out = append(out, warmer.Result{Member: m, Err: fmt.Errorf("%w: %q is not a %s as the database writes it: its answer would come back under another name", warmer.ErrBadMember, m, typ)})
+		out = append(out, warmer.Result{Member: m, Err: fmt.Errorf("%w: %q is not how the database writes a %s value: its answer would come back under another name", warmer.ErrBadMember, m, typ)})
 	}
 	var param any
 	switch kind {
@@ -261,6 +268,67 @@ func bindMembers(kind paramKind, members []string) (any, []warmer.Result) {
 	return param, out
 }
 
+// canonQuery builds the query that writes members as the element type of the
+// array type oid writes them, and ranks the members equal under the type's
+// own equality; "" if oid is not an array, or its element has no equality
+// (the query does not prepare). The type's name is the server's own
+// format_type, quoted by the server.
+func canonQuery(ctx context.Context, conn *pgx.Conn, oid uint32) string {
+	var elem *string
+	if err := conn.QueryRow(ctx, `SELECT format_type(typelem, NULL) FROM pg_type WHERE oid = $1 AND typelem <> 0 AND typlen = -1`, oid).Scan(&elem); err != nil || elem == nil {
+		return ""
+	}
+	q := `SELECT c.m::text, row_number() OVER (PARTITION BY c.m ORDER BY c.o)
+FROM (SELECT u.x::` + *elem + ` AS m, u.o FROM unnest($1::text[]) WITH ORDINALITY AS u(x, o)) AS c
+ORDER BY c.o`
+	if _, err := conn.PgConn().Prepare(ctx, "", q, nil); err != nil {
+		return ""
+	}
+	return q
+}
+
+// canonical asks the server how the parameter's type writes each member: a
+// member it writes otherwise ("2024-1-5" for a date is "2024-01-05"), or that
+// equals an earlier member under the type's equality ("1.0" after "1" for a
+// numeric: one row answers both, under one name), is refused as a bad member.
+// A member the type cannot read fails the batch, as the query itself would.
+func (s *Source) canonical(ctx context.Context, sh *shape, members []string) ([]string, []warmer.Result, error) {
+	rows, err := s.pool.Query(ctx, sh.canon, members)
+	if err != nil {
+		return nil, nil, fmt.Errorf("query: %w", classify(err))
+	}
+	defer rows.Close()
+	keep := make([]string, 0, len(members))
+	var refused []warmer.Result
+	var (
+		text string
+		rank int64
+		i    int
+	)
+	for rows.Next() {
+		if err := rows.Scan(&text, &rank); err != nil || i >= len(members) {
+			return nil, nil, fmt.Errorf("query: canonical members: %w", errors.Join(err, warmer.ErrBadPayload))
+		}
+		m := members[i]
+		i++
+		switch {
+		case text != m:
+			refused = append(refused, warmer.Result{Member: m, Err: fmt.Errorf("%w: %q is written %q by the database: its answer would come back under another name", warmer.ErrBadMember, m, text)})
+		case rank > 1:
+			refused = append(refused, warmer.Result{Member: m, Err: fmt.Errorf("%w: %q equals another member of the batch for the database: one answer would come back for both", warmer.ErrBadMember, m)})
+		default:
+			keep = append(keep, m)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("query: %w", classify(err))
+	}
+	if i != len(members) {
+		return nil, nil, fmt.Errorf("query: canonical members: %w: %d of %d", warmer.ErrBadPayload, i, len(members))
+	}
+	return keep, refused, nil
+}
+
 // valueBound is the largest value the server may send for spec.
 func valueBound(spec *warmer.Spec) int64 {
 	if spec.MaxValueBytes <= 0 {
@@ -282,6 +350,10 @@ type shape struct {
 	versioned bool
 	// param is the type of the query's member parameter ($1).
 	param paramKind
+	// canon, for an array type Hearth does not parse (numeric[], date[]…),
+	// gives each member as the type writes it and its rank among the
+	// members equal to it (see canonical); "" when the type has no equality.
+	canon string
 }
 
 // shape describes the declaration's query once (its columns and parameters,
@@ -389,7 +461,11 @@ func (s *Source) describe(ctx context.Context, spec *warmer.Spec) (*shape, error
 	}
 	sh := &shape{sql: sql, versioned: versioned}
 	if family && len(sd.ParamOIDs) == 1 {
-		sh.param = kindOf(sd.ParamOIDs[0])
+		oid := sd.ParamOIDs[0]
+		sh.param = kindOf(oid)
+		if sh.param == paramText && oid != pgtype.TextArrayOID && oid != pgtype.VarcharArrayOID {
+			sh.canon = canonQuery(ctx, conn.Conn(), oid)
+		}
 	}
 	return sh, nil
 }
