@@ -241,9 +241,10 @@ func bindMembers(kind paramKind, members []string) (any, []warmer.Result) {
 		// Bound as int64s, pgx sends the array without trying (and failing)
 		// to encode each string as an integer first.
 		ids := make([]int64, 0, len(members))
+		var buf [20]byte
 		for _, m := range members {
 			n, err := strconv.ParseInt(m, 10, bits)
-			if err != nil || strconv.FormatInt(n, 10) != m {
+			if err != nil || string(strconv.AppendInt(buf[:0], n, 10)) != m { // compared without a copy
 				refuse(m, typ)
 				continue
 			}
