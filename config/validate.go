@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/textproto"
 	"net/url"
 	"regexp"
 	"slices"
@@ -544,14 +545,46 @@ func setFields(fs ...field) []string {
 // that is not an RFC 9110 token, or a value with CR, LF, NUL or another control
 // character (which could also smuggle a second header). Values are withheld
 // from the message: headers carry API keys.
+//
+// A header that is the connection's or the message's framing (Host,
+// Content-Length, Transfer-Encoding, the hop-by-hop headers of RFC 9110
+// 7.6.1, any Proxy-*), or that Hearth sets itself (the conditional
+// If-* headers, Range, which would make a partial answer the value) is refused
+// too: set by hand it desynchronizes the request, goes to a proxy, or makes
+// every answer wrong.
 func checkHeaders(c *checker, path string, headers map[string]string) {
 	for _, name := range slices.Sorted(maps.Keys(headers)) {
 		if !httpguts.ValidHeaderFieldName(name) {
 			c.add(path, "%q is not a valid header name (letters, digits and !#$%%&'*+-.^_`|~ only)", truncate(name))
 			continue
 		}
+		if why := reservedHeader(name); why != "" {
+			c.add(path+"."+name, "header %s cannot be configured: %s", textproto.CanonicalMIMEHeaderKey(name), why)
+			continue
+		}
 		if !httpguts.ValidHeaderFieldValue(headers[name]) {
 			c.add(path+"."+name, "value must not contain CR, LF, NUL or other control characters (value withheld: it may hold a secret)")
 		}
 	}
+}
+
+// reservedHeader says why a header may not be configured, or "" if it may.
+func reservedHeader(name string) string {
+	canon := textproto.CanonicalMIMEHeaderKey(name)
+	switch canon {
+	case "Host":
+		return "the host is the base_url's"
+	case "Content-Length", "Transfer-Encoding", "Trailer", "Te", "Expect":
+		return "it frames the request, which the HTTP client does"
+	case "Connection", "Keep-Alive", "Upgrade", "Proxy-Connection":
+		return "it is a hop-by-hop header of the connection"
+	case "If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range":
+		return "Hearth sends the conditional headers itself"
+	case "Range":
+		return "a partial answer is not a value"
+	}
+	if strings.HasPrefix(canon, "Proxy-") {
+		return "Proxy-* headers are for a proxy, not the origin"
+	}
+	return ""
 }

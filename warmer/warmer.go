@@ -522,17 +522,25 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 		failed = batch
 	} else {
 		entries, okm = make([]Entry, 0, len(batch)), make([]string, 0, len(batch))
+		// pending[m] is true until m is answered; a member not in it was not
+		// asked for.
 		pending := make(map[string]bool, len(batch))
 		for _, m := range batch {
 			pending[m] = true
 		}
+		foreign := false
 		for _, r := range results {
 			if !pending[r.Member] {
 				// Not asked for, or already answered: never written.
 				w.metrics.failures.WithLabelValues(spec.Name, "unexpected_member").Inc()
+				if _, asked := pending[r.Member]; !asked && !foreign {
+					foreign = true
+					w.log.Debug().Str("family", spec.Name).Str("answered", r.Member).
+						Msg("the origin answered for a member not asked for (does the query rewrite its member?); members without an answer are not written as not found")
+				}
 				continue
 			}
-			delete(pending, r.Member)
+			pending[r.Member] = false
 			if r.Err == nil && !r.Missing && spec.MaxValueBytes > 0 && len(r.Value) > spec.MaxValueBytes {
 				r.Err = fmt.Errorf("%w: %d bytes, max_value_bytes is %d", ErrTooLarge, len(r.Value), spec.MaxValueBytes)
 			}
@@ -555,7 +563,19 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 			}
 		}
 		for _, m := range batch {
+			if pending[m] && foreign {
+				// The origin answered under a name nobody asked for (a query
+				// that rewrites its member: 01 answered as 1): the answer may
+				// be this member's, so it is not written as not found.
+				pending[m] = false
+				w.metrics.failures.WithLabelValues(spec.Name, "ambiguous").Inc()
+				out.Failed++
+				out.LastError = fmt.Errorf("load %s from %s: no answer, and the origin answered for members not asked for: not written as not found", spec.Template.Key(m), spec.Source)
+				failed = append(failed, m)
+				continue
+			}
 			if pending[m] {
+				pending[m] = false
 				entries = append(entries, w.negative(spec, m))
 				out.Negative++
 				okm = append(okm, m)

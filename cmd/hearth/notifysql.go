@@ -18,6 +18,9 @@ declaration's notify.channel whenever rows of TABLE are inserted, updated or
 deleted, naming the changed members (the values of COLUMN, by default the key
 template's parameter). Run it with psql; the trigger function hearth_notify()
 comes with ` + "`hearth migrate up`" + `. Nothing is executed: review the SQL first.
+Every name is printed quoted (as an identifier or a string literal, comments
+included); a name with a control character (a newline, a tab, DEL, U+2028…)
+is refused.
 
 Exit codes: 0 printed, 2 a bad config, declaration or flag.`,
 		Example: `  hearth migrate up --source catalog
@@ -39,6 +42,16 @@ Exit codes: 0 printed, 2 a bad config, declaration or flag.`,
 				}
 				if s.Notify == "" {
 					return fail(exitConfig, fmt.Errorf("notify-sql: keys[%s].notify.channel is not set", s.Name))
+				}
+				// The flags are checked first, so that a refusal names the
+				// flag the bad character came from.
+				if _, err := migrations.SplitTable(table); err != nil {
+					return fail(exitConfig, fmt.Errorf("notify-sql: --table %q: %w", table, err))
+				}
+				if column != "" {
+					if err := migrations.CheckIdentifier(column); err != nil {
+						return fail(exitConfig, fmt.Errorf("notify-sql: --column %q: %w", column, err))
+					}
 				}
 				col := column
 				if col == "" {

@@ -4,6 +4,8 @@
 package origintest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +30,10 @@ type Upstream struct {
 	delay   time.Duration
 	running int
 	peak    int
+	// etags: answers carry an ETag of their body, and a request whose
+	// If-None-Match names the body it would get is answered 304.
+	etags       bool
+	notModified int
 }
 
 // New starts an origin, closed when the test ends.
@@ -56,11 +62,45 @@ func New(t testing.TB, answer func(member string, n int) (code int, body string)
 			}
 		}
 		code, body := u.answer(m, n)
+		if u.conditional() && code == http.StatusOK {
+			sum := sha256.Sum256([]byte(body))
+			etag := `"` + hex.EncodeToString(sum[:8]) + `"`
+			w.Header().Set("ETag", etag)
+			if r.Header.Get("If-None-Match") == etag {
+				u.mu.Lock()
+				u.notModified++
+				u.mu.Unlock()
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+		}
 		w.WriteHeader(code)
 		_, _ = w.Write([]byte(body))
 	}))
 	t.Cleanup(u.Close)
 	return u
+}
+
+// SetETags makes the origin conditional from now on: every 200 answer has an
+// ETag of its body, and a request whose If-None-Match is the ETag of the body
+// it would get is answered 304 Not Modified, without a body.
+func (u *Upstream) SetETags(on bool) {
+	u.mu.Lock()
+	u.etags = on
+	u.mu.Unlock()
+}
+
+func (u *Upstream) conditional() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.etags
+}
+
+// NotModified is how many requests the origin answered 304.
+func (u *Upstream) NotModified() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.notModified
 }
 
 // Count is how many requests member had.

@@ -1,6 +1,7 @@
 // Package redact keeps secrets out of anything Hearth prints: the password of a
-// URL's userinfo, the values of its query string (an `?api_key=…` in a base_url),
-// and passwords quoted by a library's error message. Errors stay errors: the
+// URL's userinfo (or its user name when it has no password: a token), every
+// part of its query string (the value of an `?api_key=…` in a base_url, and a
+// bare `?TOKEN` whole), and passwords quoted by a library's error message. Errors stay errors: the
 // redacting wrapper unwraps, so errors.Is and errors.As see what it wraps.
 package redact
 
@@ -18,8 +19,9 @@ const Mask = "xxxxx"
 // Passwords are always replaced, whatever their length.
 const minQueryValueLen = 4
 
-// URL returns raw with its password and every query value masked, for logs,
-// errors and validation messages. It never returns raw unparsed.
+// URL returns raw with its password and every query value masked, a query part
+// without '=' masked whole, for logs, errors and validation messages. It never
+// returns raw unparsed.
 func URL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -32,6 +34,9 @@ func urlString(u *url.URL) string {
 	c := *u
 	if _, has := c.User.Password(); has {
 		c.User = url.UserPassword(c.User.Username(), Mask)
+	} else if c.User != nil && c.User.Username() != "" {
+		// https://TOKEN@host/: a user name alone is how some APIs take a token.
+		c.User = url.User(Mask)
 	}
 	if c.RawQuery != "" {
 		c.RawQuery = maskQuery(c.RawQuery)
@@ -41,19 +46,23 @@ func urlString(u *url.URL) string {
 }
 
 // maskQuery masks every value of a raw query, keeping names (they say which
-// parameter it was) and the order.
+// parameter it was) and the order. A part without '=' (`?TOKEN`) has no name
+// to keep: it is masked whole. Empty parts (`a=1&&b=2`) stay empty.
 func maskQuery(raw string) string {
 	parts := strings.Split(raw, "&")
 	for i, p := range parts {
 		if name, _, ok := strings.Cut(p, "="); ok {
 			parts[i] = name + "=" + Mask
+		} else if p != "" {
+			parts[i] = Mask
 		}
 	}
 	return strings.Join(parts, "&")
 }
 
-// URLSecrets returns the secrets raw carries: its password and its query values
-// (of at least 4 bytes), both as written and decoded. A URL that does not parse
+// URLSecrets returns the secrets raw carries: its password (its user name when
+// it has no password) and its query values and bare query parts (of at least
+// 4 bytes), both as written and decoded. A URL that does not parse
 // is split by hand, so that its password is still known.
 func URLSecrets(raw string) []string {
 	var (
@@ -63,6 +72,9 @@ func URLSecrets(raw string) []string {
 	)
 	if u, err := url.Parse(raw); err == nil {
 		pass, hasPass = u.User.Password()
+		if !hasPass && u.User != nil && len(u.User.Username()) >= minQueryValueLen {
+			pass, hasPass = u.User.Username(), true
+		}
 		rawQuery = u.RawQuery
 	} else {
 		rest := raw
@@ -72,7 +84,11 @@ func URLSecrets(raw string) []string {
 		rest, rawQuery, _ = strings.Cut(rest, "?")
 		rawQuery, _, _ = strings.Cut(rawQuery, "#")
 		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			_, pass, hasPass = strings.Cut(rest[:at], ":")
+			var user string
+			user, pass, hasPass = strings.Cut(rest[:at], ":")
+			if !hasPass && len(user) >= minQueryValueLen {
+				pass, hasPass = user, true
+			}
 		}
 	}
 	var out []string
@@ -81,7 +97,10 @@ func URLSecrets(raw string) []string {
 	}
 	for _, p := range strings.Split(rawQuery, "&") {
 		_, v, ok := strings.Cut(p, "=")
-		if !ok || len(v) < minQueryValueLen {
+		if !ok {
+			v = p // a bare part is a secret whole
+		}
+		if len(v) < minQueryValueLen {
 			continue
 		}
 		out = append(out, v)

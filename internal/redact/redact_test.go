@@ -16,7 +16,11 @@ func TestURL(t *testing.T) {
 		"https://api.example.com/v1?api_key=s3cret&region=eu": "https://api.example.com/v1?api_key=xxxxx&region=xxxxx",
 		"https://u:s3cret@api.example.com/v1":                 "https://u:xxxxx@api.example.com/v1",
 		"redis://:s3cret@127.0.0.1:6379/0?dial_timeout=1s":    "redis://:xxxxx@127.0.0.1:6379/0?dial_timeout=xxxxx",
-		"https://api.example.com/v1?flag&token=s3cret#frag":   "https://api.example.com/v1?flag&token=xxxxx",
+		"https://api.example.com/v1?flag&token=s3cret#frag":   "https://api.example.com/v1?xxxxx&token=xxxxx",
+		"https://api.example.com/v1?SECRETTOKEN":              "https://api.example.com/v1?xxxxx",
+		"https://api.example.com/v1?a=1&&SECRETTOKEN&=s3cret": "https://api.example.com/v1?a=xxxxx&&xxxxx&=xxxxx",
+		"https://api.example.com/v1?a=1;SECRETTOKEN":          "https://api.example.com/v1?a=xxxxx",
+		"https://TOKENs3cret@api.example.com/v1":              "https://xxxxx@api.example.com/v1",
 		"https://api.example.com/v1":                          "https://api.example.com/v1",
 		"http://[::1:bad/?k=s3cret":                           "(unparsable URL)",
 	} {
@@ -41,6 +45,9 @@ func TestErrorKeepsIs(t *testing.T) {
 		"withheld":    redact.Withheld(fmt.Errorf("parse postgres://u:pw-s3cret@h: %w", cause), "cannot parse (withheld)"),
 		"unparsable":  redact.URLError(fmt.Errorf("bad port in :pw-s3cret@h:x: %w", cause), "redis://u:pw-s3cret@h:x/0?t=tok-s3cret"),
 		"wrapped out": fmt.Errorf("ping api: %w", redact.URLError(fmt.Errorf("%s: %w", raw, cause), raw)),
+		"bare part":   redact.URLError(fmt.Errorf("get https://h/v1?SECRETs3cret: %w", cause), "https://h/v1?SECRETs3cret"),
+		"bare quoted": redact.URLError(fmt.Errorf("token SECRETs3cret refused: %w", cause), "https://h/v1?a=1&SECRETs3cret"),
+		"user token":  redact.URLError(fmt.Errorf("get https://TOKENs3cret@h/: %w", cause), "https://TOKENs3cret@h/"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {

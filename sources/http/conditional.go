@@ -8,7 +8,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// Conditional requests: for each member the source remembers the validators
+// Conditional requests: for each request the source remembers the validators
 // (ETag, Last-Modified) and the value of its last 200 answer, and sends them
 // back (If-None-Match, If-Modified-Since). A 304 Not Modified returns the
 // remembered value without the origin sending a body; the write path then
@@ -47,7 +47,16 @@ func newCondCache() *condCache {
 	return c
 }
 
-func condKey(spec, member string) string { return spec + "\x00" + member }
+// condKey names what shapes a remembered value: the declaration, the method,
+// the resolved request URL (base_url, path, query and member) and the JSON
+// pointer that picked the value out of the body. The configured headers are
+// the source's, fixed for its lifetime (a change needs a restart), and so is
+// the cache. A reload that changes any of these makes a new key: the old
+// validators are never sent for it, so a 304 can only return a value this very
+// request produced before; the old entries age out of the LRU.
+func condKey(spec, method, target, pointer string) string {
+	return spec + "\x00" + method + "\x00" + target + "\x00" + pointer
+}
 
 func (c *condCache) get(key string) (condEntry, bool) {
 	c.mu.Lock()

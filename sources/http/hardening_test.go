@@ -59,9 +59,9 @@ func TestRedirects(t *testing.T) {
 		keys = append(keys, r.Header.Get("X-Api-Key"))
 		mu.Unlock()
 		switch {
-		case strings.HasPrefix(r.URL.Path, "/moved/"):
-			http.Redirect(w, r, "/v/"+strings.TrimPrefix(r.URL.Path, "/moved/"), http.StatusFound)
-		case strings.HasPrefix(r.URL.Path, "/away/"):
+		case strings.HasPrefix(r.URL.Path, "/moved-"):
+			http.Redirect(w, r, "/v/"+strings.TrimPrefix(r.URL.Path, "/moved-"), http.StatusFound)
+		case strings.HasPrefix(r.URL.Path, "/away-"):
 			http.Redirect(w, r, far.URL+"/steal", http.StatusFound)
 		default:
 			_, _ = fmt.Fprintf(w, `{"v":%q}`, r.URL.Path)
@@ -91,7 +91,7 @@ func TestRedirects(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer src.Close()
-			rs, err := src.Load(context.Background(), s, []string{"moved/x", "away/y"})
+			rs, err := src.Load(context.Background(), s, []string{"moved-x", "away-y"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -259,7 +259,8 @@ func TestPingRedactsToken(t *testing.T) {
 	}))
 	addr := srv.URL
 	srv.Close() // nothing listens any more: the ping fails with a dial error
-	for _, base := range []string{addr + "/v1?api_key=tok-s3cret-value", strings.Replace(addr, "http://", "http://u:pw-s3cret@", 1) + "/?k=s3cret"} {
+	for _, base := range []string{addr + "/v1?api_key=tok-s3cret-value", strings.Replace(addr, "http://", "http://u:pw-s3cret@", 1) + "/?k=s3cret",
+		addr + "/v1?SECRETs3cretTOKEN", addr + "/v1?region=eu&SECRETs3cretTOKEN"} {
 		src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: base, Timeout: time.Second, HealthPath: "/health"})
 		if err != nil {
 			t.Fatal(err)

@@ -47,8 +47,16 @@ const (
 // old value is kept.
 var ErrRedirect = errors.New("redirect refused")
 
-// ErrDotSegment is a member that would become a "." or ".." path segment.
-var ErrDotSegment = errors.New(`member would be a "." or ".." path segment`)
+// Members refused in a path (each also warmer.ErrBadMember), see checkSegment.
+var (
+	// ErrDotSegment is a member that would become a "." or ".." path segment.
+	ErrDotSegment = errors.New(`member would be a "." or ".." path segment`)
+	// ErrPathSeparator is a member that would become more than one path
+	// segment ('/' or '\', as written or once decoded).
+	ErrPathSeparator = errors.New(`member would be more than one path segment (a '/' or '\' once decoded)`)
+	// ErrControlChar is a member that decodes to a control character.
+	ErrControlChar = errors.New("member decodes to a control character")
+)
 
 // Config is an HTTP upstream source.
 type Config struct {
@@ -264,16 +272,17 @@ func (s *Source) URL(spec *warmer.Spec, member string) (string, error) {
 }
 
 // BuildURL expands a path template against a base URL. The base URL's own query
-// (an api_key=…) comes first, the template's after it. A member that is, or
-// unescapes to, "." or ".." in the path is ErrDotSegment (warmer.ErrBadMember):
-// escaping cannot stop a dot segment, and a server or proxy would resolve it to
-// the parent path.
+// (an api_key=…) comes first, the template's after it. In the path the member
+// must stay one path segment whatever decodes it (checkSegment): a member that
+// would not is warmer.ErrBadMember and never requested.
 func BuildURL(base *url.URL, pathTmpl, param, member string) (string, error) {
 	path, query, _ := strings.Cut(pathTmpl, "?")
 	ph := "{" + param + "}"
 	if param != "" {
-		if strings.Contains(path, ph) && isDotSegment(member) {
-			return "", fmt.Errorf("%w: %w (got %q)", warmer.ErrBadMember, ErrDotSegment, member)
+		if strings.Contains(path, ph) {
+			if err := checkSegment(member); err != nil {
+				return "", fmt.Errorf("%w: %w (got %q)", warmer.ErrBadMember, err, member)
+			}
 		}
 		path = strings.ReplaceAll(path, ph, url.PathEscape(member))
 		query = strings.ReplaceAll(query, ph, url.QueryEscape(member))
@@ -299,21 +308,79 @@ func BuildURL(base *url.URL, pathTmpl, param, member string) (string, error) {
 	return u.String(), nil
 }
 
-// isDotSegment reports whether m is "." or "..", or becomes one once
-// percent-decoded (%2e, %2E%2e, %252e…): a server that decodes twice, or a proxy
-// in front of it, would otherwise see a dot segment.
-func isDotSegment(m string) bool {
-	for range 4 {
-		if m == "." || m == ".." {
-			return true
+// maxDecodes is how many rounds of percent-decoding checkSegment undoes: a
+// proxy and a server each decoding once, and then some.
+const maxDecodes = 4
+
+// checkSegment refuses a member that would stop being one path segment once
+// decoded as a proxy or server in front of the origin may decode it: escaping
+// sends "a/../b" as a%2F..%2Fb, which a proxy that decodes %2F turns into a
+// traversal, carrying the configured headers (an API key) to another path.
+// Every decoded form (the member itself, then each round of percent-decoding,
+// an invalid escape left as it is) must hold no '/' or '\' (a path parameter
+// is one segment: a member that needs slashes belongs in the query string),
+// no control character, and must not be "." or ".." (also as "..;x", which
+// servlet containers read as ".."). The member cannot be empty (the warmer
+// refuses that), and so neither can its one segment.
+func checkSegment(m string) error {
+	for range maxDecodes + 1 {
+		if strings.ContainsAny(m, `/\`) {
+			return ErrPathSeparator
 		}
-		d, err := url.PathUnescape(m)
-		if err != nil || d == m {
-			return false
+		if isDot(m) {
+			return ErrDotSegment
+		}
+		for _, r := range m {
+			if r < 0x20 || r == 0x7f {
+				return ErrControlChar
+			}
+		}
+		d := lenientUnescape(m)
+		if d == m {
+			return nil
 		}
 		m = d
 	}
-	return m == "." || m == ".."
+	return fmt.Errorf("%w: still percent-encoded after %d decodings", ErrPathSeparator, maxDecodes)
+}
+
+// isDot reports whether a segment is "." or "..", with any ";params" removed.
+func isDot(seg string) bool {
+	seg, _, _ = strings.Cut(seg, ";")
+	return seg == "." || seg == ".."
+}
+
+// lenientUnescape decodes every valid %XX of s and keeps the rest as it is,
+// as a forgiving proxy would (url.PathUnescape gives up on the whole string
+// at the first invalid escape).
+func lenientUnescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
 }
 
 func (s *Source) do(ctx context.Context, target string, cond *condEntry) (*nethttp.Response, error) {
@@ -345,7 +412,7 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 		r.Err = err
 		return r
 	}
-	ck := condKey(spec.Name, member)
+	ck := condKey(spec.Name, nethttp.MethodGet, target, spec.JSONPointer)
 	var cond *condEntry
 	if e, ok := s.cond.get(ck); ok {
 		cond = &e

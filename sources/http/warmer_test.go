@@ -2,9 +2,11 @@ package http_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/warmer"
@@ -90,5 +93,139 @@ hearth_load_failures_total{family="p",reason="origin"} 1
 ` + redirectsRefused(1)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "hearth_load_failures_total", "hearth_source_redirects_refused_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestPathMembersStayOneSegment runs the warmer against a real origin and
+// Redis: a member that would be more than one path segment, or a dot segment,
+// once a proxy in front of the origin decodes %2F (or decodes twice, or reads
+// '\' as '/', or ";" as the end of a segment) is counted as bad_member and
+// never requested, so the configured API key never reaches another path; the
+// other members load.
+func TestPathMembersStayOneSegment(t *testing.T) {
+	rd := testenv.Redis(t)
+	var (
+		mu    sync.Mutex
+		paths []string
+	)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.EscapedPath())
+		mu.Unlock()
+		_, _ = w.Write([]byte("v:" + strings.TrimPrefix(r.URL.Path, "/v/")))
+	}))
+	defer up.Close()
+	bad := []string{"a/../b", "../admin", "a/b", "a%2F..%2Fb", "a%252F..%252Fb", `a\..\b`, "..;x", ".;", "%2e%2e", "a%00b", "a%0aSet-Cookie"}
+	good := []string{"1", "a.b", "...", "a;b", "100%", "%zz", "x?y"}
+	members := append(append([]string{}, bad...), good...)
+	quoted := make([]string, len(members))
+	for i, m := range members {
+		quoted[i] = fmt.Sprintf("%q", m)
+	}
+	cfg, err := config.Parse("test.yaml", []byte(`
+sources: [{name: api, type: http, base_url: "`+up.URL+`", timeout: 2s, headers: {X-Api-Key: k}}]
+keys: [{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/v/{id}", members: [`+strings.Join(quoted, ", ")+`]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: up.URL, Timeout: 2 * time.Second,
+		Headers: map[string]string{"X-Api-Key": "k"}, Metrics: httpsrc.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
+		Specs: cfg.Specs(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	out, _ := w.Refresh(ctx, "p", warmer.RunOptions{})
+	if out.Written != len(good) || out.Failed != len(bad) || out.Negative != 0 {
+		t.Errorf("refresh: %+v, want %d written and %d failed", out, len(good), len(bad))
+	}
+	for _, m := range good {
+		if v, err := rd.Client.Get(ctx, rd.Prefix+"p:"+m).Result(); err != nil || !strings.HasPrefix(v, "v:") {
+			t.Errorf("good member %q: %q %v", m, v, err)
+		}
+	}
+	for _, m := range bad {
+		if n, _ := rd.Client.Exists(ctx, rd.Prefix+"p:"+m).Result(); n != 0 {
+			t.Errorf("bad member %q was written", m)
+		}
+	}
+	mu.Lock()
+	if len(paths) != len(good) {
+		t.Errorf("the origin was asked for %q, want the %d good members only", paths, len(good))
+	}
+	mu.Unlock()
+	want := fmt.Sprintf(`# HELP hearth_load_failures_total Members not refreshed, by reason; their previous values are kept.
+# TYPE hearth_load_failures_total counter
+hearth_load_failures_total{family="p",reason="bad_member"} %d
+`, len(bad))
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "hearth_load_failures_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestReloadedPointerNotServedFrom304 runs the warmer against a conditional
+// origin (ETags, 304 when the validator matches) and real Redis: after a
+// reload changes json_pointer from /v to /w, the new field is written, never
+// the old pointer's value remembered for a 304; and the origin's 304s keep
+// working for the new declaration.
+func TestReloadedPointerNotServedFrom304(t *testing.T) {
+	rd := testenv.Redis(t)
+	up := origintest.New(t, func(string, int) (int, string) { return http.StatusOK, `{"v":"old-field","w":"new-field"}` })
+	up.SetETags(true)
+	decl := func(ptr string) []*warmer.Spec {
+		cfg, err := config.Parse("test.yaml", []byte(`
+sources: [{name: api, type: http, base_url: "`+up.URL+`", timeout: 2s}]
+keys: [{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/v/{id}", json_pointer: `+ptr+`, members: ["1"]}]
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Specs()
+	}
+	reg := prometheus.NewRegistry()
+	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: up.URL, Timeout: 2 * time.Second, Metrics: httpsrc.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
+		Specs: decl("/v"), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	refresh := func(want string) {
+		t.Helper()
+		if out, err := w.Refresh(ctx, "p", warmer.RunOptions{}); err != nil || out.Failed != 0 {
+			t.Fatalf("refresh: %+v %v", out, err)
+		}
+		if got := rd.Client.Get(ctx, rd.Prefix+"p:1").Val(); got != want {
+			t.Errorf("p:1 = %q, want %q", got, want)
+		}
+	}
+	refresh("old-field")
+	refresh("old-field")
+	if n := up.NotModified(); n != 1 {
+		t.Fatalf("the origin answered %d 304s, want 1: it is not conditional, the test proves nothing", n)
+	}
+	sw, err := w.Swap(decl("/w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw.Keep()
+	refresh("new-field")
+	refresh("new-field")
+	if n := up.NotModified(); n != 2 {
+		t.Errorf("the origin answered %d 304s, want 2 (one more after the reload)", n)
+	}
+	if got := counterSum(t, reg, "hearth_source_not_modified_total"); got != 2 {
+		t.Errorf("hearth_source_not_modified_total = %g, want 2", got)
 	}
 }

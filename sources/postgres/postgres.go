@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,8 +100,10 @@ func (s *Source) Ping(ctx context.Context) error {
 func (s *Source) Close() { s.pool.Close() }
 
 // Load runs the declaration's query. A family's query gets all members at once as
-// $1 (text[]) and must return two columns, member and value; a single key's query
-// returns one column, and no row means the key does not exist.
+// $1 (text[], or a typed array such as bigint[] that only members written as the
+// type writes them are sent in) and must return two columns, member and value;
+// a single key's query returns one column, and no row means the key does not
+// exist.
 //
 // The query runs wrapped, so that the server sends a value only if it is at most
 // the declaration's max_value_bytes: a larger one arrives as its length alone and
@@ -113,20 +116,26 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	if !spec.Template.IsFamily() {
 		return s.loadSingle(ctx, spec, sh)
 	}
-	var param any = members
-	if sh.int8s {
-		// Bound as int8s, pgx sends the array without trying (and failing)
-		// to encode each string as an int8 first.
-		if ids, ok := parseInt8s(members); ok {
-			param = ids
+	// A member the typed parameter would not give back as written ("01"
+	// for a bigint is 1, answered as "1") fails alone, unsent: its answer
+	// would come back under another member's name, and the member itself be
+	// written as not found.
+	var refused []warmer.Result
+	if sh.canon != "" {
+		if members, refused, err = s.canonical(ctx, sh, members); err != nil {
+			return nil, err
 		}
+	}
+	param, out := bindMembers(sh.param, members)
+	out = append(out, refused...)
+	if param == nil {
+		return out, nil
 	}
 	rows, err := s.pool.Query(ctx, sh.sql, param, valueBound(spec))
 	if err != nil {
 		return nil, s.queryError(spec, err)
 	}
 	defer rows.Close()
-	out := make([]warmer.Result, 0, len(members))
 	seen := make(map[string]bool, len(members))
 	var (
 		// Scanned into values, not pointers, through one destination list:
@@ -175,19 +184,150 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	return dedupe(out), nil
 }
 
-// parseInt8s is members as int8s, or false if one is not a canonical
-// decimal int8 (then they are bound as text, as before, and the server
-// judges them).
-func parseInt8s(members []string) ([]int64, bool) {
-	ids := make([]int64, len(members))
-	for i, m := range members {
-		n, err := strconv.ParseInt(m, 10, 64)
-		if err != nil {
-			return nil, false
-		}
-		ids[i] = n
+// paramKind is the type of a family query's member parameter ($1), for how
+// members are bound.
+type paramKind int
+
+const (
+	// paramText: text[], or a type Hearth does not parse; members bound
+	// as text, the server casts them (checked first by shape.canon when
+	// the type allows).
+	paramText paramKind = iota
+	paramInt8
+	paramInt4
+	paramInt2
+	paramUUID
+)
+
+func kindOf(oid uint32) paramKind {
+	switch oid {
+	case pgtype.Int8ArrayOID:
+		return paramInt8
+	case pgtype.Int4ArrayOID:
+		return paramInt4
+	case pgtype.Int2ArrayOID:
+		return paramInt2
+	case pgtype.UUIDArrayOID:
+		return paramUUID
 	}
-	return ids, true
+	return paramText
+}
+
+// canonicalUUID is a uuid as PostgreSQL prints it (uuid::text).
+var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// bindMembers returns the parameter for members and, failed as bad members,
+// those that do not round-trip through the parameter's type: a member is
+// sent only if the type's text form of the parsed value is the member itself
+// ("01", "+1", " 1", "1.0" are not a bigint's; an upper-case uuid is not a
+// uuid's), since the query answers under that text form. The parameter is nil
+// when no member is left to send.
+func bindMembers(kind paramKind, members []string) (any, []warmer.Result) {
+	out := make([]warmer.Result, 0, len(members))
+	refuse := func(m, typ string) {
+		out = append(out, warmer.Result{Member: m, Err: fmt.Errorf("%w: %q is not how the database writes a %s value: its answer would come back under another name", warmer.ErrBadMember, m, typ)})
+	}
+	var param any
+	switch kind {
+	case paramText:
+		return members, out
+	case paramInt8, paramInt4, paramInt2:
+		bits, typ := 64, "bigint"
+		if kind == paramInt4 {
+			bits, typ = 32, "integer"
+		} else if kind == paramInt2 {
+			bits, typ = 16, "smallint"
+		}
+		// Bound as int64s, pgx sends the array without trying (and failing)
+		// to encode each string as an integer first.
+		ids := make([]int64, 0, len(members))
+		var buf [20]byte
+		for _, m := range members {
+			n, err := strconv.ParseInt(m, 10, bits)
+			if err != nil || string(strconv.AppendInt(buf[:0], n, 10)) != m { // compared without a copy
+				refuse(m, typ)
+				continue
+			}
+			ids = append(ids, n)
+		}
+		if len(ids) > 0 {
+			param = ids
+		}
+	case paramUUID:
+		ok := make([]string, 0, len(members))
+		for _, m := range members {
+			if !canonicalUUID.MatchString(m) {
+				refuse(m, "uuid")
+				continue
+			}
+			ok = append(ok, m)
+		}
+		if len(ok) > 0 {
+			param = ok
+		}
+	}
+	return param, out
+}
+
+// canonQuery builds the query that writes members as the element type of the
+// array type oid writes them, and ranks the members equal under the type's
+// own equality; "" if oid is not an array, or its element has no equality
+// (the query does not prepare). The type's name is the server's own
+// format_type, quoted by the server.
+func canonQuery(ctx context.Context, conn *pgx.Conn, oid uint32) string {
+	var elem *string
+	if err := conn.QueryRow(ctx, `SELECT format_type(typelem, NULL) FROM pg_type WHERE oid = $1 AND typelem <> 0 AND typlen = -1`, oid).Scan(&elem); err != nil || elem == nil {
+		return ""
+	}
+	q := `SELECT c.m::text, row_number() OVER (PARTITION BY c.m ORDER BY c.o)
+FROM (SELECT u.x::` + *elem + ` AS m, u.o FROM unnest($1::text[]) WITH ORDINALITY AS u(x, o)) AS c
+ORDER BY c.o`
+	if _, err := conn.PgConn().Prepare(ctx, "", q, nil); err != nil {
+		return ""
+	}
+	return q
+}
+
+// canonical asks the server how the parameter's type writes each member: a
+// member it writes otherwise ("2024-1-5" for a date is "2024-01-05"), or that
+// equals an earlier member under the type's equality ("1.0" after "1" for a
+// numeric: one row answers both, under one name), is refused as a bad member.
+// A member the type cannot read fails the batch, as the query itself would.
+func (s *Source) canonical(ctx context.Context, sh *shape, members []string) ([]string, []warmer.Result, error) {
+	rows, err := s.pool.Query(ctx, sh.canon, members)
+	if err != nil {
+		return nil, nil, fmt.Errorf("query: %w", classify(err))
+	}
+	defer rows.Close()
+	keep := make([]string, 0, len(members))
+	var refused []warmer.Result
+	var (
+		text string
+		rank int64
+		i    int
+	)
+	for rows.Next() {
+		if err := rows.Scan(&text, &rank); err != nil || i >= len(members) {
+			return nil, nil, fmt.Errorf("query: canonical members: %w", errors.Join(err, warmer.ErrBadPayload))
+		}
+		m := members[i]
+		i++
+		switch {
+		case text != m:
+			refused = append(refused, warmer.Result{Member: m, Err: fmt.Errorf("%w: %q is written %q by the database: its answer would come back under another name", warmer.ErrBadMember, m, text)})
+		case rank > 1:
+			refused = append(refused, warmer.Result{Member: m, Err: fmt.Errorf("%w: %q equals another member of the batch for the database: one answer would come back for both", warmer.ErrBadMember, m)})
+		default:
+			keep = append(keep, m)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("query: %w", classify(err))
+	}
+	if i != len(members) {
+		return nil, nil, fmt.Errorf("query: canonical members: %w: %d of %d", warmer.ErrBadPayload, i, len(members))
+	}
+	return keep, refused, nil
 }
 
 // valueBound is the largest value the server may send for spec.
@@ -209,8 +349,12 @@ type shape struct {
 	// versioned: the query returns the declaration's version column last,
 	// and the wrapper passes it through.
 	versioned bool
-	// int8s: the query's member parameter is an int8[] ($1::bigint[]).
-	int8s bool
+	// param is the type of the query's member parameter ($1).
+	param paramKind
+	// canon, for an array type Hearth does not parse (numeric[], date[]…),
+	// gives each member as the type writes it and its rank among the
+	// members equal to it (see canonical); "" when the type has no equality.
+	canon string
 }
 
 // shape describes the declaration's query once (its columns and parameters,
@@ -316,7 +460,15 @@ func (s *Source) describe(ctx context.Context, spec *warmer.Spec) (*shape, error
 	} else {
 		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
 	}
-	return &shape{sql: sql, versioned: versioned, int8s: family && len(sd.ParamOIDs) == 1 && sd.ParamOIDs[0] == pgtype.Int8ArrayOID}, nil
+	sh := &shape{sql: sql, versioned: versioned}
+	if family && len(sd.ParamOIDs) == 1 {
+		oid := sd.ParamOIDs[0]
+		sh.param = kindOf(oid)
+		if sh.param == paramText && oid != pgtype.TextArrayOID && oid != pgtype.VarcharArrayOID {
+			sh.canon = canonQuery(ctx, conn.Conn(), oid)
+		}
+	}
+	return sh, nil
 }
 
 // queryError classifies a failed query and, if the cause may be a changed
