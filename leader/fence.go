@@ -182,8 +182,8 @@ return hearth_reply(n, bad)
 
 // raiseLua raises the fence KEYS[1] to the epoch ARGV[1], like hearth_fence,
 // and replies {code, found, fence}: code 1 raised or equal, 0 a newer epoch
-// holds it; found describes a foreign value repaired ('' if none); fence is
-// the epoch that refused the raise ('' when raised).
+// holds it; found describes a foreign value repaired (” if none); fence is
+// the epoch that refused the raise (” when raised).
 const raiseLua = `
 local e = tonumber(ARGV[1])
 local f, bad = hearth_epoch(KEYS[1], e)
