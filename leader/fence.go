@@ -183,7 +183,7 @@ return hearth_reply(n, bad)
 // raiseLua raises the fence KEYS[1] to the epoch ARGV[1], like hearth_fence,
 // and replies {code, found, fence}: code 1 raised or equal, 0 a newer epoch
 // holds it; found describes a foreign value repaired (empty if none); fence is
-// the epoch that refused the raise (” when raised).
+// the epoch that refused the raise (empty when raised).
 const raiseLua = `
 local e = tonumber(ARGV[1])
 local f, bad = hearth_epoch(KEYS[1], e)
