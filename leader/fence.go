@@ -198,14 +198,16 @@ var raiseScript = hstate.NewScript(raiseLua)
 // repairRaiseScript: KEYS fence; ARGV epoch, the fence's value f as a raise
 // just saw it, the epoch counter's value c read after that. A fence above
 // the counter holds an epoch no Hearth instance was ever issued (the counter
-// only grows, and every epoch is issued by raising it): if the fence still
-// holds exactly f and f > c, it is set to c, then raised as raiseScript does.
-// The compare-and-set keeps a leader that raised the fence meanwhile from
-// being lowered. Replies like raiseScript, plus 1 when it repaired.
+// only grows, and every epoch is issued by raising it), and one also ahead of
+// Redis TIME cannot be an epoch issued before the counter lost data in a
+// failover (epochs are at most TIME when issued): if the fence still holds
+// exactly f, f > c and f > TIME, it is set to c, then raised as raiseScript
+// does. The compare-and-set keeps a leader that raised the fence meanwhile
+// from being lowered. Replies like raiseScript, plus 1 when it repaired.
 var repairRaiseScript = hstate.NewScript(`
 local fixed = 0
 local v = redis.pcall('GET', KEYS[1])
-if v == ARGV[2] and tonumber(ARGV[2]) > tonumber(ARGV[3]) then
+if v == ARGV[2] and tonumber(ARGV[2]) > tonumber(ARGV[3]) and tonumber(ARGV[2]) > hearth_now_ms() then
   redis.call('SET', KEYS[1], ARGV[3])
   fixed = 1
 end
@@ -457,9 +459,12 @@ func (s *FencedStore) repairAbove(ctx context.Context, epoch int64, refused []in
 			todo = append(todo, i)
 		}
 	}
-	if len(todo) < len(refused) {
+	if len(todo) == 0 {
 		return fenced
 	}
+	// A fence that refused with at most the counter's epoch is a newer
+	// leader's: this raise fails, but the foreign ones are repaired anyway.
+	newer := len(todo) < len(refused)
 	e, c := strconv.FormatInt(epoch, 10), strconv.FormatInt(counter, 10)
 	cmds, err := s.run(ctx, repairRaiseScript, len(todo), func(j int) ([]string, []any) {
 		i := todo[j]
@@ -477,13 +482,13 @@ func (s *FencedStore) repairAbove(ctx context.Context, epoch int64, refused []in
 		}
 		if r.fixed {
 			s.repairs.RepairedWhy(hstate.KindFence, k, held[todo[j]],
-				"epoch above the epoch counter's "+c+": never issued; set to "+c)
+				"epoch above the epoch counter's "+c+" and ahead of redis time: never issued; set to "+c)
 		}
 		if r.code != 1 {
 			refusedAgain = true
 		}
 	}
-	if refusedAgain {
+	if refusedAgain || newer {
 		return fenced
 	}
 	return nil
