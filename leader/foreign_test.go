@@ -353,3 +353,52 @@ func TestForeignFenceRepairKeepsFencing(t *testing.T) {
 		})
 	}
 }
+
+// TestForeignLeaseReplanted: `SET <ns>:{lease} <now>:mallory/1 PX 20000`
+// every 100ms for 5s. Each planting ends the term at the leader's next
+// renewal and is taken over at once: the writes keep landing.
+func TestForeignLeaseReplanted(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	const lease = time.Second
+	env := newTamperEnv(t, client, "replant")
+	in := env.instance(lease, 100*time.Millisecond)
+	key := env.ns + ":value"
+	in.leadStamped(t, key, 20*time.Millisecond)
+	testenv.Eventually(t, 5*time.Second, "first write", func() bool { return client.Exists(ctx, key).Val() == 1 })
+	terms := promtest.Value(t, in.Reg, "hearth_leader_transitions_total", "result", "acquired")
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	planted := 0
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				e := strconv.FormatInt(client.Time(ctx).Val().UnixMilli(), 10)
+				client.Set(ctx, env.ns+":{lease}", e+":mallory/1", 20*time.Second)
+				planted++
+			}
+		}
+	}()
+	frac, longest := dutyCycle(client, key, 5*time.Second, 100*time.Millisecond)
+	close(stop)
+	wg.Wait()
+	newTerms := promtest.Value(t, in.Reg, "hearth_leader_transitions_total", "result", "acquired") - terms
+	t.Logf("lease re-planted %d times in 5s: writes landing %.1f%% of the time, longest gap %s, %g new terms, %g repairs",
+		planted, 100*frac, longest.Round(time.Millisecond), newTerms, in.repairs(t, "lease"))
+	if frac < 0.5 {
+		t.Errorf("writes landing %.1f%% of the time under re-planting, want ≥ 50%%", 100*frac)
+	}
+	if longest > 2*lease {
+		t.Errorf("longest gap between writes %s, want ≤ 2 × lease = %s", longest, 2*lease)
+	}
+	if newTerms < 1 || in.repairs(t, "lease") < newTerms {
+		t.Errorf("%g new terms, %g lease repairs: want every takeover to be a counted repair", newTerms, in.repairs(t, "lease"))
+	}
+}
