@@ -21,8 +21,10 @@ import (
 // issued. Epochs are Redis TIME in ms at acquisition, or the last epoch + 1 when
 // the clock went back, so a legitimate epoch is never far ahead of TIME; one
 // minute tolerates clock steps and skew between Cluster masters. A value
-// further ahead is foreign and repaired. The bound is also the longest a
-// well-formed but future epoch planted in the fence can hold writes off.
+// further ahead is foreign and repaired. A fence within the bound but above
+// the epoch counter is foreign too; the leader package repairs it when it
+// refuses a new leader's raise (leader/fence.go), so it holds writes off for
+// one term, not for the minute.
 const MaxEpochAhead = time.Minute
 
 // FoundMax truncates what a foreign value is logged as.
