@@ -77,6 +77,29 @@ func newTermWrite(t *testing.T, c *redis.Client, key string, limit time.Duration
 	return 0
 }
 
+// repairedWrite plants a fence, polls from outside every 5ms until the fence
+// no longer holds what was planted and then until key holds a new write, and
+// returns how long that took from the planting.
+func repairedWrite(t *testing.T, c *redis.Client, key, fence string, limit time.Duration, plant func()) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	plant()
+	planted := c.Get(ctx, fence).Val()
+	for time.Since(start) < limit && c.Get(ctx, fence).Val() == planted {
+		time.Sleep(5 * time.Millisecond)
+	}
+	after := c.Get(ctx, key).Val()
+	for time.Since(start) < limit {
+		if v := c.Get(ctx, key).Val(); v != after {
+			return time.Since(start)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no write after a repair of the planted fence within %s", limit)
+	return 0
+}
+
 func TestForeignLease(t *testing.T) {
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
@@ -211,15 +234,18 @@ func TestForeignFence(t *testing.T) {
 		name string
 		// plant writes the foreign state; fence is the value key's fence.
 		plant func(ns, fence string)
+		// sameTerm: the counter is untouched, so the leader's term can
+		// tell that no newer term was issued, repair the fence and go on.
+		sameTerm bool
 	}{
 		{"fence at TIME + 55s", func(ns, fence string) {
 			client.Set(ctx, fence, client.Time(ctx).Val().UnixMilli()+55_000, 0)
-		}},
+		}, true},
 		{"fence above the epoch counter, both ahead", func(ns, fence string) {
 			now := client.Time(ctx).Val().UnixMilli()
 			client.Set(ctx, ns+":{lease}:epoch", now+20_000, 0)
 			client.Set(ctx, fence, now+40_000, 0)
-		}},
+		}, false},
 	}
 	for i, tc := range plants {
 		for _, perSlot := range []bool{false, true} {
@@ -238,8 +264,9 @@ func TestForeignFence(t *testing.T) {
 				in.leadStamped(t, key, 20*time.Millisecond)
 				testenv.Eventually(t, 5*time.Second, "first write", func() bool { return client.Exists(ctx, key).Val() == 1 })
 
-				took := newTermWrite(t, client, key, time.Minute, func() { tc.plant(env.ns, fence) })
-				t.Logf("writes of a new term %s after the planted fence", took.Round(time.Millisecond))
+				terms := promtest.Value(t, in.Reg, "hearth_leader_transitions_total", "result", "acquired")
+				took := repairedWrite(t, client, key, fence, time.Minute, func() { tc.plant(env.ns, fence) })
+				t.Logf("a write %s after the planted fence, after its repair", took.Round(time.Millisecond))
 				if took > 2*lease {
 					t.Errorf("writes resumed %s after the planted fence, want ≤ 2 × lease = %s", took, 2*lease)
 				}
@@ -251,6 +278,9 @@ func TestForeignFence(t *testing.T) {
 				epoch := int64(promtest.Value(t, in.Reg, "hearth_leader_epoch"))
 				if f, err := client.Get(ctx, fence).Int64(); err != nil || f != epoch {
 					t.Errorf("fence after the repair = %d (%v), want the leader's epoch %d", f, err, epoch)
+				}
+				if n := promtest.Value(t, in.Reg, "hearth_leader_transitions_total", "result", "acquired") - terms; tc.sameTerm && n != 0 {
+					t.Errorf("%g new terms after the planted fence, want 0 (the term repairs it and goes on)", n)
 				}
 				if perSlot {
 					return // re-planting costs a raise of 16,384 fences per term: see the single fence
@@ -343,6 +373,11 @@ func TestForeignFenceRepairKeepsFencing(t *testing.T) {
 			}
 			if err := a.Store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's write after the repair: err = %v, want ErrFenced", err)
+			}
+			// Its term ends: the counter shows a newer term was issued, so
+			// the refusal is not taken for a foreign fence.
+			if !errors.Is(ta.Err(), leader.ErrFenced) {
+				t.Errorf("ex-leader's term after its refused write: %v, want ErrFenced", ta.Err())
 			}
 			if err := b.Store.Set(leader.WithTerm(ctx, tb), []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
 				t.Errorf("leader's write after the repair: %v", err)

@@ -656,11 +656,43 @@ func (t *Term) Err() error {
 func (t *Term) Valid() bool { return t.valid() }
 
 // Fenced ends the term because Redis refused one of its writes: a newer
-// leader exists. Calls for an already ended term do nothing.
+// leader exists. Calls for an already ended term do nothing. Unless the
+// refusal came from a foreign fence: while the term is valid and the epoch
+// counter still holds its epoch (no newer term was issued), the fences are
+// raised to it again, which repairs a fence above the counter; if that
+// succeeds the term goes on (the refused write stays refused).
 func (t *Term) Fenced() {
+	if t.refence() {
+		return
+	}
 	if t.end(ErrFenced) {
 		t.lease.bestEffortRelease(t)
 	}
+}
+
+// refence raises the fences to the term's epoch again after a refused write,
+// if no newer epoch was issued; true if the term may go on.
+func (t *Term) refence() bool {
+	l := t.lease
+	if l.opts.Fence == nil || !t.valid() {
+		return false
+	}
+	left := time.Duration(t.deadline.Load()) - l.since()
+	// Raising 16,384 per-slot fences can take a while: up to the deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), max(0, left))
+	defer cancel()
+	raw, err := l.opts.Client.Get(ctx, l.epochKey).Result()
+	if err != nil || raw != strconv.FormatInt(t.Epoch, 10) {
+		return false // a newer term exists, or it cannot be told
+	}
+	if err := l.opts.Fence.Raise(ctx, t.Epoch); err != nil {
+		return false
+	}
+	if !t.valid() {
+		return false
+	}
+	l.log.Warn().Int64("epoch", t.Epoch).Msg("write refused by a foreign fence, which is repaired; still leading")
+	return true
 }
 
 // Release ends the term and gives the lease up, then announces it so that a
