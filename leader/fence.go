@@ -2,8 +2,10 @@ package leader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +49,8 @@ type FencedStore struct {
 	// runs for every key written.
 	fence      string
 	slotFences []string
+	// counter is the lease's epoch counter: a fence above it is foreign.
+	counter string
 }
 
 var (
@@ -77,6 +81,7 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 		}, []string{"op"}),
 	}
 	s.fence = s.ns + ":fence"
+	s.counter = epochKey(s.ns)
 	if perSlot {
 		s.slotFences = make([]string, slot.Count)
 		for i := range s.slotFences {
@@ -175,11 +180,40 @@ if redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT') == 1 then n = 1 end
 return hearth_reply(n, bad)
 `)
 
-// raiseScript: KEYS fence; ARGV epoch. 1 raised or equal, 0 a newer epoch holds it.
-var raiseScript = newFencedScript(`
-local ok, bad = hearth_fence(KEYS[1], ARGV[1])
-if not ok then return hearth_reply(0, bad) end
-return hearth_reply(1, bad)
+// raiseLua raises the fence KEYS[1] to the epoch ARGV[1], like hearth_fence,
+// and replies {code, found, fence}: code 1 raised or equal, 0 a newer epoch
+// holds it; found describes a foreign value repaired (empty if none); fence is
+// the epoch that refused the raise (empty when raised).
+const raiseLua = `
+local e = tonumber(ARGV[1])
+local f, bad = hearth_epoch(KEYS[1], e)
+if f > e then return {0, bad or '', string.format('%.0f', f)} end
+if f < e or bad then redis.call('SET', KEYS[1], ARGV[1]) end
+return {1, bad or '', ''}
+`
+
+// raiseScript: KEYS fence; ARGV epoch. See raiseLua.
+var raiseScript = hstate.NewScript(raiseLua)
+
+// repairRaiseScript: KEYS fence; ARGV epoch, the fence's value f as a raise
+// just saw it, the epoch counter's value c read after that. A fence above
+// the counter holds an epoch no Hearth instance was ever issued (the counter
+// only grows, and every epoch is issued by raising it), and one also ahead of
+// Redis TIME cannot be an epoch issued before the counter lost data in a
+// failover (epochs are at most TIME when issued): if the fence still holds
+// exactly f, f > c and f > TIME, it is set to c, then raised as raiseScript
+// does. The compare-and-set keeps a leader that raised the fence meanwhile
+// from being lowered. Replies like raiseScript, plus 1 when it repaired.
+var repairRaiseScript = hstate.NewScript(`
+local fixed = 0
+local v = redis.pcall('GET', KEYS[1])
+if v == ARGV[2] and tonumber(ARGV[2]) > tonumber(ARGV[3]) and tonumber(ARGV[2]) > hearth_now_ms() then
+  redis.call('SET', KEYS[1], ARGV[3])
+  fixed = 1
+end
+local r = (function()` + raiseLua + `end)()
+table.insert(r, fixed)
+return r
 `)
 
 // replies reads the codes of a pipeline of fence scripts, logging and counting
@@ -350,16 +384,123 @@ func (s *FencedStore) Raise(ctx context.Context, epoch int64) error {
 	if err != nil {
 		return fmt.Errorf("raise %d fences: %w", n, err)
 	}
-	codes, err := s.replies(cmds, key)
-	if err != nil {
-		return fmt.Errorf("raise %d fences: %w", n, err)
-	}
-	for _, v := range codes {
-		if v != 1 {
-			return fmt.Errorf("raise fences to epoch %d: %w", epoch, ErrFenced)
+	var refused []int
+	held := make(map[int]string)
+	for i, c := range cmds {
+		r, err := s.raiseReply(c, key(i))
+		if err != nil {
+			return fmt.Errorf("raise %d fences: %w", n, err)
+		}
+		if r.code != 1 {
+			refused = append(refused, i)
+			held[i] = r.fence
 		}
 	}
+	if len(refused) == 0 {
+		return nil
+	}
+	return s.repairAbove(ctx, epoch, refused, held, key)
+}
+
+type raiseResult struct {
+	code  int64
+	fence string
+	fixed bool
+}
+
+// raiseReply reads one {code, found, fence[, fixed]} reply of raiseScript or
+// repairRaiseScript, logging and counting a foreign value it repaired.
+func (s *FencedStore) raiseReply(c *redis.Cmd, key string) (raiseResult, error) {
+	v, err := c.Slice()
+	if err != nil {
+		return raiseResult{}, err
+	}
+	if len(v) < 3 {
+		return raiseResult{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	code, ok1 := v[0].(int64)
+	found, ok2 := v[1].(string)
+	fence, ok3 := v[2].(string)
+	if !ok1 || !ok2 || !ok3 {
+		return raiseResult{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	if found != "" {
+		s.repairs.Repaired(hstate.KindFence, key, found)
+	}
+	r := raiseResult{code: code, fence: fence}
+	if len(v) > 3 {
+		n, _ := v[3].(int64)
+		r.fixed = n == 1
+	}
+	return r, nil
+}
+
+// repairAbove handles the fences that refused epoch: each one holding more
+// than the epoch counter (read after the refusal, so that it counts every
+// epoch issued until the fence was seen) was never raised by a Hearth
+// instance, so it is set to the counter's value — compare-and-set, see
+// repairRaiseScript — and raised again. A raise still refused means a newer
+// epoch than this one was issued: ErrFenced, as before.
+func (s *FencedStore) repairAbove(ctx context.Context, epoch int64, refused []int, held map[int]string, key func(int) string) error {
+	fenced := fmt.Errorf("raise fences to epoch %d: %w", epoch, ErrFenced)
+	raw, err := s.client.Get(ctx, s.counter).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("raise fences to epoch %d: read epoch counter %s: %w", epoch, s.counter, err)
+	}
+	counter, ok := epochValue(raw)
+	if !ok {
+		// A counter gone or foreign tells nothing: the next campaign's
+		// acquisition repairs it.
+		return fenced
+	}
+	var todo []int
+	for _, i := range refused {
+		if f, ok := epochValue(held[i]); ok && f > counter {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) == 0 {
+		return fenced
+	}
+	// A fence that refused with at most the counter's epoch is a newer
+	// leader's: this raise fails, but the foreign ones are repaired anyway.
+	newer := len(todo) < len(refused)
+	e, c := strconv.FormatInt(epoch, 10), strconv.FormatInt(counter, 10)
+	cmds, err := s.run(ctx, repairRaiseScript, len(todo), func(j int) ([]string, []any) {
+		i := todo[j]
+		return []string{key(i)}, []any{e, held[i], c}
+	})
+	if err != nil {
+		return fmt.Errorf("raise %d fences: %w", len(todo), err)
+	}
+	refusedAgain := false
+	for j, cmd := range cmds {
+		k := key(todo[j])
+		r, err := s.raiseReply(cmd, k)
+		if err != nil {
+			return fmt.Errorf("raise %d fences: %w", len(todo), err)
+		}
+		if r.fixed {
+			s.repairs.RepairedWhy(hstate.KindFence, k, held[todo[j]],
+				"epoch above the epoch counter's "+c+" and ahead of redis time: never issued; set to "+c)
+		}
+		if r.code != 1 {
+			refusedAgain = true
+		}
+	}
+	if refusedAgain || newer {
+		return fenced
+	}
 	return nil
+}
+
+// epochValue parses an epoch as the scripts store it (decimal digits, at most 16).
+func epochValue(s string) (int64, bool) {
+	if s == "" || len(s) > 16 || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 // PTTLs implements TTLReader.

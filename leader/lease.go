@@ -143,7 +143,7 @@ func NewLease(opts LeaseOptions) (*Lease, error) {
 	return &Lease{
 		opts:     opts,
 		leaseKey: ns + ":{lease}",
-		epochKey: ns + ":{lease}:epoch",
+		epochKey: epochKey(ns),
 		channel:  ns + ":lease:released",
 		safety:   opts.Duration / 10,
 		base:     time.Now(),
@@ -152,6 +152,10 @@ func NewLease(opts LeaseOptions) (*Lease, error) {
 		log:      log,
 	}, nil
 }
+
+// epochKey names the epoch counter of namespace ns: the lease and the fenced
+// store both read it.
+func epochKey(ns string) string { return ns + ":{lease}:epoch" }
 
 // InstanceID returns host-pid-random: unique per process, readable in logs.
 func InstanceID() string {
@@ -171,10 +175,16 @@ func (l *Lease) ID() string { return l.opts.ID }
 func (l *Lease) since() time.Duration { return time.Since(l.base) }
 
 // maxLeaseTTLFactor bounds the TTL a standby accepts on another instance's
-// lease, as a multiple of its own lease duration: instances of one fleet run
-// with lease durations within this factor of each other, and a longer TTL
-// (PEXPIRE by hand) would keep every instance standing by for as long.
-const maxLeaseTTLFactor = 10
+// lease, as a multiple of its own lease duration: a Hearth holder's lease
+// never has more left than that holder's lease duration, and the instances
+// of one fleet run with lease durations within this factor of each other
+// (docs/leadership.md). A longer TTL (SET … PX by hand) is foreign.
+const maxLeaseTTLFactor = 2
+
+// renewTolerance is how far the lease's expiry (Redis TIME + PTTL, in ms) may
+// move between two looks without counting as a renewal: the rounding of TIME
+// and PTTL to milliseconds. A renewal moves it by the time since the last one.
+const renewTolerance = 2
 
 // acquireScript takes the lease if it is free, or held by an earlier attempt of
 // this same instance, under a new epoch = max(last epoch + 1, Redis time in ms):
@@ -182,30 +192,40 @@ const maxLeaseTTLFactor = 10
 // retransmission of the same attempt (same token) returns the same epoch, so
 // the script is idempotent.
 //
-// What the keys hold is checked first (Hearth's own keys are untrusted): a
-// lease that is not <epoch>:<id>/<attempt> with a valid epoch, or not a
-// string, is foreign and taken over at once; a well-formed lease without a TTL
-// (no Hearth leaves one: every write and renewal sets PX), or with a TTL over
-// maxLeaseTTLFactor × this instance's lease duration, gets a TTL of this
-// instance's lease duration, so that it expires in bounded time and is then
-// taken; an epoch counter that is not a valid epoch counts as absent, so the
-// new epoch is Redis time, never a value derived from the foreign one.
+// What the keys hold is checked first (Hearth's own keys are untrusted), and
+// a lease no Hearth instance could hold is taken over at once, atomically:
+// one that is not <epoch>:<id>/<attempt> with a valid epoch, or not a string;
+// one without a TTL (every Hearth write and renewal sets PX), or with more
+// left than maxLeaseTTLFactor × this instance's lease; one whose epoch is not
+// the epoch counter's (this script sets both together, so a Hearth lease
+// always holds the counter's epoch). A lease that passes all that but that
+// the caller saw unrenewed for a whole lease is taken over too, when ARGV
+// names it (value and expiry as the caller last saw them) and it is still
+// exactly that: a compare-and-set, so a holder that renewed meanwhile is never
+// stolen from. An epoch counter that is not a valid epoch counts as absent, so
+// the new epoch is Redis time, never a value derived from the foreign one.
 //
-// KEYS lease, epoch; ARGV token, instance id, lease ms. Returns {epoch, kind,
-// found, kind, found, …}: epoch is "" when another instance leads, and each
-// kind/found pair is one repaired key (lease or epoch).
+// KEYS lease, epoch; ARGV token, instance id, lease ms, then optionally the
+// unrenewed lease's value, its expiry (Redis ms) and for how long it was seen
+// unrenewed (ms, for the log). Returns {epoch, holder, expiry, kind, found,
+// why, …}: epoch is "" when another instance leads, holder and expiry are then
+// its lease value and when it expires (Redis ms), and each kind/found/why
+// triple is one repaired key (lease or epoch).
 var acquireScript = hstate.NewScript(`
 local now = hearth_now_ms()
-local out = {''}
-local function repaired(kind, found)
+local out = {'', '', ''}
+local function repaired(kind, found, why)
   table.insert(out, kind)
   table.insert(out, string.sub(found, 1, ` + strconv.Itoa(hstate.FoundMax) + `))
+  table.insert(out, why or '')
 end
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' and cur.err then
   repaired('lease', hearth_type(KEYS[1]))
   cur = false
 end
+local last, bad = hearth_epoch(KEYS[2], nil, now)
+if bad then repaired('epoch', bad) end
 if cur then
   local e, id, n = string.match(cur, '^(%d+):([^:/]+)/(%d+)$')
   if e == nil or not hearth_epoch_ok(e, now) then
@@ -216,18 +236,22 @@ if cur then
     return out
   elseif id ~= ARGV[2] then
     local pttl = redis.call('PTTL', KEYS[1])
+    local ms = tonumber(ARGV[3])
     if pttl == -1 then
-      redis.call('PEXPIRE', KEYS[1], ARGV[3])
-      repaired('lease', 'no ttl: ' .. cur)
-    elseif pttl > tonumber(ARGV[3]) * ` + strconv.Itoa(maxLeaseTTLFactor) + ` then
-      redis.call('PEXPIRE', KEYS[1], ARGV[3])
-      repaired('lease', 'ttl ' .. pttl .. 'ms: ' .. cur)
+      repaired('lease', 'no ttl: ' .. cur, 'no ttl')
+    elseif pttl > ms * ` + strconv.Itoa(maxLeaseTTLFactor) + ` then
+      repaired('lease', cur, 'ttl ' .. pttl .. 'ms, over ` + strconv.Itoa(maxLeaseTTLFactor) + ` x the lease ' .. ms .. 'ms')
+    elseif tonumber(e) ~= last then
+      repaired('lease', cur, 'epoch ' .. e .. ' never issued: the epoch counter holds ' .. string.format('%.0f', last))
+    elseif ARGV[4] == cur and math.abs(now + pttl - tonumber(ARGV[5])) <= ` + strconv.Itoa(renewTolerance) + ` then
+      repaired('lease', cur, 'not renewed for ' .. ARGV[6] .. 'ms, ttl ' .. pttl .. 'ms')
+    else
+      out[2] = cur
+      out[3] = string.format('%.0f', now + pttl)
+      return out
     end
-    return out
   end
 end
-local last, bad = hearth_epoch(KEYS[2], nil, now)
-if bad then repaired('epoch', bad) end
 local e = now
 if last >= e then e = last + 1 end
 local es = string.format('%.0f', e)
@@ -273,9 +297,10 @@ func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 	bo.Reset()
 	minGap := l.opts.RetryPeriod / 10
 	failing := ""
+	var watch holderWatch
 	for {
 		last := time.Now()
-		term, err := l.tryAcquire(ctx)
+		term, err := l.tryAcquire(ctx, &watch)
 		if term != nil {
 			l.metrics.attempts.WithLabelValues("acquired").Inc()
 			return term, nil
@@ -306,6 +331,10 @@ func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 			bo.Reset()
 			// ±10% so that standbys started together do not campaign in lockstep.
 			wait = time.Duration(float64(l.opts.RetryPeriod) * (0.9 + 0.2*rand.Float64()))
+			if due, ok := watch.due(l.opts.Duration); ok {
+				// Look again the moment the holder has gone a lease unrenewed.
+				wait = min(wait, max(0, due-l.since()))
+			}
 		}
 		if err := l.wait(ctx, released, last, wait, minGap, failing != ""); err != nil {
 			return nil, err
@@ -402,30 +431,75 @@ func (l *Lease) subscribe(ctx context.Context) (<-chan *redis.Message, func()) {
 	return sub.Channel(), func() { _ = sub.Close() }
 }
 
-func (l *Lease) tryAcquire(ctx context.Context) (*Term, error) {
+// holderWatch is what a standby saw of another instance's lease: its value,
+// its expiry in Redis ms (TIME + PTTL) and since when (l.since()) it has seen
+// that pair unchanged. A Hearth holder renews every renew interval, which is
+// shorter than the lease, and each renewal moves the expiry; a holder seen
+// unrenewed for a whole lease is not one (with the same lease setting, its
+// own deadline, last renewal + lease − lease/10, has passed by then).
+type holderWatch struct {
+	value string
+	exp   int64
+	since time.Duration
+}
+
+// saw records one look at the lease: a new holder, or a renewal, restarts the clock.
+func (w *holderWatch) saw(value string, exp int64, at time.Duration) {
+	if value == w.value && exp >= w.exp-renewTolerance && exp <= w.exp+renewTolerance {
+		return
+	}
+	*w = holderWatch{value: value, exp: exp, since: at}
+}
+
+// due says when the holder will have gone one lease unrenewed.
+func (w *holderWatch) due(lease time.Duration) (time.Duration, bool) {
+	if w.value == "" {
+		return 0, false
+	}
+	return w.since + lease + time.Millisecond, true
+}
+
+func (l *Lease) tryAcquire(ctx context.Context, watch *holderWatch) (*Term, error) {
 	start := l.since()
 	token := l.opts.ID + "/" + strconv.FormatUint(l.attempt.Add(1), 10)
 	ms := l.opts.Duration.Milliseconds()
 	actx, cancel := context.WithTimeout(ctx, l.opts.Duration-l.safety)
 	defer cancel()
-	reply, err := acquireScript.Run(actx, l.opts.Client, []string{l.leaseKey, l.epochKey}, token, l.opts.ID, ms).StringSlice()
+	args := []any{token, l.opts.ID, ms}
+	if due, ok := watch.due(l.opts.Duration); ok && start >= due {
+		// Seen unrenewed for a whole lease: take it over if it is still
+		// exactly what was seen.
+		args = append(args, watch.value, watch.exp, (start - watch.since).Milliseconds())
+	}
+	reply, err := acquireScript.Run(actx, l.opts.Client, []string{l.leaseKey, l.epochKey}, args...).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("acquire lease %s: %w", l.leaseKey, err)
 	}
-	if len(reply) == 0 || len(reply)%2 != 1 {
+	if len(reply) < 3 || len(reply)%3 != 0 {
 		return nil, fmt.Errorf("acquire lease %s: unexpected reply %q", l.leaseKey, reply)
 	}
-	for i := 1; i+1 < len(reply); i += 2 {
+	for i := 3; i+2 < len(reply); i += 3 {
 		key := l.leaseKey
 		if reply[i] == hstate.KindEpoch {
 			key = l.epochKey
 		}
-		l.repairs.Repaired(reply[i], key, reply[i+1])
+		l.repairs.RepairedWhy(reply[i], key, reply[i+1], reply[i+2])
 	}
 	res := reply[0]
 	if res == "" {
+		if reply[1] == "" {
+			return nil, fmt.Errorf("acquire lease %s: unexpected reply %q", l.leaseKey, reply)
+		}
+		exp, err := strconv.ParseInt(reply[2], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("acquire lease %s: bad expiry %q", l.leaseKey, reply[2])
+		}
+		// The look happened at the latest now: counting from now never
+		// takes a renewal that arrived during the call for no renewal.
+		watch.saw(reply[1], exp, l.since())
 		return nil, nil
 	}
+	*watch = holderWatch{}
 	epoch, err := strconv.ParseInt(res, 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("acquire lease %s: bad epoch %q", l.leaseKey, res)
@@ -582,11 +656,43 @@ func (t *Term) Err() error {
 func (t *Term) Valid() bool { return t.valid() }
 
 // Fenced ends the term because Redis refused one of its writes: a newer
-// leader exists. Calls for an already ended term do nothing.
+// leader exists. Calls for an already ended term do nothing. Unless the
+// refusal came from a foreign fence: while the term is valid and the epoch
+// counter still holds its epoch (no newer term was issued), the fences are
+// raised to it again, which repairs a fence above the counter; if that
+// succeeds the term goes on (the refused write stays refused).
 func (t *Term) Fenced() {
+	if t.refence() {
+		return
+	}
 	if t.end(ErrFenced) {
 		t.lease.bestEffortRelease(t)
 	}
+}
+
+// refence raises the fences to the term's epoch again after a refused write,
+// if no newer epoch was issued; true if the term may go on.
+func (t *Term) refence() bool {
+	l := t.lease
+	if l.opts.Fence == nil || !t.valid() {
+		return false
+	}
+	left := time.Duration(t.deadline.Load()) - l.since()
+	// Raising 16,384 per-slot fences can take a while: up to the deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), max(0, left))
+	defer cancel()
+	raw, err := l.opts.Client.Get(ctx, l.epochKey).Result()
+	if err != nil || raw != strconv.FormatInt(t.Epoch, 10) {
+		return false // a newer term exists, or it cannot be told
+	}
+	if err := l.opts.Fence.Raise(ctx, t.Epoch); err != nil {
+		return false
+	}
+	if !t.valid() {
+		return false
+	}
+	l.log.Warn().Int64("epoch", t.Epoch).Msg("write refused by a foreign fence, which is repaired; still leading")
+	return true
 }
 
 // Release ends the term and gives the lease up, then announces it so that a

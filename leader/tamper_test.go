@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -272,23 +273,44 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 	}
 }
 
-// TestCampaignDoesNotSpinWhenFenced: a fence a little in the future (a valid
-// epoch within MaxEpochAhead, so it is honoured) refuses every new epoch for
-// a while. Two standbys keep acquiring, failing to raise and releasing; they
-// must back off (and not wake each other or themselves with their release
-// announcements), and say that they are fenced, not that Redis is down.
+// refusingFence refuses every epoch, as a fence holding a newer leader's
+// epoch does. A planted fence can no longer do that for long (one above the
+// epoch counter is repaired, TestForeignFence), so the refusal comes from here.
+type refusingFence struct{}
+
+func (refusingFence) Raise(_ context.Context, epoch int64) error {
+	return fmt.Errorf("raise fences to epoch %d: %w", epoch, leader.ErrFenced)
+}
+
+// fencedInstance is an instance whose every new term the fence refuses.
+func (e *tamperEnv) fencedInstance(lease, retry time.Duration) *tamperInstance {
+	e.t.Helper()
+	logs := &testenv.SyncBuffer{}
+	reg := prometheus.NewRegistry()
+	l, err := leader.NewLease(leader.LeaseOptions{
+		Client: e.client, Namespace: e.ns, Duration: lease, RetryPeriod: retry,
+		Fence: refusingFence{}, Registerer: reg, Logger: zerolog.New(logs),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = l.Close(context.Background()) })
+	return &tamperInstance{Instance: &leadertest.Instance{Lease: l, Reg: reg}, logs: logs}
+}
+
+// TestCampaignDoesNotSpinWhenFenced: a fence that refuses every new epoch
+// (a newer leader's). Two standbys keep acquiring, failing to raise and
+// releasing; they must back off (and not wake each other or themselves with
+// their release announcements), and say that they are fenced, not that Redis
+// is down.
 func TestCampaignDoesNotSpinWhenFenced(t *testing.T) {
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
 	ctx := context.Background()
 	env := newTamperEnv(t, client, "spin")
-	future := redisMillis(t, client) + leader.MaxEpochAhead.Milliseconds()/2
-	if err := client.Set(ctx, env.ns+":fence", future, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
 	const retry = 100 * time.Millisecond
-	a := env.instance(time.Second, retry)
-	b := env.instance(time.Second, retry)
+	a := env.fencedInstance(time.Second, retry)
+	b := env.fencedInstance(time.Second, retry)
 	cctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, in := range []*tamperInstance{a, b} {
@@ -296,7 +318,7 @@ func TestCampaignDoesNotSpinWhenFenced(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if term, err := in.Lease.Campaign(cctx); err == nil {
-				t.Errorf("won epoch %d below the fence %d", term.Epoch, future)
+				t.Errorf("won epoch %d although the fence refuses it", term.Epoch)
 			}
 		}()
 	}

@@ -21,8 +21,10 @@ import (
 // issued. Epochs are Redis TIME in ms at acquisition, or the last epoch + 1 when
 // the clock went back, so a legitimate epoch is never far ahead of TIME; one
 // minute tolerates clock steps and skew between Cluster masters. A value
-// further ahead is foreign and repaired. The bound is also the longest a
-// well-formed but future epoch planted in the fence can hold writes off.
+// further ahead is foreign and repaired. A fence within the bound but above
+// the epoch counter is foreign too; the leader package repairs it when it
+// refuses a new leader's raise (leader/fence.go), so it holds writes off for
+// one term, not for the minute.
 const MaxEpochAhead = time.Minute
 
 // FoundMax truncates what a foreign value is logged as.
@@ -97,7 +99,7 @@ type Repairs struct {
 func NewRepairs(reg prometheus.Registerer, log zerolog.Logger) *Repairs {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hearth_state_repairs_total",
-		Help: "Foreign values (not an integer epoch in range, wrong format or Redis type, no TTL) found in Hearth's own keys and repaired, by kind of key (fence, lease, epoch, marker).",
+		Help: "Foreign values (not an integer epoch in range, wrong format or Redis type, no TTL, a lease no Hearth instance holds, a fence above the epoch counter) found in Hearth's own keys and repaired, by kind of key (fence, lease, epoch, marker, version).",
 	}, []string{"key"})
 	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
@@ -114,13 +116,21 @@ func NewRepairs(reg prometheus.Registerer, log zerolog.Logger) *Repairs {
 
 // Repaired records one repair: kind is the label, key the Redis key, found
 // what it held (already truncated by the script).
-func (r *Repairs) Repaired(kind, key, found string) {
+func (r *Repairs) Repaired(kind, key, found string) { r.RepairedWhy(kind, key, found, "") }
+
+// RepairedWhy records one repair of a value that is well-formed but that no
+// Hearth instance would have left there; why says what gave it away (its TTL,
+// an epoch never issued), and is logged when not empty.
+func (r *Repairs) RepairedWhy(kind, key, found, why string) {
 	r.count.WithLabelValues(kind).Inc()
 	if len(found) > FoundMax {
 		found = found[:FoundMax]
 	}
-	r.log.Warn().Str("state", kind).Str("key", key).Str("found", found).
-		Msg("foreign value in hearth's own key: treated as absent and repaired")
+	ev := r.log.Warn().Str("state", kind).Str("key", key).Str("found", found)
+	if why != "" {
+		ev = ev.Str("why", why)
+	}
+	ev.Msg("foreign value in hearth's own key: treated as absent and repaired")
 }
 
 // ScriptReply splits the reply of a fence script: an integer code, or
