@@ -590,6 +590,14 @@ func (w *Warmer) loadAndWrite(ctx context.Context, spec *Spec, st *declState, ba
 			if checks != nil {
 				recheck, records = w.noteChecks(spec, entries, okm, checks, unconfirmed == nil)
 				okm, negm = withoutRechecked(&out, okm, negm, recheck)
+				if unconfirmed != nil && len(recheck) > 0 {
+					// Refused again after the re-read (the record changed
+					// meanwhile): not warm, left to the next run.
+					w.metrics.failures.WithLabelValues(spec.Name, "version_refused").Add(float64(len(recheck)))
+					out.Failed += len(recheck)
+					out.LastError = fmt.Errorf("write %s: %d keys refused by version records their values do not back, after a re-read", spec.Name, len(recheck))
+					recheck = nil
+				}
 			}
 			okm, negm, _ = settle(&out, spec, entries, res, okm, negm)
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "value").Add(float64(out.Written))
@@ -617,8 +625,8 @@ func (w *Warmer) loadAndWrite(ctx context.Context, spec *Spec, st *declState, ba
 
 // noteChecks counts what a version-checked write found wrong at its keys
 // (entries[i] is members[i]'s), logs it once per reason with the first key and
-// how many, and, when reread, returns the members to re-read with the records
-// that refused them.
+// how many, and returns the members to re-read (reread) or left refused, with
+// the records that refused them.
 func (w *Warmer) noteChecks(spec *Spec, entries []Entry, members []string, checks []VersionCheck, reread bool) ([]string, map[string]string) {
 	type found struct {
 		n          int
@@ -644,7 +652,7 @@ func (w *Warmer) noteChecks(spec *Spec, entries []Entry, members []string, check
 			by[c.Reason] = f
 		}
 		f.n++
-		if c.Recheck && reread && i < len(members) {
+		if c.Recheck && i < len(members) {
 			if records == nil {
 				records = make(map[string]string)
 			}
