@@ -92,8 +92,9 @@ const (
 // with code 4, the record, else a description of the foreign value. suspect,
 // when not nil or "", is a record the caller's re-read of the origin did not
 // confirm: if rk still holds exactly it, it would refuse the write and its
-// value still does not back it, it is treated as absent. A value's bytes never leave the script: a foreign value
-// is described by its length and a prefix of its SHA-1.
+// value still does not back it, it is treated as absent. A value's bytes
+// never leave the script: a foreign value is described by its length and a
+// prefix of its SHA-1.
 const versionLua = `
 local hearth_vmax = '18446744073709551615'
 local function hearth_vcmp(a, b)
@@ -172,7 +173,7 @@ local function hearth_versioned_set(e, es, vk, rk, value, ttl, seqs, ver, hash, 
       redis.call('SET', rk, rec, 'PX', vttl)
       return 2, vbad, why, ''
     end
-    if v and string.len(ch) == 40 then
+    if v then
       why, info = 'value_mismatch', hearth_vdesc(vk, v) .. ' where hearth wrote ' .. string.len(value) .. ' bytes'
     end
   end
@@ -237,7 +238,7 @@ func newVersionMetrics(reg prometheus.Registerer) *versionMetrics {
 		}, []string{"family"}),
 		extended: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_conditional_extends_total",
-			Help: "Writes whose value was byte-identical to the one Hearth last wrote (same version): the TTL was extended, the value not rewritten.",
+			Help: "Writes whose value was byte-identical to the value in Redis (compared in the script): the TTL was extended, the value not rewritten.",
 		}, []string{"family"}),
 	}
 	reg.MustRegister(m.refused, m.extended)
