@@ -15,7 +15,7 @@ import (
 
 // Pre-warm outcomes of prewarmVersionedScript beside the version check's:
 // the key held a value and the pre-warm fills absent keys only.
-const codePresent = 4
+const codePresent = 5
 
 // prewarmVersionedScript is a one-shot pre-warm's write of a stamped entry
 // into a Redis where a leader runs: KEYS value, fence, version record; ARGV
@@ -27,13 +27,15 @@ const codePresent = 4
 // pre-warm never replaces a newer version, and leaves a record the leader's
 // next write compares with. Without overwrite a present key is left alone.
 // Replies {code, fence found, record found}: 0 fenced, 1 written, 2 extended
-// (same version and bytes), 3 refused as older, 4 present.
+// (the same bytes were there), 3 refused as older, 4 refused as older by a
+// record its value does not back (left to the leader, which re-reads the
+// origin), 5 present.
 var prewarmVersionedScript = hstate.NewScript(versionLua + `
 local e = tonumber(ARGV[1])
 local f, bad = hearth_epoch(KEYS[2], e)
 bad = bad or ''
 if f > e then return {0, bad, ''} end
-if ARGV[8] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then return {4, bad, ''} end
+if ARGV[8] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then return {5, bad, ''} end
 local code, vbad = hearth_versioned_set(e, ARGV[1], KEYS[1], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 return {code, bad, vbad}
 `)
@@ -91,7 +93,7 @@ func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwr
 			out[i] = warmer.SetFenced
 		case codeWritten:
 			out[i] = warmer.SetWritten
-		default: // extended, older, present: Redis holds this value or a newer one
+		default: // extended, older, present: Redis holds this value or a newer one (or, unbacked, a record the leader re-reads for)
 			out[i] = warmer.SetPresent
 		}
 	}

@@ -159,6 +159,7 @@ func (w *Warmer) forget(name string) {
 	m.lastSuccess.DeletePartialMatch(family)
 	m.lag.DeletePartialMatch(family)
 	m.members.DeletePartialMatch(family)
+	m.versionRepairs.DeletePartialMatch(family)
 	w.decl.interval.DeletePartialMatch(family)
 	w.decl.ttl.DeletePartialMatch(family)
 	w.stm.members.DeletePartialMatch(family)

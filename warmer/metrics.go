@@ -15,6 +15,8 @@ type metrics struct {
 	members       *prometheus.GaugeVec
 	redisErrors   *prometheus.CounterVec
 	inFlight      prometheus.Gauge
+	// versionRepairs counts what version-checked writes found wrong.
+	versionRepairs *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -70,8 +72,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "hearth_loads_in_flight",
 			Help: "Origin loads running now.",
 		}),
+		versionRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_version_repairs_total",
+			Help: "Keys of version-checked declarations where the write found something wrong and repaired it, by reason (value_mismatch, value_absent, record_unconfirmed, record_malformed).",
+		}, []string{"family", "reason"}),
 	}
 	reg.MustRegister(m.runs, m.runDuration, m.loadDuration, m.keysWritten, m.failures,
-		m.staleExtended, m.staleness, m.lastSuccess, m.lag, m.members, m.redisErrors, m.inFlight)
+		m.staleExtended, m.staleness, m.lastSuccess, m.lag, m.members, m.redisErrors, m.inFlight, m.versionRepairs)
 	return m
 }

@@ -391,12 +391,18 @@ func (s *PrewarmStore) Extend(ctx context.Context, keys []string, ttls []time.Du
 }
 
 // write writes entries through the store: per entry when it is an EachStore,
-// else all written or none.
-func (w *Warmer) write(ctx context.Context, entries []Entry) ([]SetOutcome, error) {
+// with what the version check found when it is a CheckedStore, else all
+// written or none.
+func (w *Warmer) write(ctx context.Context, entries []Entry) ([]SetOutcome, []VersionCheck, error) {
 	if es, ok := w.store.(EachStore); ok {
-		return es.SetEach(ctx, entries)
+		res, err := es.SetEach(ctx, entries)
+		return res, nil, err
 	}
-	return nil, w.store.Set(ctx, entries)
+	if cs, ok := w.store.(CheckedStore); ok {
+		checks, err := cs.SetChecked(ctx, entries)
+		return nil, checks, err
+	}
+	return nil, nil, w.store.Set(ctx, entries)
 }
 
 // settle applies a conditional write's outcomes to a batch's counts: a

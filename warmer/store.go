@@ -25,6 +25,53 @@ type Entry struct {
 	VersionTTL time.Duration
 	// Family labels the version metrics of a stamped write.
 	Family string
+	// Unconfirmed, when not empty, is a version record that refused this
+	// key's last write although its value did not back it (VersionCheck.Recheck),
+	// and that this entry's re-read of the origin did not confirm: if the key's
+	// record is still exactly this and would refuse the write again, the store
+	// treats it as foreign and replaces it.
+	Unconfirmed string
+}
+
+// Reasons of hearth_version_repairs_total: what a version-checked write found
+// wrong at a key.
+const (
+	// RepairValueMismatch: the value was not the bytes its record says Hearth
+	// wrote (another client's SET, an application's older value).
+	RepairValueMismatch = "value_mismatch"
+	// RepairValueAbsent: a record refused the write while the value it
+	// guards was absent.
+	RepairValueAbsent = "value_absent"
+	// RepairRecordUnconfirmed: a record refused the write with a version the
+	// origin, re-read after it, did not reach: foreign, replaced.
+	RepairRecordUnconfirmed = "record_unconfirmed"
+	// RepairRecordMalformed: the record was not one Hearth writes (format,
+	// number range, Redis type, TTL, epoch): treated as absent, replaced.
+	RepairRecordMalformed = "record_malformed"
+)
+
+// VersionCheck is what a version-checked write found wrong at one entry's
+// key (CheckedStore); the zero value: nothing.
+type VersionCheck struct {
+	// Reason is one of the Repair… reasons, "" when nothing was wrong.
+	Reason string
+	// Found says what was wrong, for the log; never the value's bytes.
+	Found string
+	// Recheck: the write was refused as older by a version record that the
+	// value in Redis does not back (absent, or other bytes). Record is that
+	// record: the writer re-reads the origin once and writes the entry again
+	// with Entry.Unconfirmed = Record.
+	Recheck bool
+	Record  string
+}
+
+// CheckedStore is a Store whose version-checked writes say, per entry, what
+// they found wrong (the leader's FencedStore). The warmer writes through
+// SetChecked when its store has it, counts and logs what it found, and
+// re-reads the origin once for the entries to recheck.
+type CheckedStore interface {
+	Store
+	SetChecked(ctx context.Context, entries []Entry) ([]VersionCheck, error)
 }
 
 // Store is where the warmer's writes land. The plain store writes directly; the

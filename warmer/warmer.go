@@ -490,7 +490,6 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 // refreshBatch loads one batch and writes the outcome. It never returns early
 // on a bad member: each member's fate is decided alone.
 func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string) Outcome {
-	out := Outcome{}
 	if w.gate != nil {
 		gctx, err := w.gate.Admit(ctx)
 		if err != nil {
@@ -498,6 +497,16 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 		}
 		ctx = gctx
 	}
+	return w.loadAndWrite(ctx, spec, st, batch, nil)
+}
+
+// loadAndWrite loads one admitted batch and writes the outcome. Members whose
+// write a version record refused although their values did not back it are
+// re-read once, at once: unconfirmed, in that re-read, holds those records by
+// key (the store replaces one the re-read does not confirm), and nothing is
+// re-read again.
+func (w *Warmer) loadAndWrite(ctx context.Context, spec *Spec, st *declState, batch []string, unconfirmed map[string]string) Outcome {
+	out := Outcome{}
 	var req []string
 	if spec.Template.IsFamily() {
 		req = batch
@@ -584,15 +593,32 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 		}
 	}
 
+	var recheck []string
+	var records map[string]string
 	if len(entries) > 0 {
 		w.stamp(spec, entries, seq, results)
-		if res, werr := w.write(ctx, entries); werr != nil {
+		for i := range entries {
+			entries[i].Unconfirmed = unconfirmed[entries[i].Key]
+		}
+		if res, checks, werr := w.write(ctx, entries); werr != nil {
 			w.metrics.redisErrors.WithLabelValues("set").Inc()
 			out.LastError = fmt.Errorf("write %s: %w", spec.Name, werr)
 			out.Written, out.Negative = 0, 0
 			out.Failed += len(okm)
 			okm, negm = nil, nil
 		} else {
+			if checks != nil {
+				recheck, records = w.noteChecks(spec, entries, okm, checks, unconfirmed == nil)
+				okm, negm = withoutRechecked(&out, okm, negm, recheck)
+				if unconfirmed != nil && len(recheck) > 0 {
+					// Refused again after the re-read (the record changed
+					// meanwhile): not warm, left to the next run.
+					w.metrics.failures.WithLabelValues(spec.Name, "version_refused").Add(float64(len(recheck)))
+					out.Failed += len(recheck)
+					out.LastError = fmt.Errorf("write %s: %d keys refused by version records their values do not back, after a re-read", spec.Name, len(recheck))
+					recheck = nil
+				}
+			}
 			okm, negm, _ = settle(&out, spec, entries, res, okm, negm)
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "value").Add(float64(out.Written))
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "negative").Add(float64(out.Negative))
@@ -611,7 +637,95 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 	if len(failed) > 0 {
 		out.Extended = w.extendStale(ctx, spec, st, failed, now)
 	}
+	if len(recheck) > 0 {
+		out.add(w.loadAndWrite(ctx, spec, st, recheck, records))
+	}
 	return out
+}
+
+// noteChecks counts what a version-checked write found wrong at its keys
+// (entries[i] is members[i]'s), logs it once per reason with the first key and
+// how many, and returns the members to re-read (reread) or left refused, with
+// the records that refused them.
+func (w *Warmer) noteChecks(spec *Spec, entries []Entry, members []string, checks []VersionCheck, reread bool) ([]string, map[string]string) {
+	type found struct {
+		n          int
+		key, found string
+		recheck    bool
+	}
+	var (
+		by      map[string]*found
+		again   []string
+		records map[string]string
+	)
+	for i, c := range checks {
+		if c.Reason == "" || i >= len(entries) {
+			continue
+		}
+		w.metrics.versionRepairs.WithLabelValues(spec.Name, c.Reason).Inc()
+		if by == nil {
+			by = make(map[string]*found, 2)
+		}
+		f := by[c.Reason]
+		if f == nil {
+			f = &found{key: entries[i].Key, found: c.Found, recheck: c.Recheck}
+			by[c.Reason] = f
+		}
+		f.n++
+		if c.Recheck && i < len(members) {
+			if records == nil {
+				records = make(map[string]string)
+			}
+			again = append(again, members[i])
+			records[entries[i].Key] = c.Record
+		}
+	}
+	for _, reason := range []string{RepairValueMismatch, RepairValueAbsent, RepairRecordUnconfirmed, RepairRecordMalformed} {
+		f := by[reason]
+		if f == nil {
+			continue
+		}
+		msg := "foreign version record: treated as absent and replaced"
+		switch {
+		case f.recheck && reread:
+			msg = "a version record refused the write but its value does not back it: re-reading the origin"
+		case f.recheck:
+			msg = "a version record refused the re-read's write but its value does not back it: left to the next run"
+		case reason == RepairValueMismatch:
+			msg = "the value was not the bytes hearth wrote: replaced with the origin's"
+		case reason == RepairRecordUnconfirmed:
+			msg = "a version record the origin does not confirm (its version is above the origin's, read after it): replaced"
+		}
+		w.log.Warn().Str("family", spec.Name).Str("reason", reason).Str("key", f.key).Str("found", f.found).
+			Int("keys", f.n).Msg(msg)
+	}
+	return again, records
+}
+
+// withoutRechecked takes the members to re-read out of a batch's written and
+// negative members and counts: their write was refused, the re-read writes
+// and counts them.
+func withoutRechecked(out *Outcome, okm, negm, recheck []string) (ok, neg []string) {
+	if len(recheck) == 0 {
+		return okm, negm
+	}
+	drop := make(map[string]bool, len(recheck))
+	for _, m := range recheck {
+		drop[m] = true
+	}
+	keep := func(ms []string) []string {
+		kept := ms[:0:0]
+		for _, m := range ms {
+			if !drop[m] {
+				kept = append(kept, m)
+			}
+		}
+		return kept
+	}
+	ok, neg = keep(okm), keep(negm)
+	out.Negative -= len(negm) - len(neg)
+	out.Written -= (len(okm) - len(ok)) - (len(negm) - len(neg))
+	return ok, neg
 }
 
 // load calls the origin within the declaration's load timeout. A panicking
