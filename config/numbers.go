@@ -306,7 +306,7 @@ func BoundsMarkdown() string {
 		if zero == "" {
 			zero = "(not allowed)"
 			if !x.IsDuration() && x.Lo <= 0 {
-				zero = "0"
+				zero = "in range"
 			}
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", x.Path, lo, hi, zero)
