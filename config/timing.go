@@ -62,8 +62,9 @@ func (t Timing) Margin() time.Duration { return t.MinTTL - t.Gap }
 //	Gap = I + load_timeout + slack
 //
 // Several batches: they are paced over spread × I (the last of n batches is
-// sent at spread × I × (n−1)/n; a family listed by a query or the hot set
-// has an n unknown here, so the whole spread × I), so a run lasts up to
+// sent at spread × I × (n−1)/n, where n counts the listed members and the
+// most the hot set may add; a family listed by a query has an n unknown
+// here, so the whole spread × I), so a run lasts up to
 // run = pace + load_timeout + slack. A member may be written at the very
 // start of one run and in the last batch of the next, and the next run
 // starts at the first tick after this one ended, skipped = ⌊run / I⌋ ticks
@@ -79,11 +80,15 @@ func (t Timing) Margin() time.Duration { return t.MinTTL - t.Gap }
 // while MinTTL > Gap, whatever mix of writes it gets.
 func refreshTiming(s *warmer.Spec, k Key, spread float64) Timing {
 	t := Timing{MinTTL: s.MinTTL()}
-	n := 1 // batches, 0 when a query or the hot set lists the members
+	n := 1 // batches, 0 when a query lists the members (how many is unknown)
 	if s.Template.IsFamily() {
 		n = 0
-		if k.MembersQuery == "" && k.MembersFrom == nil && s.BatchSize > 0 {
-			n = max(1, (len(k.Members)+s.BatchSize-1)/s.BatchSize)
+		members := len(k.Members)
+		if s.HotSet != nil {
+			members += s.HotSet.Limit() // the hot set holds at most this many more
+		}
+		if k.MembersQuery == "" && (k.MembersFrom == nil || s.HotSet != nil) && s.BatchSize > 0 {
+			n = max(1, (members+s.BatchSize-1)/s.BatchSize)
 		}
 	}
 	if n == 1 {
