@@ -442,6 +442,9 @@ func TestLeaderSIGTERMHandsOver(t *testing.T) {
 	// only polled would miss it; the release announcement makes it.
 	tm := shortTiming
 	tm.retry = 900 * time.Millisecond
+	// A takeover after a crash may wait 1s + 4 × 900ms × 1.2: the TTL leaves
+	// room for it, or validation refuses the explicit retry period.
+	tm.ttl = 12 * time.Second
 	s := newSetup(t, env.Addr, env.Client, env.Prefix, up, tm)
 	a := s.start(t, "a")
 	leading(t, a, 30*time.Second)
