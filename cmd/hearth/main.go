@@ -59,14 +59,19 @@ func main() {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go func() {
-		<-sigs // the first drains: the context above ends
-		<-sigs
-		time.Sleep(abortGrace)
-		fmt.Fprintln(os.Stderr, "hearth: second signal: still not stopped after", abortGrace, "- exiting")
-		os.Exit(exitFail)
-	}()
+	go exitOnSecondSignal(sigs, abortGrace, os.Stderr, os.Exit)
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitOnSecondSignal lets the first signal drain (the command's context
+// ends), and on the second gives the command grace to abort by itself, then
+// exits with exitFail whatever is still running.
+func exitOnSecondSignal(sigs <-chan os.Signal, grace time.Duration, stderr io.Writer, exit func(int)) {
+	<-sigs
+	<-sigs
+	time.Sleep(grace)
+	fmt.Fprintln(stderr, "hearth: second signal: still not stopped after", grace, "- exiting")
+	exit(exitFail)
 }
 
 // run executes the command line and returns the process exit code.
