@@ -83,7 +83,7 @@ func (cfg *Config) hotSet(mf *MembersFrom, s *warmer.Spec, add func(field, forma
 	}
 
 	switch {
-	case h.TopN < 1 || h.TopN > maxTopN:
+	case h.TopN < 1 || h.TopN > maxTopN: // out of its bound (config.Bounds): reported there
 	case s.MaxMembers > 0 && out.Limit() > s.MaxMembers:
 		add(path+".top_n", "top_n × (1 + hysteresis) = %d is more than max_members %d", out.Limit(), s.MaxMembers)
 	}

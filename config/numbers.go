@@ -81,7 +81,7 @@ var Bounds = []Bound{
 
 	{Path: "sources[].max_conns", Lo: 1, Hi: 10_000, Zero: "pgx's default"},
 	{Path: "sources[].statement_timeout", Min: MinTimeout, Max: MaxDuration, Zero: "no timeout", Step: time.Millisecond},
-	{Path: "sources[].timeout", Min: MinTimeout, Max: MaxDuration, Zero: "unset (required for http)"},
+	{Path: "sources[].timeout", Min: MinTimeout, Max: MaxDuration, Zero: "unset, for a postgres source"},
 	{Path: "sources[].concurrency", Lo: 1, Hi: 1024, Zero: "the default"},
 	{Path: "sources[].max_body_bytes", Lo: 1, Hi: maxRedisValue, Zero: "the default"},
 	{Path: "sources[].max_in_flight", Lo: 1, Hi: 1024, Zero: "the default 4"},
