@@ -14,7 +14,7 @@ type Leader struct {
 	Enabled bool `mapstructure:"enabled"`
 	// Lease is how long the lease outlives the leader's last renewal, and so
 	// the longest a crashed leader keeps the standbys waiting. Zero picks
-	// DefaultLease, or a shorter one that fits the refresh margin (see
+	// DefaultLease, or a shorter one that fits the takeover margin (see
 	// LeaseTiming).
 	Lease time.Duration `mapstructure:"lease"`
 	// RenewInterval is how often the leader renews (default lease/3).

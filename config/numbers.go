@@ -75,7 +75,7 @@ var Bounds = []Bound{
 	{Path: "refresh.max_value_bytes", Lo: 1, Hi: maxRedisValue},
 	{Path: "refresh.max_members", Lo: 1, Hi: maxMembers},
 
-	{Path: "leader.lease", Min: MinLease, Max: MaxDuration, Zero: "picked to fit the refresh margin"},
+	{Path: "leader.lease", Min: MinLease, Max: MaxDuration, Zero: "picked to fit the takeover margin"},
 	{Path: "leader.renew_interval", Min: MinPeriod, Max: MaxDuration, Zero: "lease/3"},
 	{Path: "leader.retry_period", Min: MinPeriod, Max: MaxDuration, Zero: "1s or lease/5"},
 
