@@ -161,7 +161,7 @@ keys:
 	if !errors.As(err, &ce) {
 		t.Fatalf("err = %v, want *config.Error", err)
 	}
-	want := []string{"keys[a].ttl: must be > 0 (got -1s)", `keys[b].source: names no configured source (got "missing")`}
+	want := []string{"keys[a].ttl: must be at least 100ms (got -1s)", `keys[b].source: names no configured source (got "missing")`}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), "inline.yaml: "+w) {
 			t.Errorf("missing problem %q in:\n%s", w, err)

@@ -52,12 +52,7 @@ func checkFreshness(c *checker, path, typ string, k Key, spec *warmer.Spec) {
 	if !identRe.MatchString(n.Channel) {
 		c.add(path+".notify.channel", "must be a lower-case identifier (letters, digits, '_', at most 63; got %q)", truncate(n.Channel))
 	}
-	switch {
-	case n.Coalesce < 0:
-		c.add(path+".notify.coalesce", "must be >= 0, 0 for the default %s (got %s)", DefaultCoalesce, n.Coalesce)
-	case n.Coalesce > MaxCoalesce:
-		c.add(path+".notify.coalesce", "must be at most %s (got %s)", MaxCoalesce, n.Coalesce)
-	case n.Coalesce == 0:
+	if n.Coalesce == 0 {
 		n.Coalesce = DefaultCoalesce
 	}
 	spec.Notify, spec.Coalesce = n.Channel, n.Coalesce

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -34,17 +35,23 @@ func TestEnvOverrideChecks(t *testing.T) {
 	for _, tc := range []struct{ env, value, want string }{
 		{"HEARTH_REFRESH_JITTER", "NaN", "refresh.jitter: must be a finite number (got NaN) (from environment variable HEARTH_REFRESH_JITTER)"},
 		{"HEARTH_REFRESH_JITTER", "+Inf", "refresh.jitter: must be a finite number (got +Inf) (from environment variable HEARTH_REFRESH_JITTER)"},
-		{"HEARTH_REFRESH_JITTER", "1", "refresh.jitter: must be >= 0 and < 1 (got 1) (from environment variable HEARTH_REFRESH_JITTER)"},
+		{"HEARTH_REFRESH_JITTER", "1", "refresh.jitter: must be at least 0 and below 1 (got 1) (from environment variable HEARTH_REFRESH_JITTER)"},
 		{"HEARTH_REFRESH_JITTER", "abc", "refresh.jitter: cannot parse value as 'float64': strconv.ParseFloat: invalid syntax (from environment variable HEARTH_REFRESH_JITTER)"},
 		{"HEARTH_REFRESH_SPREAD", "nan", "refresh.spread: must be a finite number (got NaN) (from environment variable HEARTH_REFRESH_SPREAD)"},
 		{"HEARTH_PREWARM_RATE", "inf", "prewarm.rate: must be a finite number (got +Inf) (from environment variable HEARTH_PREWARM_RATE)"},
 		{"HEARTH_REFRESH_LOAD_TIMEOUT", "2562047h", "refresh.load_timeout: must be at most " + year + ", a year (got 2562047h0m0s) (from environment variable HEARTH_REFRESH_LOAD_TIMEOUT)"},
-		{"HEARTH_REFRESH_LOAD_TIMEOUT", "0s", "refresh.load_timeout: must be > 0 (got 0s) (from environment variable HEARTH_REFRESH_LOAD_TIMEOUT)"},
-		{"HEARTH_REDIS_READ_TIMEOUT", "9000h", "redis.read_timeout: must be at most " + year + ", a year (got 9000h0m0s) (from environment variable HEARTH_REDIS_READ_TIMEOUT)"},
-		{"HEARTH_REDIS_POOL_SIZE", "-3", "redis.pool_size: must be >= 0, 0 for the client's default (got -3) (from environment variable HEARTH_REDIS_POOL_SIZE)"},
+		{"HEARTH_REFRESH_LOAD_TIMEOUT", "0s", "refresh.load_timeout: must be at least 1ms (got 0s) (from environment variable HEARTH_REFRESH_LOAD_TIMEOUT)"},
+		{"HEARTH_REDIS_READ_TIMEOUT", "9000h", "redis.read_timeout: must be at most 5m0s (got 9000h0m0s) (from environment variable HEARTH_REDIS_READ_TIMEOUT)"},
+		{"HEARTH_REDIS_POOL_SIZE", "-3", "redis.pool_size: must be 0 (the client's default) or between 1 and 10000 (got -3) (from environment variable HEARTH_REDIS_POOL_SIZE)"},
 		{"HEARTH_LEADER_LEASE", "9000h", "leader.lease: must be at most " + year + ", a year (got 9000h0m0s) (from environment variable HEARTH_LEADER_LEASE)"},
 		{"HEARTH_ACCESS_LOG_RANK_INTERVAL", "2562047h", "access_log.rank_interval: must be at most " + year + ", a year (got 2562047h0m0s) (from environment variable HEARTH_ACCESS_LOG_RANK_INTERVAL)"},
 		{"HEARTH_PREWARM_REWARM_CHECK", "9000h", "prewarm.rewarm_check: must be at most " + year + ", a year (got 9000h0m0s) (from environment variable HEARTH_PREWARM_REWARM_CHECK)"},
+		{"HEARTH_REFRESH_LOAD_TIMEOUT", "1", `refresh.load_timeout: a duration needs a unit, e.g. "1s" (got 1) (from environment variable HEARTH_REFRESH_LOAD_TIMEOUT)`},
+		{"HEARTH_LEADER_RENEW_INTERVAL", "1", `leader.renew_interval: a duration needs a unit, e.g. "1s" (got 1) (from environment variable HEARTH_LEADER_RENEW_INTERVAL)`},
+		{"HEARTH_LEADER_RETRY_PERIOD", "1ns", "leader.retry_period: must be 0 (1s or lease/5) or at least 10ms (got 1ns) (from environment variable HEARTH_LEADER_RETRY_PERIOD)"},
+		{"HEARTH_ACCESS_LOG_ROLLUP_INTERVAL", "0.5", `access_log.rollup_interval: a duration needs a unit, e.g. "0.5s" (got 0.5) (from environment variable HEARTH_ACCESS_LOG_ROLLUP_INTERVAL)`},
+		{"HEARTH_REDIS_READ_TIMEOUT", "1", `redis.read_timeout: a duration needs a unit, e.g. "1s" (got 1) (from environment variable HEARTH_REDIS_READ_TIMEOUT)`},
+		{"HEARTH_REDIS_READ_TIMEOUT", "1ns", "redis.read_timeout: must be at least 10ms (got 1ns) (from environment variable HEARTH_REDIS_READ_TIMEOUT)"},
 		{"HEARTH_REDIS_ADDRS", "127.0.0.1:6379,nowhere", `redis.addrs[1]: must be host:port (got "nowhere") (from environment variable HEARTH_REDIS_ADDRS)`},
 		{"HEARTH_REDIS_NAMESPACE", "p", `keys[p].key: template "p:{id}" can name a key inside Hearth's own namespace (p or p:…, redis.namespace): use another prefix or namespace`},
 	} {
@@ -125,7 +132,16 @@ func TestEveryNumberChecked(t *testing.T) {
 		switch {
 		case v.Type() == reflect.TypeFor[time.Duration]():
 			n++
-			try(t, cfg, path, v, reflect.ValueOf(config.MaxDuration+time.Hour), "must be at most 8760h0m0s, a year (got 8761h0m0s)")
+			b, ok := config.BoundFor(listItemName.ReplaceAllString(path, "[]"))
+			if !ok {
+				t.Errorf("%s has no bound", path)
+				return
+			}
+			msg := fmt.Sprintf("must be at most %s (got %s)", b.Max, b.Max+time.Hour)
+			if b.Max == config.MaxDuration {
+				msg = "must be at most 8760h0m0s, a year (got 8761h0m0s)"
+			}
+			try(t, cfg, path, v, reflect.ValueOf(b.Max+time.Hour), msg)
 			return
 		case v.Kind() == reflect.Float64:
 			n++
@@ -168,6 +184,8 @@ func TestEveryNumberChecked(t *testing.T) {
 		t.Errorf("visited %d number fields; the walk missed part of the struct", n)
 	}
 }
+
+var listItemName = regexp.MustCompile(`\[[^\]]*\]`)
 
 // try sets the field v of cfg to x, validates, puts the old value back, and
 // wants "path: msg" in the error.

@@ -83,30 +83,18 @@ func (cfg *Config) hotSet(mf *MembersFrom, s *warmer.Spec, add func(field, forma
 	}
 
 	switch {
-	case h.TopN < 1 || h.TopN > maxTopN:
-		add(path+".top_n", "must be between 1 and %d (got %d)", maxTopN, h.TopN)
+	case h.TopN < 1 || h.TopN > maxTopN: // out of its bound (config.Bounds): reported there
 	case s.MaxMembers > 0 && out.Limit() > s.MaxMembers:
 		add(path+".top_n", "top_n × (1 + hysteresis) = %d is more than max_members %d", out.Limit(), s.MaxMembers)
 	}
 	switch {
-	case out.Window < 0:
-		add(path+".window", "must be > 0, 0 for prewarm.window (got %s)", out.Window)
 	case out.Window < a.Bucket:
 		add(path+".window", "must be at least access_log.bucket %s (got %s%s)", a.Bucket, out.Window, inherited(h.Window != 0, "prewarm.window"))
 	case a.Retention > 0 && out.Window > a.Retention:
 		add(path+".window", "must be at most access_log.retention %s: older reads are deleted (got %s%s)", a.Retention, out.Window, inherited(h.Window != 0, "prewarm.window"))
 	}
-	switch {
-	case out.RankInterval < minHotRankInterval:
-		add(path+".rank_interval", "must be at least %s, 0 for access_log.rank_interval (got %s%s)", minHotRankInterval, out.RankInterval, inherited(h.RankInterval != 0, "access_log.rank_interval"))
-	case out.RankInterval > out.Window && out.Window > 0:
+	if out.RankInterval > out.Window && out.Window > 0 {
 		add(path+".rank_interval", "must be at most the window %s, or the hot set trails traffic by more than it ranks (got %s)", out.Window, out.RankInterval)
-	}
-	if !(out.Hysteresis >= 0 && out.Hysteresis <= 1) {
-		add(path+".hysteresis", "must be between 0 and 1, a fraction of top_n (got %g)", out.Hysteresis)
-	}
-	if out.DemoteAfter < 1 || out.DemoteAfter > maxDemoteAfter {
-		add(path+".demote_after", "must be between 1 and %d rankings, 0 for %d (got %d)", maxDemoteAfter, DefaultDemoteAfter, h.DemoteAfter)
 	}
 	return out
 }

@@ -14,7 +14,7 @@ type Leader struct {
 	Enabled bool `mapstructure:"enabled"`
 	// Lease is how long the lease outlives the leader's last renewal, and so
 	// the longest a crashed leader keeps the standbys waiting. Zero picks
-	// DefaultLease, or a shorter one that fits the refresh margin (see
+	// DefaultLease, or a shorter one that fits the takeover margin (see
 	// LeaseTiming).
 	Lease time.Duration `mapstructure:"lease"`
 	// RenewInterval is how often the leader renews (default lease/3).
@@ -38,9 +38,10 @@ const (
 // margin it must fit in.
 type LeaseTiming struct {
 	Lease, RenewInterval, RetryPeriod time.Duration
-	// Margin is the smallest refresh margin of any declaration: smallest
-	// jittered TTL − interval − load timeout, the time a key survives past a
-	// missed refresh. Zero when no declaration is valid.
+	// Margin is the smallest takeover margin of any declaration: how long
+	// after its leader crashed a standby may take over and still catch up
+	// every key of it before one expires (see Fits). Zero when no
+	// declaration is valid.
 	Margin time.Duration
 	// MarginPath names the declaration with that margin (keys[name]).
 	MarginPath string
@@ -50,38 +51,52 @@ type LeaseTiming struct {
 	Auto bool
 }
 
-// Fits reports whether a standby taking over after a crash (lease + retry
-// period after the leader's last renewal, at worst) still finds every hot key
-// alive: lease + retry period < margin.
+// Takeover is the longest a standby takes to take over after the leader
+// crashed: the lease outlives the leader's last renewal by Lease, and the
+// standby's next attempt comes at most TakeoverWait(RetryPeriod) later (its
+// campaign may be backing off after a failed attempt).
+func (t LeaseTiming) Takeover() time.Duration { return t.Lease + TakeoverWait(t.RetryPeriod) }
+
+// Fits reports whether a standby taking over after a crash still finds every
+// hot key alive: Takeover() < Margin.
 func (t LeaseTiming) Fits() bool {
-	return t.Margin <= 0 || t.Lease+t.RetryPeriod < t.Margin
+	return t.MarginPath == "" || t.Takeover() < t.Margin
 }
 
 // LeaseTiming resolves the lease's timing. An unset lease is DefaultLease, or,
-// if DefaultLease + DefaultRetryPeriod do not fit the smallest refresh margin,
-// half that margin but not below MinAutoLease; an unset retry period is
-// DefaultRetryPeriod or lease/5, whichever is shorter.
+// if that does not fit the smallest takeover margin, half that margin but not
+// below MinAutoLease; an unset retry period is DefaultRetryPeriod or lease/5,
+// whichever is shorter (so that an automatic lease + TakeoverWait(lease/5) =
+// 1.96 × lease fits twice the lease).
 // It is resolved once, by Validate: zero on a config that has not passed it.
 func (cfg *Config) LeaseTiming() LeaseTiming { return cfg.lease }
 
 // leaseTiming resolves the lease's timing from the specs Validate built (one
 // per key, nil for a key with problems).
+//
+// The takeover margin of a declaration: its leader writes a key at w and
+// crashes at c just before the next write would land, c ≤ w + Gap (see
+// refreshTiming); the key expires at w + MinTTL ≥ c + MinTTL − Gap. The
+// standby holds the lease by c + Takeover(), and its catch-up rewrites the key
+// within load_timeout + catchUpSlack more. So a takeover never loses a key
+// when Takeover() < MinTTL − Gap − load_timeout − catchUpSlack = Margin.
 func (cfg *Config) leaseTiming(specs []*warmer.Spec) LeaseTiming {
 	var t LeaseTiming
 	for i, s := range specs {
-		if s == nil || s.Interval <= 0 {
+		if s == nil || !timeable(s, cfg.Refresh.Spread) {
 			continue
 		}
 		k := cfg.Keys[i]
-		m := s.MinTTL() - s.Interval - s.LoadTimeout
+		rt := refreshTiming(s, k, cfg.Refresh.Spread)
+		m := rt.Margin() - s.LoadTimeout - catchUpSlack
 		if t.MarginPath == "" || m < t.Margin {
 			t.Margin = m
 			t.MarginPath = fmt.Sprintf("keys[%d]", i)
 			if nameRe.MatchString(k.Name) {
 				t.MarginPath = fmt.Sprintf("keys[%s]", k.Name)
 			}
-			t.MarginWhy = fmt.Sprintf("smallest jittered ttl %s − interval %s − load_timeout %s",
-				s.MinTTL().Round(time.Millisecond), s.Interval, s.LoadTimeout)
+			t.MarginWhy = fmt.Sprintf("smallest jittered ttl %s − (%s) − catch-up load_timeout %s − slack %s",
+				rt.MinTTL.Round(time.Millisecond), rt.Terms, s.LoadTimeout, catchUpSlack)
 		}
 	}
 	l := cfg.Leader
@@ -89,7 +104,7 @@ func (cfg *Config) leaseTiming(specs []*warmer.Spec) LeaseTiming {
 	t.Lease = l.Lease
 	if t.Lease == 0 {
 		t.Lease = DefaultLease
-		if t.Margin > 0 && DefaultLease+DefaultRetryPeriod >= t.Margin {
+		if t.MarginPath != "" && DefaultLease+TakeoverWait(DefaultRetryPeriod) >= t.Margin {
 			t.Lease = min(DefaultLease, max(t.Margin/2, MinAutoLease))
 		}
 	}
@@ -106,15 +121,8 @@ func (cfg *Config) leaseTiming(specs []*warmer.Spec) LeaseTiming {
 
 func (cfg *Config) validateLeader(c *checker, t LeaseTiming) {
 	l := cfg.Leader
-	if l.Lease < 0 || (l.Lease > 0 && l.Lease < MinLease) {
-		c.add("leader.lease", "must be at least %s (got %s)", MinLease, l.Lease)
+	if c.flagged["leader.lease"] || c.flagged["leader.retry_period"] || c.flagged["leader.renew_interval"] {
 		return
-	}
-	if l.RenewInterval < 0 {
-		c.add("leader.renew_interval", "must be > 0 (got %s)", l.RenewInterval)
-	}
-	if l.RetryPeriod < 0 {
-		c.add("leader.retry_period", "must be > 0 (got %s)", l.RetryPeriod)
 	}
 	if l.RenewInterval > 0 && l.RenewInterval >= t.Lease {
 		c.add("leader.renew_interval", "must be shorter than leader.lease %s (got %s)", t.Lease, l.RenewInterval)
@@ -122,7 +130,7 @@ func (cfg *Config) validateLeader(c *checker, t LeaseTiming) {
 	if !l.Enabled || t.Auto || t.Fits() {
 		return
 	}
-	c.add("leader.lease", "lease %s + retry_period %s must be shorter than the refresh margin %s of %s (%s): "+
+	c.add("leader.lease", "lease %s + campaign backoff %s (%d × retry_period %s, +%g%%) = %s must be shorter than the takeover margin %s of %s (%s): "+
 		"a standby taking over after a crash would find that key expired; shorten the lease or lengthen the ttl",
-		t.Lease, t.RetryPeriod, t.Margin.Round(time.Millisecond), t.MarginPath, t.MarginWhy)
+		t.Lease, TakeoverWait(t.RetryPeriod), CampaignBackoff, t.RetryPeriod, CampaignJitter*100, t.Takeover(), t.Margin.Round(time.Millisecond), t.MarginPath, t.MarginWhy)
 }

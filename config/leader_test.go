@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,34 +38,36 @@ func TestLeaseTiming(t *testing.T) {
 		fits                bool
 	}{
 		{
-			// config.yaml: 54s − 30s − 5s leaves 19s; the defaults fit.
+			// 54s − (30s + 5s + 50ms) − (5s + 250ms) leaves 13.7s: the
+			// defaults (5s + 4 × 1s × 1.2 = 9.8s) fit.
 			name: "defaults with ttl 60s", yaml: leaderConfig("60s", "5s", 0.2, ""),
-			lease: 5 * time.Second, renew: 5 * time.Second / 3, retry: time.Second, margin: 19 * time.Second, fits: true,
+			lease: 5 * time.Second, renew: 5 * time.Second / 3, retry: time.Second, margin: 13700 * time.Millisecond, fits: true,
 		},
 		{
-			// 6s − 3s − 1s leaves 2s: the lease shrinks to half of it.
-			name: "short ttl shortens the default lease", yaml: leaderConfig("6s", "1s", 0, ""),
-			lease: time.Second, renew: time.Second / 3, retry: 200 * time.Millisecond, margin: 2 * time.Second, fits: true,
+			// 10s − 6.05s − 1.25s leaves 2.7s: the lease shrinks to half of
+			// it, and 1.35s + 4.8 × 270ms fit.
+			name: "short ttl shortens the default lease", yaml: leaderConfig("10s", "1s", 0, ""),
+			lease: 1350 * time.Millisecond, renew: 450 * time.Millisecond, retry: 270 * time.Millisecond, margin: 2700 * time.Millisecond, fits: true,
 		},
 		{
-			// 16s − 8s − 1s leaves 7s: 5s + 1s fit, the defaults stay.
-			name: "defaults when they fit", yaml: leaderConfig("16s", "1s", 0, ""),
-			lease: 5 * time.Second, renew: 5 * time.Second / 3, retry: time.Second, margin: 7 * time.Second, fits: true,
+			// 26s − 14.05s − 1.25s leaves 10.7s: 9.8s fit, the defaults stay.
+			name: "defaults when they fit", yaml: leaderConfig("26s", "1s", 0, ""),
+			lease: 5 * time.Second, renew: 5 * time.Second / 3, retry: time.Second, margin: 10700 * time.Millisecond, fits: true,
 		},
 		{
-			// 12s − 6s − 1s leaves 5s: 5s + 1s do not fit.
-			name: "margin below the defaults", yaml: leaderConfig("12s", "1s", 0, ""),
-			lease: 2500 * time.Millisecond, renew: 2500 * time.Millisecond / 3, retry: 500 * time.Millisecond, margin: 5 * time.Second, fits: true,
+			// 20s − 11.05s − 1.25s leaves 7.7s: 9.8s do not fit.
+			name: "margin below the defaults", yaml: leaderConfig("20s", "1s", 0, ""),
+			lease: 3850 * time.Millisecond, renew: 3850 * time.Millisecond / 3, retry: 770 * time.Millisecond, margin: 7700 * time.Millisecond, fits: true,
 		},
 		{
-			// 3.6s − 2s − 1s leaves 600ms: the lease stops at 1s, and the
-			// daemon warns instead of refusing a config nobody tuned.
+			// 3.6s − 3.05s − 1.25s leaves nothing: the lease stops at 1s,
+			// and the daemon warns instead of refusing a config nobody tuned.
 			name: "tiny margin keeps the minimum lease", yaml: leaderConfig("4s", "1s", 0.2, ""),
-			lease: time.Second, renew: time.Second / 3, retry: 200 * time.Millisecond, margin: 600 * time.Millisecond, fits: false,
+			lease: time.Second, renew: time.Second / 3, retry: 200 * time.Millisecond, margin: -700 * time.Millisecond, fits: false,
 		},
 		{
-			name: "explicit values", yaml: leaderConfig("60s", "5s", 0.2, "leader:\n  lease: 8s\n  renew_interval: 2s\n  retry_period: 3s"),
-			lease: 8 * time.Second, renew: 2 * time.Second, retry: 3 * time.Second, margin: 19 * time.Second, fits: true,
+			name: "explicit values", yaml: leaderConfig("60s", "5s", 0.2, "leader:\n  lease: 8s\n  renew_interval: 2s\n  retry_period: 1s"),
+			lease: 8 * time.Second, renew: 2 * time.Second, retry: time.Second, margin: 13700 * time.Millisecond, fits: true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,7 +95,15 @@ func TestLeaseTiming(t *testing.T) {
 		t.Setenv("HEARTH_LEADER_LEASE", "30s")
 		_, err := config.Parse("test.yaml", []byte(leaderConfig("60s", "5s", 0.2, "")))
 		if err == nil {
-			t.Fatal("a 30s lease against a 19s margin was accepted")
+			t.Fatal("a 30s lease against a 13.7s margin was accepted")
+		}
+	})
+	t.Run("the campaign's backoff counts", func(t *testing.T) {
+		// 8s + 3s fit in 13.7s, but a standby backing off waits up to 4 × 3s × 1.2.
+		_, err := config.Parse("test.yaml", []byte(leaderConfig("60s", "5s", 0.2, "leader:\n  lease: 8s\n  retry_period: 3s")))
+		want := "test.yaml: leader.lease: lease 8s + campaign backoff 14.4s (4 × retry_period 3s, +20%) = 22.4s must be shorter than the takeover margin 13.7s of keys[product]"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
 		}
 	})
 	t.Run("disabled", func(t *testing.T) {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
@@ -89,17 +92,54 @@ func decode(name string, data []byte) (*Config, error) {
 	var expandErrs []Problem
 	hook := mapstructure.ComposeDecodeHookFunc(
 		expandHook(&expandErrs),
+		unitHook,
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 	)
 	if err := v.UnmarshalExact(&cfg, viper.DecodeHook(hook)); err != nil {
-		return nil, &Error{File: name, Problems: decodeProblems(err)}
+		return nil, &Error{File: name, Problems: locate(&doc, decodeProblems(err))}
 	}
 	if len(expandErrs) > 0 {
 		return nil, &Error{File: name, Problems: expandErrs}
 	}
 	cfg.File = name
 	return &cfg, nil
+}
+
+// errNoUnit is the message of a duration written without a unit.
+const errNoUnit = "a duration needs a unit"
+
+// unitHook refuses a duration written as a bare number (1, 1.5, "1"): the
+// decoder would read it as nanoseconds, so that interval: 1 meant 1 ns, while
+// the same value from the environment failed to parse. Only 0 may stand
+// bare: it is the same in every unit.
+func unitHook(from, to reflect.Type, data any) (any, error) {
+	if to != durationType {
+		return data, nil
+	}
+	var x float64
+	switch v := data.(type) {
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		x = reflect.ValueOf(v).Convert(reflect.TypeFor[float64]()).Float()
+	case float32, float64:
+		x = reflect.ValueOf(v).Float()
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return data, nil // a duration with a unit, or not a number at all
+		}
+		x = f
+	default:
+		return data, nil
+	}
+	if x == 0 {
+		return time.Duration(0), nil
+	}
+	suggest := strconv.FormatFloat(x, 'g', -1, 64) + "s"
+	if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+		suggest = "1s"
+	}
+	return nil, fmt.Errorf("%s, e.g. %q (got %v)", errNoUnit, suggest, data)
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
@@ -213,4 +253,67 @@ func nodeItemPath(path string, i int, n *yaml.Node) string {
 		}
 	}
 	return fmt.Sprintf("%s[%d]", path, i)
+}
+
+var pathSegment = regexp.MustCompile(`^([^\[]+)(?:\[([0-9]+)\])?$`)
+
+// locate names the list items of the decoder's paths as validation does
+// (keys[0].ttl becomes keys[p].ttl) and adds the line of the value in the
+// file, when the file holds it and no HEARTH_… variable overrides it.
+func locate(doc *yaml.Node, ps []Problem) []Problem {
+	for i, p := range ps {
+		if p.Path == "" || doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+			continue
+		}
+		n := doc.Content[0]
+		var named []string
+		line := 0
+		for _, seg := range strings.Split(p.Path, ".") {
+			m := pathSegment.FindStringSubmatch(seg)
+			if m == nil || n == nil {
+				named, n = nil, nil
+				break
+			}
+			var key *yaml.Node
+			key, n = lookup(n, m[1])
+			if key != nil {
+				line = key.Line
+			}
+			name := m[1]
+			if m[2] != "" && n != nil && n.Kind == yaml.SequenceNode {
+				idx, _ := strconv.Atoi(m[2])
+				if idx < len(n.Content) {
+					name = nodeItemPath(name, idx, n.Content[idx])
+					n = n.Content[idx]
+					line = n.Line
+				} else {
+					n = nil
+				}
+			} else if m[2] != "" {
+				name += "[" + m[2] + "]"
+			}
+			named = append(named, name)
+		}
+		if n == nil {
+			continue
+		}
+		ps[i].Path = strings.Join(named, ".")
+		if v, ok := os.LookupEnv(EnvVar(p.Path)); !ok || v == "" {
+			ps[i].Line = line
+		}
+	}
+	return ps
+}
+
+// lookup finds a mapping's key, ignoring case as viper does.
+func lookup(n *yaml.Node, name string) (key, value *yaml.Node) {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		if strings.EqualFold(n.Content[j].Value, name) {
+			return n.Content[j], n.Content[j+1]
+		}
+	}
+	return nil, nil
 }

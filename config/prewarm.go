@@ -1,7 +1,6 @@
 package config
 
 import (
-	"math"
 	"time"
 )
 
@@ -88,42 +87,11 @@ func (cfg *Config) validatePrewarm(c *checker, sourceTypes map[string]string) {
 			c.add("access_log.source", "must name a postgres source (%q is %s)", a.Source, typ)
 		}
 	}
-	switch {
-	case a.Bucket < time.Second:
-		c.add("access_log.bucket", "must be at least 1s (got %s)", a.Bucket)
-	case a.Bucket > maxBucket:
-		c.add("access_log.bucket", "must be at most %s (got %s)", maxBucket, a.Bucket)
-	case a.Bucket%time.Second != 0:
-		c.add("access_log.bucket", "must be a whole number of seconds (got %s)", a.Bucket)
-	}
-	if a.RollupInterval < 0 {
-		c.add("access_log.rollup_interval", "must be >= 0, 0 disables the roll-up (got %s)", a.RollupInterval)
-	}
-	if a.RankInterval < 0 || (a.RankInterval > 0 && a.RankInterval < time.Second) {
-		c.add("access_log.rank_interval", "must be 0 (rank live) or at least 1s (got %s)", a.RankInterval)
-	}
-	if a.Retention < 0 {
-		c.add("access_log.retention", "must be >= 0, 0 keeps every row (got %s)", a.Retention)
-	} else if a.Retention > 0 && a.Retention < p.Window {
+	if a.Retention > 0 && a.Retention < p.Window {
 		c.add("access_log.retention", "must be 0 (keep every row) or at least prewarm.window %s (got %s)", p.Window, a.Retention)
 	}
 
-	if p.TopN < 0 || p.TopN > maxTopN {
-		c.add("prewarm.top_n", "must be between 0 and %d (got %d)", maxTopN, p.TopN)
-	}
-	switch {
-	case p.Window <= 0:
-		c.add("prewarm.window", "must be > 0 (got %s)", p.Window)
-	case p.Window < a.Bucket:
+	if p.Window < a.Bucket {
 		c.add("prewarm.window", "must be at least access_log.bucket %s (got %s)", a.Bucket, p.Window)
-	}
-	if p.Concurrency < 1 || p.Concurrency > maxPrewarmConcurrency {
-		c.add("prewarm.concurrency", "must be between 1 and %d (got %d)", maxPrewarmConcurrency, p.Concurrency)
-	}
-	if p.Rate < 0 || math.IsNaN(p.Rate) || math.IsInf(p.Rate, 0) {
-		c.add("prewarm.rate", "must be a number >= 0 of batch loads per second, 0 for no bound (got %g)", p.Rate)
-	}
-	if p.RewarmCheck < 0 || (p.RewarmCheck > 0 && p.RewarmCheck < minRewarmCheck) {
-		c.add("prewarm.rewarm_check", "must be 0 (off) or at least %s (got %s)", minRewarmCheck, p.RewarmCheck)
 	}
 }

@@ -99,40 +99,10 @@ func (s Source) Guard(m *protect.GuardMetrics, log zerolog.Logger) protect.Guard
 	return g
 }
 
+// validate checks what the bounds table cannot: one field against another.
 func (p Protection) validate(c *checker, path string) {
-	if p.MaxInFlight < 0 || p.MaxInFlight > 1024 {
-		c.add(path+".max_in_flight", "must be between 1 and 1024 (got %d)", p.MaxInFlight)
-	}
-	if p.Rate != nil && (*p.Rate < 0 || *p.Rate != *p.Rate) {
-		c.add(path+".rate", "must be >= 0 calls per second, 0 for unlimited (got %g)", *p.Rate)
-	}
-	if p.Burst < 0 {
-		c.add(path+".burst", "must be >= 1 (got %d)", p.Burst)
-	}
-	if p.AttemptTimeout < 0 {
-		c.add(path+".attempt_timeout", "must be > 0 (got %s)", p.AttemptTimeout)
-	}
-	if p.Retries != nil && (*p.Retries < 0 || *p.Retries > 10) {
-		c.add(path+".retries", "must be between 0 and 10 (got %d)", *p.Retries)
-	}
-	if p.RetryBackoff < 0 {
-		c.add(path+".retry_backoff", "must be > 0 (got %s)", p.RetryBackoff)
-	}
-	if p.RetryMaxBackoff < 0 {
-		c.add(path+".retry_max_backoff", "must be > 0 (got %s)", p.RetryMaxBackoff)
-	} else if p.RetryMaxBackoff > 0 && p.RetryBackoff > p.RetryMaxBackoff {
+	if p.RetryMaxBackoff > 0 && p.RetryBackoff > p.RetryMaxBackoff {
 		c.add(path+".retry_max_backoff", "must be at least retry_backoff %s (got %s)", p.RetryBackoff, p.RetryMaxBackoff)
-	}
-	if f := p.Breaker.Failures; f != nil && (*f < 0 || *f > 1000) {
-		c.add(path+".breaker.failures", "must be between 0 (no breaker) and 1000 (got %d)", *f)
-	}
-	if p.Breaker.OpenFor < 0 {
-		c.add(path+".breaker.open_for", "must be > 0 (got %s)", p.Breaker.OpenFor)
-	} else if p.Breaker.OpenFor > 0 && p.Breaker.OpenFor < 100*time.Millisecond {
-		c.add(path+".breaker.open_for", "must be at least 100ms (got %s)", p.Breaker.OpenFor)
-	}
-	if pi := p.Breaker.ProbeInterval; pi < 0 || (pi > 0 && pi < 100*time.Millisecond) {
-		c.add(path+".breaker.probe_interval", "must be at least 100ms (got %s)", pi)
 	}
 }
 

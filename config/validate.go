@@ -100,7 +100,6 @@ func (cfg *Config) Validate() error {
 	default:
 		c.add("log.format", "must be auto, json or console (got %q)", cfg.Log.Format)
 	}
-	cfg.validateRefresh(c)
 	types := cfg.validateSources(c)
 	perKey := cfg.validateKeys(c, types)
 	lease := cfg.leaseTiming(perKey)
@@ -124,59 +123,11 @@ func (cfg *Config) validateRedis(c *checker) {
 			c.add(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port (got %q)", a)
 		}
 	}
-	if r.PoolSize < 0 {
-		c.add("redis.pool_size", "must be >= 0, 0 for the client's default (got %d)", r.PoolSize)
-	}
-	if r.DB < 0 {
-		c.add("redis.db", "must be >= 0 (got %d)", r.DB)
-	}
 	if r.DB != 0 && len(r.Addrs) > 1 && r.MasterName == "" {
 		c.add("redis.db", "a cluster has only database 0 (got %d)", r.DB)
 	}
-	for _, f := range []struct {
-		path string
-		d    time.Duration
-	}{{"redis.dial_timeout", r.DialTimeout}, {"redis.read_timeout", r.ReadTimeout}, {"redis.write_timeout", r.WriteTimeout}} {
-		if f.d <= 0 {
-			c.add(f.path, "must be > 0 (got %s)", f.d)
-		}
-	}
 	if !nameRe.MatchString(r.Namespace) {
 		c.add("redis.namespace", "must be 1-64 letters, digits, '_', '.' or '-' (got %q)", r.Namespace)
-	}
-}
-
-func (cfg *Config) validateRefresh(c *checker) {
-	r := cfg.Refresh
-	if r.MaxConcurrentLoads < 1 {
-		c.add("refresh.max_concurrent_loads", "must be >= 1 (got %d)", r.MaxConcurrentLoads)
-	}
-	if r.BatchSize < 1 {
-		c.add("refresh.batch_size", "must be >= 1 (got %d)", r.BatchSize)
-	}
-	if r.LoadTimeout <= 0 {
-		c.add("refresh.load_timeout", "must be > 0 (got %s)", r.LoadTimeout)
-	}
-	if !(r.Spread >= 0 && r.Spread <= 0.9) {
-		c.add("refresh.spread", "must be between 0 and 0.9 of the interval (got %g)", r.Spread)
-	}
-	if r.ShutdownTimeout <= 0 {
-		c.add("refresh.shutdown_timeout", "must be > 0 (got %s)", r.ShutdownTimeout)
-	}
-	if !(r.Jitter >= 0 && r.Jitter < 1) {
-		c.add("refresh.jitter", "must be >= 0 and < 1 (got %g)", r.Jitter)
-	}
-	if r.NegativeTTL <= 0 {
-		c.add("refresh.negative_ttl", "must be > 0 (got %s)", r.NegativeTTL)
-	}
-	if r.MaxStale < 0 {
-		c.add("refresh.max_stale", "must be >= 0 (got %s)", r.MaxStale)
-	}
-	if r.MaxValueBytes < 1 {
-		c.add("refresh.max_value_bytes", "must be >= 1 (got %d)", r.MaxValueBytes)
-	}
-	if r.MaxMembers < 1 {
-		c.add("refresh.max_members", "must be >= 1 (got %d)", r.MaxMembers)
 	}
 }
 
@@ -201,12 +152,6 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 			} else if _, err := pgconn.ParseConfig(s.DSN); err != nil {
 				c.add(path+".dsn", "cannot be parsed (value withheld: it may hold a password)")
 			}
-			if s.MaxConns < 0 {
-				c.add(path+".max_conns", "must be >= 0 (got %d)", s.MaxConns)
-			}
-			if s.StatementTimeout < 0 {
-				c.add(path+".statement_timeout", "must be >= 0 (got %s)", s.StatementTimeout)
-			}
 			for _, f := range setFields(field{"base_url", s.BaseURL != ""}, field{"headers", len(s.Headers) > 0}, field{"timeout", s.Timeout != 0}, field{"health_path", s.HealthPath != ""}, field{"redirects", s.Redirects != ""}) {
 				c.add(path+"."+f, "is not valid for a postgres source")
 			}
@@ -217,19 +162,13 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 			} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				c.add(path+".base_url", "must be an absolute http(s) URL (got %q)", redactURL(s.BaseURL))
 			}
-			if s.Timeout <= 0 {
-				c.add(path+".timeout", "must be > 0 (got %s)", s.Timeout)
-			}
-			if s.Concurrency < 0 {
-				c.add(path+".concurrency", "must be >= 0 (got %d)", s.Concurrency)
+			if s.Timeout == 0 {
+				c.add(path+".timeout", "is required for an http source, e.g. 5s")
 			}
 			switch s.Redirects {
 			case "", "same-host", "none", "any":
 			default:
 				c.add(path+".redirects", "must be same-host, none or any (got %q)", s.Redirects)
-			}
-			if s.MaxBodyBytes < 0 {
-				c.add(path+".max_body_bytes", "must be >= 0, 0 for the default (got %d)", s.MaxBodyBytes)
 			}
 			checkHeaders(c, path+".headers", s.Headers)
 			if s.HealthPath != "" && !strings.HasPrefix(s.HealthPath, "/") {
@@ -372,10 +311,7 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 		add("key", "%v", err)
 		return nil, ps
 	}
-	if k.MaxParamLen < 0 || k.MaxParamLen > 1024 {
-		add("max_param_len", "must be between 1 and 1024 (got %d)", k.MaxParamLen)
-	}
-	t, err = t.WithMemberRules(k.ParamPattern, k.MaxParamLen)
+	t, err = t.WithMemberRules(k.ParamPattern, min(max(k.MaxParamLen, 0), 1024))
 	if err != nil {
 		add("param_pattern", "%v", err)
 	}
@@ -426,60 +362,17 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 		s.MaxValueBytes = k.MaxValueBytes
 	}
 
-	switch {
-	case k.TTL <= 0:
-		add("ttl", "must be > 0 (got %s)", k.TTL)
-	case k.TTL < 100*time.Millisecond:
-		add("ttl", "must be at least 100ms (got %s)", k.TTL)
-	case k.TTL > MaxDuration:
-		add("ttl", "must be at most %s, a year (got %s)", MaxDuration, k.TTL)
-	}
-	inherited := func(set bool, from string) string {
-		if set {
-			return ""
-		}
-		return ", inherited from " + from
-	}
-	if !(s.Jitter >= 0 && s.Jitter < 1) {
-		add("jitter", "must be >= 0 and < 1 (got %g%s)", s.Jitter, inherited(k.Jitter != nil, "refresh.jitter"))
-	}
-	switch {
-	case s.LoadTimeout <= 0:
-		add("load_timeout", "must be > 0 (got %s%s)", s.LoadTimeout, inherited(k.LoadTimeout != 0, "refresh.load_timeout"))
-	case s.LoadTimeout > MaxDuration:
-		add("load_timeout", "must be at most %s, a year (got %s%s)", MaxDuration, s.LoadTimeout, inherited(k.LoadTimeout != 0, "refresh.load_timeout"))
-	}
 	if k.TTL > 0 {
 		half := k.TTL / 2
 		switch {
-		case k.Interval < 0:
-			add("interval", "must be > 0 (got %s)", k.Interval)
 		case k.Interval == 0:
 			s.Interval = half
 		case k.Interval > half:
 			add("interval", "must be at most ttl/2 = %s (got %s)", half, k.Interval)
 		}
-		if s.Interval > 0 && s.Jitter >= 0 && s.Jitter < 1 && s.LoadTimeout > 0 && s.LoadTimeout <= MaxDuration && k.TTL <= MaxDuration {
-			if need := s.Interval + s.LoadTimeout; s.MinTTL() <= need {
-				add("ttl", "smallest jittered ttl %s must exceed refresh interval %s + load timeout %s (got ttl %s, jitter %g)",
-					s.MinTTL().Round(time.Millisecond), s.Interval, s.LoadTimeout, k.TTL, s.Jitter)
-			}
+		if s.NegativeTTL > k.TTL {
+			add("negative_ttl", "must be at most ttl %s (got %s)", k.TTL, s.NegativeTTL)
 		}
-		if s.NegativeTTL <= 0 || s.NegativeTTL > k.TTL {
-			add("negative_ttl", "must be > 0 and at most ttl %s (got %s)", k.TTL, s.NegativeTTL)
-		}
-	}
-	if s.MaxStale < 0 {
-		add("max_stale", "must be >= 0 (got %s)", s.MaxStale)
-	}
-	if s.MaxValueBytes < 1 {
-		add("max_value_bytes", "must be >= 1 (got %d)", s.MaxValueBytes)
-	}
-	if s.BatchSize < 1 {
-		add("batch_size", "must be >= 1 (got %d)", s.BatchSize)
-	}
-	if s.MaxMembers < 1 {
-		add("max_members", "must be >= 1 (got %d)", s.MaxMembers)
 	}
 	if t.IsFamily() {
 		switch {
@@ -508,8 +401,23 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 	if t.IsFamily() && k.MembersFrom != nil {
 		s.HotSet = cfg.hotSet(k.MembersFrom, s, add)
 	}
+	if timeable(s, r.Spread) {
+		if p, bad := checkTiming(refreshTiming(s, k, r.Spread), k.TTL, s.Jitter); bad {
+			ps = append(ps, p)
+		}
+	}
 	return s, ps
 }
+
+// timeable reports whether the figures the timing rule reads are each in
+// bounds (else they have their own problems, and the rule is not run).
+func timeable(s *warmer.Spec, spread float64) bool {
+	return s.Interval >= MinInterval && s.TTL >= 100*time.Millisecond && s.TTL <= MaxDuration &&
+		s.LoadTimeout >= MinTimeout && s.LoadTimeout <= MaxDuration && !badJitter(s.Jitter) && !badJitter(spread)
+}
+
+// badJitter reports a fraction the bounds table refuses (its own problem).
+func badJitter(x float64) bool { return !(x >= 0 && x < 1) }
 
 func truncate(s string) string {
 	if len(s) > 40 {

@@ -17,8 +17,19 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/warmer"
 )
+
+// MinPeriod is the shortest period the scheduler accepts for any job: gocron
+// computing the next run of a 1 ns interval loops for ever (and its Shutdown
+// never returns), so a shorter period is refused, whatever config let it
+// through.
+const MinPeriod = config.MinPeriod
+
+// shutdownGrace is how long Close still waits for gocron once its context
+// ended and the runs were cancelled, before it abandons the scheduler.
+const shutdownGrace = 100 * time.Millisecond
 
 // Refresher is the part of the warmer the scheduler drives.
 type Refresher interface {
@@ -173,6 +184,9 @@ func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 		}
 	}
 	interval := spec.Interval
+	if interval < MinPeriod {
+		return fmt.Errorf("schedule %s: interval %s is below the scheduler's minimum %s", name, interval, MinPeriod)
+	}
 	spread := time.Duration(float64(interval) * s.opts.Spread)
 	log := s.log.With().Str("family", name).Logger()
 	task := func() {
@@ -238,7 +252,9 @@ func (s *Scheduler) NextRun(name string) (time.Time, bool) {
 }
 
 // Close stops scheduling, lets in-flight runs finish their current batches until
-// ctx is done, then abandons them.
+// ctx is done, then abandons them. It never waits on gocron past ctx (and a
+// short grace once the runs are cancelled): a scheduler that does not stop
+// is logged and left behind, so a shutdown always ends.
 func (s *Scheduler) Close(ctx context.Context) error {
 	close(s.drain)
 	done := make(chan error, 1)
@@ -248,8 +264,16 @@ func (s *Scheduler) Close(ctx context.Context) error {
 		s.cancel()
 		return err
 	case <-ctx.Done():
-		s.cancel()
-		err := <-done
-		return errors.Join(fmt.Errorf("drain: %w", context.Cause(ctx)), err)
+	}
+	s.cancel()
+	drain := fmt.Errorf("drain: %w", context.Cause(ctx))
+	t := time.NewTimer(shutdownGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return errors.Join(drain, err)
+	case <-t.C:
+		s.log.Error().Dur("grace", shutdownGrace).Msg("scheduler did not stop: abandoned")
+		return errors.Join(drain, fmt.Errorf("scheduler shutdown abandoned: %w", context.DeadlineExceeded))
 	}
 }

@@ -28,6 +28,9 @@ func (s *Scheduler) addNegative(spec *warmer.Spec, now time.Time) error {
 		return nil
 	}
 	name := spec.Name
+	if every < MinPeriod {
+		return fmt.Errorf("schedule %s negative re-check: every %s is below the scheduler's minimum %s", name, every, MinPeriod)
+	}
 	log := s.log.With().Str("family", name).Logger()
 	task := func() {
 		out, err := nr.RefreshNegatives(s.runCtx, name)

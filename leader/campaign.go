@@ -54,7 +54,7 @@ func New(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registere
 	t := cfg.LeaseTiming()
 	if !t.Fits() {
 		log.Warn().Dur("lease", t.Lease).Dur("retry_period", t.RetryPeriod).Dur("margin", t.Margin).Str("declaration", t.MarginPath).
-			Msg("leader lease + retry period exceed the refresh margin: after a leader crash that key may expire before a standby takes over")
+			Msg("leader lease + campaign backoff exceed the takeover margin: after a leader crash that key may expire before a standby takes over")
 	}
 	store := NewFencedStore(FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg, Logger: log})
 	lease, err := NewLease(LeaseOptions{

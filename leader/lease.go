@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/hstate"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -291,8 +292,9 @@ func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 	defer closeSub()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = l.opts.RetryPeriod
-	bo.MaxInterval = 4 * l.opts.RetryPeriod
-	bo.RandomizationFactor = 0.2
+	// config's timing rule counts this backoff (config.TakeoverWait).
+	bo.MaxInterval = config.CampaignBackoff * l.opts.RetryPeriod
+	bo.RandomizationFactor = config.CampaignJitter
 	bo.Multiplier = 2
 	bo.Reset()
 	minGap := l.opts.RetryPeriod / 10

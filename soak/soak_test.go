@@ -33,11 +33,12 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
-// The soak's config. A family of soakKeys members, TTL 6 s refreshed every
-// 2 s (jitter 0.1: the smallest TTL is 5.7 s, so the refresh margin is
-// 5.7 − 2 − 1 = 2.7 s, above lease + retry period 1.8 s).
+// The soak's config. A family of soakKeys members (one batch), TTL 8 s
+// refreshed every 2 s (jitter 0.1: the smallest TTL is 7.6 s, so the takeover
+// margin is 7.6 − (2 + 1 + 0.05) − (1 + 0.25) = 3.3 s, above lease + the
+// campaign's longest backoff, 1.5 + 4 × 0.3 × 1.2 = 2.94 s).
 var params = soak.Params{
-	TTL: 6 * time.Second, Interval: 2 * time.Second, LoadTimeout: time.Second, Spread: 0.5,
+	TTL: 8 * time.Second, Interval: 2 * time.Second, LoadTimeout: time.Second, Spread: 0.5,
 	Lease: 1500 * time.Millisecond, Retry: 300 * time.Millisecond,
 	MaxStale:       60 * time.Second,
 	RewarmCheck:    time.Second,

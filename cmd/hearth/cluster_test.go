@@ -142,11 +142,11 @@ prewarm: {rewarm_check: 500ms}
 sources:
   - {name: db, type: postgres, dsn: %q, max_conns: 8, breaker: {failures: 1000, open_for: 1s}}
 keys:
-  - {name: top, key: "top", source: db, ttl: 14s, interval: 3s, query: "SELECT 'top'"}
+  - {name: top, key: "top", source: db, ttl: 26s, interval: 3s, query: "SELECT 'top'"}
   - name: item
     key: "item:{id}"
     source: db
-    ttl: 14s
+    ttl: 26s
     interval: 3s
     param_pattern: "[0-9]{1,6}"
     members_query: "SELECT id::text FROM items ORDER BY id"

@@ -71,6 +71,7 @@ log:
 refresh:
   batch_size: 100
   load_timeout: 500ms
+  spread: 0.3
   shutdown_timeout: 5s
 sources:
   - name: db

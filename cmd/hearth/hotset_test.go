@@ -37,7 +37,6 @@ func TestHotSetFollowsTrafficOnTheLeader(t *testing.T) {
 redis: {addrs: [%q], namespace: %q}
 http: {listen: %q}
 log: {level: debug, format: json}
-leader: {lease: 1s}
 prewarm: {enabled: false}
 sources: [{name: catalog, type: postgres, dsn: %q}]
 access_log: {source: catalog, rollup_interval: 0, rank_interval: 0}

@@ -86,7 +86,7 @@ type timing struct {
 	ttl, interval, loadTimeout, lease, retry time.Duration
 }
 
-var shortTiming = timing{ttl: 6 * time.Second, interval: 3 * time.Second, loadTimeout: time.Second, lease: testLease, retry: testRetry}
+var shortTiming = timing{ttl: 8 * time.Second, interval: 3 * time.Second, loadTimeout: time.Second, lease: testLease, retry: testRetry}
 
 func newSetup(t *testing.T, redisAddr string, client *redis.Client, prefix string, up *upstream, tm timing) *setup {
 	t.Helper()
@@ -369,7 +369,7 @@ func TestLeaderPausedIsFenced(t *testing.T) {
 	up := newUpstream(t)
 	// The pause below must not outlast the load timeout: the paused leader's
 	// load has to complete and reach Redis for the fence to be tested.
-	tm := timing{ttl: 20 * time.Second, interval: 2 * time.Second, loadTimeout: 8 * time.Second, lease: testLease, retry: testRetry}
+	tm := timing{ttl: 22 * time.Second, interval: 2 * time.Second, loadTimeout: 8 * time.Second, lease: testLease, retry: testRetry}
 	s := newSetup(t, env.Addr, env.Client, env.Prefix, up, tm)
 	a := s.start(t, "a")
 	leading(t, a, 30*time.Second)
@@ -442,6 +442,9 @@ func TestLeaderSIGTERMHandsOver(t *testing.T) {
 	// only polled would miss it; the release announcement makes it.
 	tm := shortTiming
 	tm.retry = 900 * time.Millisecond
+	// A takeover after a crash may wait 1s + 4 × 900ms × 1.2: the TTL leaves
+	// room for it, or validation refuses the explicit retry period.
+	tm.ttl = 12 * time.Second
 	s := newSetup(t, env.Addr, env.Client, env.Prefix, up, tm)
 	a := s.start(t, "a")
 	leading(t, a, 30*time.Second)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -45,10 +46,32 @@ func (e *exitError) Unwrap() error { return e.err }
 
 func fail(code int, err error) error { return &exitError{code: code, err: err} }
 
+// abortGrace is how long a second signal leaves the command to abort by
+// itself (the daemon abandons its drain and exits) before the process ends
+// regardless: a second SIGTERM or SIGINT always ends it, even when a
+// component is stuck.
+const abortGrace = time.Second
+
 func main() {
+	// Registered before the context's own handler sees a signal, so that no
+	// signal is missed between the first and the second.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go exitOnSecondSignal(sigs, abortGrace, os.Stderr, os.Exit)
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitOnSecondSignal lets the first signal drain (the command's context
+// ends), and on the second gives the command grace to abort by itself, then
+// exits with exitFail whatever is still running.
+func exitOnSecondSignal(sigs <-chan os.Signal, grace time.Duration, stderr io.Writer, exit func(int)) {
+	<-sigs
+	<-sigs
+	time.Sleep(grace)
+	fmt.Fprintln(stderr, "hearth: second signal: still not stopped after", grace, "- exiting")
+	exit(exitFail)
 }
 
 // run executes the command line and returns the process exit code.

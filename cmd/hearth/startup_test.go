@@ -137,7 +137,6 @@ func TestStartupLoadSlowFirstBatchNoGap(t *testing.T) {
 redis: {addrs: [%q], namespace: %q}
 log: {level: debug, format: json}
 refresh: {batch_size: 2, max_concurrent_loads: 1, spread: 0, jitter: 0, load_timeout: 4s, negative_ttl: 1s}
-leader: {lease: 1s, retry_period: 250ms}
 sources:
   - {name: api, type: http, base_url: %q, timeout: 4s}
 keys:

@@ -61,6 +61,12 @@ var (
 	_ warmer.MemberLister = (*Source)(nil)
 )
 
+// statementTimeoutMS is d in PostgreSQL's whole milliseconds, rounded up: a
+// sub-millisecond timeout truncated to 0 would switch the timeout off.
+func statementTimeoutMS(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // New builds the pool; it does not connect until Ping or the first load.
 func New(cfg Config) (*Source, error) {
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
@@ -71,7 +77,7 @@ func New(cfg Config) (*Source, error) {
 		pc.MaxConns = int32(cfg.MaxConns)
 	}
 	if cfg.StatementTimeout > 0 {
-		pc.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+		pc.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(statementTimeoutMS(cfg.StatementTimeout), 10)
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "hearth"
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)

@@ -1,0 +1,218 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hearth-dev/hearth/config"
+)
+
+// numberFields lists, from the Config type (not a value: a list need not
+// have an item), the table path of every duration and number field.
+func numberFields(t reflect.Type, path string, out *[]string) {
+	switch t.Kind() {
+	case reflect.Pointer:
+		numberFields(t.Elem(), path, out)
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Struct {
+			numberFields(t.Elem(), path+"[]", out)
+		}
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+			switch {
+			case !f.IsExported() || name == "-":
+			case opts == "squash":
+				numberFields(f.Type, path, out)
+			default:
+				numberFields(f.Type, strings.TrimPrefix(path+"."+name, "."), out)
+			}
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Float32, reflect.Float64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		*out = append(*out, path)
+	}
+}
+
+// TestEveryFieldBounded: every duration and number of the config has an
+// entry in config.Bounds, of its kind, and every entry names a field. A
+// field added without one fails here.
+func TestEveryFieldBounded(t *testing.T) {
+	var fields []string
+	numberFields(reflect.TypeFor[config.Config](), "", &fields)
+	if len(fields) < 50 {
+		t.Fatalf("found %d number fields; the walk missed part of the struct", len(fields))
+	}
+	kinds := map[string]bool{}
+	var visit func(reflect.Type, string)
+	visit = func(rt reflect.Type, path string) {
+		switch rt.Kind() {
+		case reflect.Pointer:
+			visit(rt.Elem(), path)
+		case reflect.Slice:
+			visit(rt.Elem(), path+"[]")
+		case reflect.Struct:
+			for i := range rt.NumField() {
+				f := rt.Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+				switch {
+				case !f.IsExported() || name == "-":
+				case opts == "squash":
+					visit(f.Type, path)
+				default:
+					visit(f.Type, strings.TrimPrefix(path+"."+name, "."))
+				}
+			}
+		default:
+			kinds[path] = rt == reflect.TypeFor[time.Duration]()
+		}
+	}
+	visit(reflect.TypeFor[config.Config](), "")
+	seen := map[string]bool{}
+	for _, f := range fields {
+		seen[f] = true
+		b, ok := config.BoundFor(f)
+		if !ok {
+			t.Errorf("%s has no entry in config.Bounds", f)
+			continue
+		}
+		if b.IsDuration() != kinds[f] {
+			t.Errorf("%s: bound is a duration %v, field is a duration %v", f, b.IsDuration(), kinds[f])
+		}
+	}
+	for _, b := range config.Bounds {
+		if !seen[b.Path] {
+			t.Errorf("config.Bounds has %s, which is no number field of the config", b.Path)
+		}
+	}
+}
+
+// TestBoundsDocumented: docs/configuration.md prints config.Bounds as
+// BoundsMarkdown renders it. HEARTH_UPDATE_DOCS=1 rewrites the doc.
+func TestBoundsDocumented(t *testing.T) {
+	const path = "../docs/configuration.md"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	i := strings.Index(doc, "<!-- bounds:begin")
+	j := strings.Index(doc, "<!-- bounds:end -->")
+	if i < 0 || j < i {
+		t.Fatalf("%s has no bounds:begin / bounds:end markers", path)
+	}
+	i += strings.Index(doc[i:], "\n") + 1
+	want := config.BoundsMarkdown()
+	if doc[i:j] == want {
+		return
+	}
+	if os.Getenv("HEARTH_UPDATE_DOCS") != "" {
+		if err := os.WriteFile(path, []byte(doc[:i]+want+doc[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s's bounds table differs from config.Bounds; run HEARTH_UPDATE_DOCS=1 go test ./config -run TestBoundsDocumented\nwant:\n%s", path, want)
+}
+
+// TestBareNumbersRefused: a duration written as a bare number is refused,
+// naming the field, in the file and in the environment alike, and 0 stays
+// accepted bare.
+func TestBareNumbersRefused(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"refresh: {load_timeout: 1}", `refresh.load_timeout: a duration needs a unit, e.g. "1s" (got 1)`},
+		{"refresh: {load_timeout: -2}", `refresh.load_timeout: a duration needs a unit, e.g. "1s" (got -2)`},
+		{"refresh: {load_timeout: .nan}", `refresh.load_timeout: a duration needs a unit, e.g. "1s" (got NaN)`},
+		{"refresh: {load_timeout: 1e300}", `refresh.load_timeout: a duration needs a unit, e.g. "1e+300s" (got 1e+300)`},
+		{"leader: {retry_period: \" 2 \"}", `leader.retry_period: a duration needs a unit, e.g. "2s" (got  2 )`},
+		{"prewarm: {rewarm_check: 0.25}", `prewarm.rewarm_check: a duration needs a unit, e.g. "0.25s" (got 0.25)`},
+	} {
+		_, err := config.Parse("bare.yaml", []byte(tc.yaml+"\n"+base))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	t.Run("in a list item, by name and line", func(t *testing.T) {
+		_, err := config.Parse("bare.yaml", []byte(strings.Replace(base, "    ttl: 60s\n", "    ttl: 60s\n    interval: 1\n", 1)))
+		if want := `bare.yaml:11: keys[p].interval: a duration needs a unit, e.g. "1s" (got 1)`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
+	})
+	t.Run("0 stays bare", func(t *testing.T) {
+		if _, err := config.Parse("zero.yaml", []byte("prewarm: {rewarm_check: 0}\naccess_log: {rollup_interval: \"0\"}\n"+base)); err != nil {
+			t.Errorf("bare 0 refused: %v", err)
+		}
+	})
+	t.Run("environment and file agree", func(t *testing.T) {
+		t.Setenv("HEARTH_REFRESH_LOAD_TIMEOUT", "1")
+		_, err := config.Parse("env.yaml", []byte(base))
+		var ce *config.Error
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), `env.yaml: refresh.load_timeout: a duration needs a unit, e.g. "1s" (got 1) (from environment variable HEARTH_REFRESH_LOAD_TIMEOUT)`) {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+// TestEdgeDurations: the values that used to pass validation and then spin a
+// loop or switch a timeout off are each refused with their field.
+func TestEdgeDurations(t *testing.T) {
+	key := func(extra string) string {
+		return strings.Replace(base, "    ttl: 60s\n", "    ttl: 60s\n    "+extra+"\n", 1)
+	}
+	src := func(extra string) string {
+		return strings.Replace(base, "    dsn: postgres://u@127.0.0.1/test\n", "    dsn: postgres://u@127.0.0.1/test\n    "+extra+"\n", 1)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{key("interval: 1ns"), "keys[p].interval: must be 0 (ttl/2) or at least 100ms (got 1ns)"},
+		{key("interval: 99ms"), "keys[p].interval: must be 0 (ttl/2) or at least 100ms (got 99ms)"},
+		{"leader: {renew_interval: 1ns}\n" + base, "leader.renew_interval: must be 0 (lease/3) or at least 10ms (got 1ns)"},
+		{"leader: {retry_period: 1ms}\n" + base, "leader.retry_period: must be 0 (1s or lease/5) or at least 10ms (got 1ms)"},
+		{"access_log: {rollup_interval: 1ns}\n" + base, "access_log.rollup_interval: must be 0 (no roll-up) or at least 1s (got 1ns)"},
+		{src("statement_timeout: 500us"), "sources[db].statement_timeout: must be 0 (no timeout) or at least 1ms (got 500µs)"},
+		{src("statement_timeout: 1ns"), "sources[db].statement_timeout: must be 0 (no timeout) or at least 1ms (got 1ns)"},
+		{src("statement_timeout: 2500us"), "sources[db].statement_timeout: must be a whole number of milliseconds (got 2.5ms)"},
+		{"redis: {read_timeout: 1ns}\n" + base, "redis.read_timeout: must be at least 10ms (got 1ns)"},
+		{"redis: {dial_timeout: 1ms}\n" + base, "redis.dial_timeout: must be at least 10ms (got 1ms)"},
+		{"refresh: {shutdown_timeout: 1ns}\n" + base, "refresh.shutdown_timeout: must be at least 100ms (got 1ns)"},
+		{key("notify: {channel: c, coalesce: 1ns}"), "keys[p].notify.coalesce: must be 0 (the default 20ms) or at least 1ms (got 1ns)"},
+	} {
+		_, err := config.Parse("edge.yaml", []byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), "edge.yaml: "+tc.want) {
+			t.Errorf("err = %v\nwant %q", err, tc.want)
+		}
+	}
+}
+
+// TestTimingRule: the tight config (members written at the start of one run
+// and at the end of the next's spread, plus a load) is refused; the same
+// family with a shorter spread, just inside the rule, is accepted.
+func TestTimingRule(t *testing.T) {
+	const family = `sources:
+  - {name: db, type: postgres, dsn: "postgres://u@127.0.0.1/test"}
+keys:
+  - {name: p, key: "p:{id}", source: db, ttl: 4s, interval: 2s, members_query: "SELECT id FROM t", query: "SELECT id, v FROM t WHERE id = ANY($1)"}
+`
+	_, err := config.Parse("tight.yaml", []byte("refresh: {spread: 0.5, load_timeout: 1s, jitter: 0.2}\n"+family))
+	if want := "tight.yaml: keys[p].ttl: smallest jittered ttl 3.6s is not longer than 2 × interval 2s"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("tight config: err = %v, want %q", err, want)
+	}
+	// 2s + 0.4s + 1s + 50ms = 3.45s < 3.6s.
+	if _, err := config.Parse("inside.yaml", []byte("refresh: {spread: 0.2, load_timeout: 1s, jitter: 0.2}\n"+family)); err != nil {
+		t.Errorf("a config inside the rule was refused: %v", err)
+	}
+	// A listed family of one batch has no spread to wait for.
+	one := strings.Replace(family, `members_query: "SELECT id FROM t"`, `members: ["1", "2"]`, 1)
+	if _, err := config.Parse("one.yaml", []byte("refresh: {spread: 0.5, load_timeout: 1s, jitter: 0.2}\n"+one)); err != nil {
+		t.Errorf("a one-batch family was refused: %v", err)
+	}
+	// Two batches: the second is paced half the spread later: 2s + 0.5s + 1s + 50ms < 3.6s.
+	two := strings.Replace(one, "ttl: 4s,", "ttl: 4s, batch_size: 1,", 1)
+	if _, err := config.Parse("two.yaml", []byte("refresh: {spread: 0.5, load_timeout: 1s, jitter: 0.2}\n"+two)); err != nil {
+		t.Errorf("a two-batch family inside the rule was refused: %v", err)
+	}
+}

@@ -1,0 +1,123 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// Slack in the timing rules.
+const (
+	// writeSlack covers what load_timeout does not bound in a scheduled
+	// write: the timer firing late, the wait for a load slot, the write's
+	// round trip to Redis.
+	writeSlack = 50 * time.Millisecond
+	// catchUpSlack is warmer's: a takeover's catch-up adds it to every
+	// horizon (see warmer.Horizon).
+	catchUpSlack = 250 * time.Millisecond
+)
+
+// Campaign timing, as leader.Lease campaigns: a standby tries every
+// retry_period ±10% while another instance holds the lease, and after a
+// failed attempt backs off exponentially up to CampaignBackoff × retry_period
+// ±CampaignJitter. The lease reads these constants, so the rule and the
+// campaign cannot drift apart.
+const (
+	CampaignBackoff = 4
+	CampaignJitter  = 0.2
+)
+
+// TakeoverWait is the longest a standby waits between two attempts to take
+// the lease: the campaign's full backoff with its jitter.
+func TakeoverWait(retry time.Duration) time.Duration {
+	return time.Duration(float64(retry) * CampaignBackoff * (1 + CampaignJitter))
+}
+
+// Timing is what the timing rule found for one declaration.
+type Timing struct {
+	// Gap is the longest time between two writes of one of its keys by a
+	// healthy leader; MinTTL the smallest jittered TTL those writes set.
+	Gap, MinTTL time.Duration
+	// Terms spell Gap out, for messages ("interval 2s + spread 1s + ...").
+	Terms string
+}
+
+// Margin is how long a key outlives a missed write: MinTTL − Gap.
+func (t Timing) Margin() time.Duration { return t.MinTTL - t.Gap }
+
+// refreshTiming is the timing rule of a declaration: a key never expires
+// while the leader and the origin are healthy iff MinTTL > Gap.
+//
+// Derivation. A scheduled run starts every interval I, and never overlaps
+// the previous one (gocron's singleton mode, reschedule: a tick that finds
+// the run still going is skipped). A healthy load takes at most
+// load_timeout, and a write lands within writeSlack of its load.
+//
+// One batch (a single key, or a family whose listed members fit one batch):
+// the run ends with its only write, at w ≤ start + load_timeout; the next
+// tick comes at most I after w, and its write at most load_timeout + slack
+// after that:
+//
+//	Gap = I + load_timeout + slack
+//
+// Several batches: they are paced over spread × I (the last of n batches is
+// sent at spread × I × (n−1)/n, where n counts the listed members and the
+// most the hot set may add; a family listed by a query has an n unknown
+// here, so the whole spread × I), so a run lasts up to
+// run = pace + load_timeout + slack. A member may be written at the very
+// start of one run and in the last batch of the next, and the next run
+// starts at the first tick after this one ended, skipped = ⌊run / I⌋ ticks
+// later than the following one:
+//
+//	Gap = (1 + skipped) × I + run
+//
+// Every other write — takeover catch-up, pre-warm, re-warm, an admin
+// refresh, a change-driven refresh — is out of phase but sets a full jittered
+// TTL (at least MinTTL) at some moment t, and the key's next scheduled write
+// is still within Gap of t: an out-of-phase write only ever pushes an expiry
+// later, never the next scheduled write. So a key written once stays alive
+// while MinTTL > Gap, whatever mix of writes it gets.
+func refreshTiming(s *warmer.Spec, k Key, spread float64) Timing {
+	t := Timing{MinTTL: s.MinTTL()}
+	n := 1 // batches, 0 when a query lists the members (how many is unknown)
+	if s.Template.IsFamily() {
+		n = 0
+		members := len(k.Members)
+		if s.HotSet != nil {
+			members += s.HotSet.Limit() // the hot set holds at most this many more
+		}
+		if k.MembersQuery == "" && (k.MembersFrom == nil || s.HotSet != nil) && s.BatchSize > 0 {
+			n = max(1, (members+s.BatchSize-1)/s.BatchSize)
+		}
+	}
+	if n == 1 {
+		t.Gap = s.Interval + s.LoadTimeout + writeSlack
+		t.Terms = fmt.Sprintf("interval %s + load_timeout %s + slack %s", s.Interval, s.LoadTimeout, writeSlack)
+		return t
+	}
+	pace := time.Duration(float64(s.Interval) * spread)
+	if n > 1 {
+		pace = pace / time.Duration(n) * time.Duration(n-1)
+	}
+	run := pace + s.LoadTimeout + writeSlack
+	skipped := run / s.Interval
+	t.Gap = (1+skipped)*s.Interval + run
+	first := "interval " + s.Interval.String()
+	if skipped > 0 {
+		first = fmt.Sprintf("%d × interval %s (a run of up to %s skips %d ticks)", 1+skipped, s.Interval, run, skipped)
+	}
+	t.Terms = fmt.Sprintf("%s + spread %s + load_timeout %s + slack %s", first, pace, s.LoadTimeout, writeSlack)
+	return t
+}
+
+// checkTiming reports a declaration whose keys could expire between two
+// writes (see refreshTiming).
+func checkTiming(t Timing, ttl time.Duration, jitter float64) (Problem, bool) {
+	if t.MinTTL > t.Gap {
+		return Problem{}, false
+	}
+	return Problem{Path: "ttl", Msg: fmt.Sprintf(
+		"smallest jittered ttl %s is not longer than %s = %s: a key could expire between two refreshes (ttl %s, jitter %g); lengthen the ttl or shorten the interval",
+		t.MinTTL.Round(time.Millisecond), t.Terms, t.Gap, ttl, jitter)}, true
+}

@@ -1,0 +1,44 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/sources/postgres"
+)
+
+// TestStatementTimeoutRoundsUp: the session's statement_timeout, read back
+// from a pool connection, is the configured duration in whole milliseconds
+// rounded up: a sub-millisecond value never becomes '0', which PostgreSQL
+// reads as no timeout at all.
+func TestStatementTimeoutRoundsUp(t *testing.T) {
+	pg := testenv.Postgres(t)
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{500 * time.Microsecond, "1ms"},
+		{time.Nanosecond, "1ms"},
+		{1500 * time.Microsecond, "2ms"},
+		{250 * time.Millisecond, "250ms"},
+		{2 * time.Second, "2s"},
+	} {
+		src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 1, StatementTimeout: tc.d, Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = src.Pool().QueryRow(context.Background(), "SHOW statement_timeout").Scan(&got)
+		src.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("statement_timeout %s: the session has %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
