@@ -313,9 +313,11 @@ func TestXFetchDistribution(t *testing.T) {
 	}
 	const n = 3000
 	for _, r := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
-		env.Client.PExpire(ctx, key, r)
 		before := decided()
 		for range n {
+			// The TTL is set before every read: r must not shrink with the
+			// wall time the reads take (seconds on a loaded machine).
+			env.Client.PExpire(ctx, key, r)
 			v, err := c.GetOrLoad(ctx, key, blocked)
 			if err != nil || string(v) != "v" {
 				t.Fatalf("read: %q, %v (the current value must be served)", v, err)
