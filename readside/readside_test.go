@@ -11,13 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hearth-dev/hearth/internal/promtest"
-	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
+	"github.com/hearth-dev/hearth/readside/internal/rstest"
 )
 
 func TestMissThenHitAndNegative(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	ns := env.Prefix + "ns"
@@ -48,7 +47,7 @@ func TestMissThenHitAndNegative(t *testing.T) {
 		if n := env.Client.Exists(ctx, readside.LockKey(ns, key)).Val(); n != 0 {
 			t.Error("lock left behind")
 		}
-		if got := promtest.Sum(t, reg, "hearth_readside_hits_total", "kind", "value"); got != 2 {
+		if got := rstest.Sum(t, reg, "hearth_readside_hits_total", "kind", "value"); got != 2 {
 			t.Errorf("hits: %v, want 2", got)
 		}
 	})
@@ -84,7 +83,7 @@ func TestMissThenHitAndNegative(t *testing.T) {
 // TestPanickingLoader: every waiting caller gets ErrPanic, the process lives,
 // the lock is released and the next call loads.
 func TestPanickingLoader(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	ns, key := env.Prefix+"ns", env.Prefix+"p"
@@ -96,8 +95,8 @@ func TestPanickingLoader(t *testing.T) {
 	for i := range errs {
 		wg.Go(func() { _, errs[i] = c.GetOrLoad(ctx, key, panicky) })
 	}
-	testenv.Eventually(t, 10*time.Second, "callers waiting", func() bool {
-		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 10
+	rstest.Eventually(t, 10*time.Second, "callers waiting", func() bool {
+		return rstest.Sum(t, reg, "hearth_readside_misses_total") == 10
 	})
 	close(start)
 	wg.Wait()
@@ -106,7 +105,7 @@ func TestPanickingLoader(t *testing.T) {
 			t.Errorf("caller %d: %v, want ErrPanic", i, err)
 		}
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_loads_total", "result", "panic"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_loads_total", "result", "panic"); got != 1 {
 		t.Errorf("panicked loads: %v, want 1", got)
 	}
 	if n := env.Client.Exists(ctx, readside.LockKey(ns, key)).Val(); n != 0 {
@@ -121,7 +120,7 @@ func TestPanickingLoader(t *testing.T) {
 // TestCancelledCaller: a caller that gives up returns at once; the load it
 // started goes on for the other caller, and runs once.
 func TestCancelledCaller(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	reg := prometheus.NewRegistry()
 	key := env.Prefix + "c"
 	c := newCache(t, env.Client, reg, readside.Options{Namespace: env.Prefix + "ns"})
@@ -139,13 +138,13 @@ func TestCancelledCaller(t *testing.T) {
 	ctx1, cancel := context.WithCancel(context.Background())
 	err1 := make(chan error, 1)
 	go func() { _, err := c.GetOrLoad(ctx1, key, load); err1 <- err }()
-	testenv.Eventually(t, 10*time.Second, "first caller loading", func() bool {
-		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 1
+	rstest.Eventually(t, 10*time.Second, "first caller loading", func() bool {
+		return rstest.Sum(t, reg, "hearth_readside_misses_total") == 1
 	})
 	res2 := make(chan []byte, 1)
 	go func() { v, _ := c.GetOrLoad(context.Background(), key, load); res2 <- v }()
-	testenv.Eventually(t, 10*time.Second, "second caller waiting", func() bool {
-		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 2
+	rstest.Eventually(t, 10*time.Second, "second caller waiting", func() bool {
+		return rstest.Sum(t, reg, "hearth_readside_misses_total") == 2
 	})
 	cancel()
 	if err := <-err1; !errors.Is(err, context.Canceled) {
@@ -164,7 +163,7 @@ func TestCancelledCaller(t *testing.T) {
 // to another process; when it finishes, its release leaves the new holder's
 // lock (another token) in place.
 func TestSlowLoaderKeepsOthersLock(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"slow"
 	opts := readside.Options{Namespace: ns, LockTTL: 300 * time.Millisecond, LockWait: 10 * time.Second}
@@ -179,7 +178,7 @@ func TestSlowLoaderKeepsOthersLock(t *testing.T) {
 		doneA <- err
 	}()
 	var tokenA string
-	testenv.Eventually(t, 10*time.Second, "A holds the lock", func() bool {
+	rstest.Eventually(t, 10*time.Second, "A holds the lock", func() bool {
 		tokenA = env.Client.Get(ctx, readside.LockKey(ns, key)).Val()
 		return tokenA != ""
 	})
@@ -215,7 +214,7 @@ func TestSlowLoaderKeepsOthersLock(t *testing.T) {
 
 // TestFallbacks: a lock held by someone else for longer than LockWait.
 func TestFallbacks(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns := env.Prefix + "ns"
 	reg := prometheus.NewRegistry()
@@ -248,10 +247,10 @@ func TestFallbacks(t *testing.T) {
 			}
 		})
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_fallbacks_total", "reason", "lock_timeout"); got != 4 {
+	if got := rstest.Sum(t, reg, "hearth_readside_fallbacks_total", "reason", "lock_timeout"); got != 4 {
 		t.Errorf("fallbacks: %v, want 4", got)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "fallback"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "fallback"); got != 1 {
 		t.Errorf("stale served: %v, want 1", got)
 	}
 }
@@ -259,7 +258,7 @@ func TestFallbacks(t *testing.T) {
 // TestStaleOnLoaderError: the stale copy outlives the value by StaleFor and is
 // served when the loader fails; without it the error is returned.
 func TestStaleOnLoaderError(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"s"
 	reg := prometheus.NewRegistry()
@@ -276,7 +275,7 @@ func TestStaleOnLoaderError(t *testing.T) {
 	if err != nil || string(v) != "good" {
 		t.Fatalf("got %q, %v; want the stale copy", v, err)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "loader_error"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "loader_error"); got != 1 {
 		t.Errorf("stale served: %v, want 1", got)
 	}
 	env.Client.Del(ctx, readside.StaleKey(ns, key)) // past the bound
@@ -289,7 +288,7 @@ func TestStaleOnLoaderError(t *testing.T) {
 // clock by exactly that) and β = 1, a read with r left refreshes early with
 // probability exp(−r/δβ), drawn from a seeded RNG.
 func TestXFetchDistribution(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"x"
 	reg := prometheus.NewRegistry()
@@ -309,13 +308,17 @@ func TestXFetchDistribution(t *testing.T) {
 	block := make(chan struct{})
 	blocked := func(context.Context) ([]byte, error) { <-block; return []byte("refreshed"), nil }
 	decided := func() float64 {
-		return promtest.Sum(t, reg, "hearth_readside_early_refreshes_total")
+		return rstest.Sum(t, reg, "hearth_readside_early_refreshes_total")
 	}
 	const n = 3000
 	for _, r := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
-		env.Client.PExpire(ctx, key, r)
 		before := decided()
-		for range n {
+		for i := range n {
+			if i%20 == 0 {
+				// Reset r often: reads take real time, and on a loaded
+				// machine r would shrink through the run.
+				env.Client.PExpire(ctx, key, r)
+			}
 			v, err := c.GetOrLoad(ctx, key, blocked)
 			if err != nil || string(v) != "v" {
 				t.Fatalf("read: %q, %v (the current value must be served)", v, err)
@@ -329,14 +332,14 @@ func TestXFetchDistribution(t *testing.T) {
 			t.Errorf("r = %s: fraction %.4f, want %.4f ± 4σ", r, got, p)
 		}
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got != 1 {
 		t.Errorf("refreshes started: %v, want 1 (one in flight at a time)", got)
 	}
 	close(block)
-	testenv.Eventually(t, 10*time.Second, "refresh written", func() bool {
+	rstest.Eventually(t, 10*time.Second, "refresh written", func() bool {
 		return env.Client.Get(ctx, key).Val() == "refreshed"
 	})
-	if got := promtest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
 		t.Errorf("misses: %v, want 1", got)
 	}
 }
@@ -354,7 +357,7 @@ func TestXFetchRefreshesBeforeExpiryLocal(t *testing.T) {
 }
 
 func xfetchBeforeExpiry(t *testing.T, local readside.LocalOptions) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	key := env.Prefix + "live"
 	reg := prometheus.NewRegistry()
@@ -367,14 +370,14 @@ func xfetchBeforeExpiry(t *testing.T, local readside.LocalOptions) {
 		}
 		time.Sleep(5 * time.Millisecond) // a reader's pace, not a wait for an outcome
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got < 2 {
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got < 2 {
 		t.Errorf("early refreshes: %v, want ≥ 2 in 4 s of a 1.5 s TTL", got)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
 		t.Errorf("misses: %v, want 1 (the first read): every expiry was pre-empted", got)
 	}
 	if local.Size > 0 {
-		lh, rh := promtest.Sum(t, reg, "hearth_readside_local_hits_total"), promtest.Sum(t, reg, "hearth_readside_hits_total")
+		lh, rh := rstest.Sum(t, reg, "hearth_readside_local_hits_total"), rstest.Sum(t, reg, "hearth_readside_hits_total")
 		t.Logf("local hits %v, Redis hits %v", lh, rh)
 		if lh < 10*rh {
 			t.Errorf("local hits %v, Redis hits %v: want most reads from memory", lh, rh)
@@ -385,7 +388,7 @@ func xfetchBeforeExpiry(t *testing.T, local readside.LocalOptions) {
 // TestForeignDelta: a δ that is no number of milliseconds is ignored and
 // counted; the value is served and no early refresh is started.
 func TestForeignDelta(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns := env.Prefix + "ns"
 	reg := prometheus.NewRegistry()
@@ -398,10 +401,10 @@ func TestForeignDelta(t *testing.T) {
 			t.Fatalf("δ %q: %q, %v", bad, v, err)
 		}
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_foreign_values_total", "what", "delta"); got != 5 {
+	if got := rstest.Sum(t, reg, "hearth_readside_foreign_values_total", "what", "delta"); got != 5 {
 		t.Errorf("foreign δ counted: %v, want 5", got)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total"); got != 0 {
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total"); got != 0 {
 		t.Errorf("early refreshes: %v, want 0", got)
 	}
 }
@@ -409,7 +412,7 @@ func TestForeignDelta(t *testing.T) {
 // TestAccessRecording: sampled reads land in Hearth's bucket, ZINCRBY'd by
 // the sample weight, with the safety-net TTL.
 func TestAccessRecording(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns := env.Prefix + "ns"
 	clock := newFakeClock(time.Unix(1_800_000_030, 0))
@@ -488,7 +491,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // another process has already refreshed the value (it has more TTL left than
 // the read that decided saw) does not load again.
 func TestEarlyRefreshDoubleChecks(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	key := env.Prefix + "dc"
 	reg := prometheus.NewRegistry()
@@ -502,7 +505,7 @@ func TestEarlyRefreshDoubleChecks(t *testing.T) {
 	if runs != 1 {
 		t.Errorf("loads %d, want 1: a value refreshed meanwhile was loaded again", runs)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got != 1 {
 		t.Errorf("done_elsewhere: %v, want 1", got)
 	}
 	readside.RefreshEarly(c, key, load, 2*time.Hour) // nothing rewrote it since
