@@ -71,7 +71,9 @@ func runHelper(kind string) error {
 			var wg sync.WaitGroup
 			errs := make(chan error, goroutines)
 			for g := range goroutines {
-				wg.Go(func() {
+				wg.Add(1) // not wg.Go: this module builds with Go 1.24
+				go func() {
+					defer wg.Done()
 					rng := rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(g)))
 					for _, i := range rng.Perm(nKeys) {
 						key := prefix + "k:" + strconv.Itoa(i)
@@ -81,7 +83,7 @@ func runHelper(kind string) error {
 							return
 						}
 					}
-				})
+				}()
 			}
 			wg.Wait()
 			close(errs)

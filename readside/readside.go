@@ -253,7 +253,11 @@ func New(opts Options) (*Cache, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{o: o, rdb: o.Client, m: newMetrics(o.Registerer), log: log, refreshing: map[string]bool{}, near: nr}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cache{o: o, rdb: o.Client, m: m, log: log, refreshing: map[string]bool{}, near: nr}
 	if o.AccessSample > 0 {
 		c.acc = newRecorder(c)
 		c.wg.Add(1)
@@ -313,10 +317,12 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader, opts ...
 		c.acc.record(key)
 	}
 	if v, ok, err := c.local(key, load, co); ok {
+		c.m.readHit.Inc()
 		return v, err
 	}
 	e, err := c.read(ctx, key)
 	if err == nil && e.found {
+		c.m.readHit.Inc()
 		v, err := c.answer(e)
 		if err == nil && c.early(e) {
 			c.refreshEarly(key, load, co, e.remaining)
@@ -329,6 +335,7 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader, opts ...
 		}
 		c.m.redisErrors.WithLabelValues("read").Inc()
 	}
+	c.m.readMiss.Inc()
 	c.m.misses.Inc()
 	return c.coalesce(ctx, key, load, co)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,7 +94,8 @@ func TestPanickingLoader(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 10)
 	for i := range errs {
-		wg.Go(func() { _, errs[i] = c.GetOrLoad(ctx, key, panicky) })
+		wg.Add(1) // not wg.Go: this module builds with Go 1.24
+		go func() { defer wg.Done(); _, errs[i] = c.GetOrLoad(ctx, key, panicky) }()
 	}
 	rstest.Eventually(t, 10*time.Second, "callers waiting", func() bool {
 		return rstest.Sum(t, reg, "hearth_readside_misses_total") == 10
@@ -514,5 +516,81 @@ func TestEarlyRefreshDoubleChecks(t *testing.T) {
 	}
 	if n := env.Client.Exists(ctx, readside.LockKey(env.Prefix+"ns", key)).Val(); n != 0 {
 		t.Error("lock left behind")
+	}
+}
+
+// TestCacheReadsTotal: every GetOrLoad counts once in hearth_cache_reads_total,
+// the counter Hearth's miss-rate alert and dashboard panel read: a hit when
+// Redis or the near cache answered (a value or the sentinel), a miss when
+// the call had to fill.
+func TestCacheReadsTotal(t *testing.T) {
+	env := rstest.Redis(t)
+	ctx := context.Background()
+	ns := env.Prefix + "ns"
+	reg, regLocal := prometheus.NewRegistry(), prometheus.NewRegistry()
+	c := newCache(t, env.Client, reg, readside.Options{Namespace: ns})
+	local := newCache(t, env.Client, regLocal, readside.Options{Namespace: ns, Local: readside.LocalOptions{Size: 10, TTL: time.Minute}})
+	ok := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	gone := func(context.Context) ([]byte, error) { return nil, readside.ErrNotFound }
+	a, b := env.Prefix+"a", env.Prefix+"b"
+	for _, step := range []struct {
+		c    *readside.Cache
+		key  string
+		load readside.Loader
+	}{
+		{c, a, ok},       // miss: loads
+		{c, a, ok},       // hit
+		{c, b, gone},     // miss: writes the sentinel
+		{c, b, gone},     // hit: the sentinel
+		{local, a, ok},   // hit from Redis
+		{local, a, ok},   // hit from the near cache
+		{local, b, gone}, // hit from Redis: the sentinel
+		{local, b, gone}, // hit from the near cache: the sentinel
+	} {
+		if _, err := step.c.GetOrLoad(ctx, step.key, step.load); err != nil && !errors.Is(err, readside.ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		reg             *prometheus.Registry
+		name            string
+		hit, miss, near float64
+	}{{reg, "redis only", 2, 2, 0}, {regLocal, "near cache", 4, 0, 2}} {
+		hit := rstest.Sum(t, tc.reg, "hearth_cache_reads_total", "result", "hit")
+		miss := rstest.Sum(t, tc.reg, "hearth_cache_reads_total", "result", "miss")
+		if hit != tc.hit || miss != tc.miss {
+			t.Errorf("%s: hearth_cache_reads_total hit %v, miss %v; want %v, %v", tc.name, hit, miss, tc.hit, tc.miss)
+		}
+		if got := rstest.Sum(t, tc.reg, "hearth_readside_misses_total"); got != miss {
+			t.Errorf("%s: hearth_readside_misses_total %v, want it equal to result=miss (%v)", tc.name, got, miss)
+		}
+		if got := rstest.Sum(t, tc.reg, "hearth_readside_local_hits_total"); got != tc.near {
+			t.Errorf("%s: near cache hits %v, want %v", tc.name, got, tc.near)
+		}
+	}
+}
+
+// TestNewReportsMetricConflict: an application that exports its own
+// hearth_cache_reads_total (as the docs asked before readside exported it)
+// gets an error naming it from New, not a panic, and nothing half-registered.
+func TestNewReportsMetricConflict(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	reg := prometheus.NewRegistry()
+	own := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hearth_cache_reads_total", Help: "the application's own"}, []string{"result"})
+	reg.MustRegister(own)
+	own.WithLabelValues("hit")
+	_, err := readside.New(readside.Options{Client: rdb, Registerer: reg})
+	if err == nil || !strings.Contains(err.Error(), "hearth_cache_reads_total") || !strings.Contains(err.Error(), "Registerer") {
+		t.Fatalf("New on a registry that has hearth_cache_reads_total: %v, want an error naming Options.Registerer and the metric", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "hearth_readside_") {
+			t.Errorf("%s left registered by a failed New", mf.GetName())
+		}
 	}
 }
