@@ -13,8 +13,11 @@
 // in front of Redis. The keys it uses beside the application's and their
 // formats are a protocol other languages can follow: docs/readside.md.
 //
-// It depends on go-redis, golang.org/x/sync, hashicorp/golang-lru and the
-// Prometheus client only, never on the daemon's packages.
+// It is a module of its own (go get github.com/hearth-dev/hearth/readside,
+// Go 1.24 or later) and depends on go-redis, golang.org/x/sync,
+// hashicorp/golang-lru and the Prometheus client only, never on the daemon's
+// packages. It exports hearth_cache_reads_total{result="hit"|"miss"}, the
+// counter Hearth's miss-rate alert and dashboard panel read.
 package readside
 
 import (
