@@ -35,7 +35,7 @@ fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigParse$$' -fuzztime $(FUZZTIME) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzPointer$$' -fuzztime $(FUZZTIME) ./sources/http/
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./daemon/
-	cd readside && $(GO) test -run '^$$' -fuzz '^FuzzOpenStale$$' -fuzztime $(FUZZTIME) .
+	cd readside && $(GO) test -run '^$$' -fuzz '^FuzzOpenStale$$' -fuzztime $(FUZZTIME) ./
 
 bench: ## benchmarks that print figures (see README "Performance")
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
