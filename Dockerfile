@@ -2,6 +2,8 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# The read side is a module of its own that the root go.mod replaces with ./readside.
+COPY readside/go.mod readside/go.sum ./readside/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

@@ -18,6 +18,7 @@ demo: build ## self-contained demo: no Redis or PostgreSQL needed
 
 test: ## every test, race detector on, against real Redis and PostgreSQL; the soak for 2m on its own; then each fuzzer briefly
 	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v '/soak$$')
+	cd readside && $(GO) test -race -count=1 -timeout 5m ./...
 	$(MAKE) --no-print-directory soak DURATION=2m
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
@@ -34,6 +35,7 @@ fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigParse$$' -fuzztime $(FUZZTIME) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzPointer$$' -fuzztime $(FUZZTIME) ./sources/http/
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./daemon/
+	cd readside && $(GO) test -run '^$$' -fuzz '^FuzzOpenStale$$' -fuzztime $(FUZZTIME) ./
 
 bench: ## benchmarks that print figures (see README "Performance")
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
@@ -43,6 +45,7 @@ lint: ## gofmt, go vet, go mod tidy
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
+	cd readside && $(GO) vet ./... && $(GO) mod tidy -diff
 
 docker: ## container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t hearth:$(VERSION) .

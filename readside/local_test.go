@@ -10,9 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hearth-dev/hearth/internal/promtest"
-	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
+	"github.com/hearth-dev/hearth/readside/internal/rstest"
 )
 
 // countingClient is a client to addr that counts the commands it sends, in
@@ -55,7 +54,7 @@ func (c *countingClient) sent(f func()) int64 {
 // counted); a write by someone else is seen once Local.TTL has passed, and
 // not before: the documented staleness bound.
 func TestLocalHitWithoutRedis(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	rdb := newCountingClient(t, env.Addr)
 	reg := prometheus.NewRegistry()
@@ -79,7 +78,7 @@ func TestLocalHitWithoutRedis(t *testing.T) {
 	if n := rdb.sent(func() { v = get() }); n != 0 || v != "value of "+key {
 		t.Errorf("second read: %q with %d Redis commands, want the value with none", v, n)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_local_hits_total", "kind", "value"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_local_hits_total", "kind", "value"); got != 1 {
 		t.Errorf("local hits: %v, want 1", got)
 	}
 	env.Client.Set(ctx, key, "rewritten", time.Hour)
@@ -100,7 +99,7 @@ func TestLocalHitWithoutRedis(t *testing.T) {
 // locally (Local.TTL 1 h) until those 3 s have passed on the injected clock,
 // then Redis is asked again.
 func TestLocalNeverPastRedisExpiry(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	rdb := newCountingClient(t, env.Addr)
 	clock := newFakeClock(time.Unix(1_800_000_000, 0))
@@ -134,7 +133,7 @@ func TestLocalNeverPastRedisExpiry(t *testing.T) {
 // never past NegativeTTL (here 2 s, below Local.TTL and the sentinel's own
 // 1 h PTTL), and a loader's ErrNotFound is remembered the same way.
 func TestLocalNegativeBound(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	rdb := newCountingClient(t, env.Addr)
 	reg := prometheus.NewRegistry()
@@ -160,7 +159,7 @@ func TestLocalNegativeBound(t *testing.T) {
 	if n := notFound(hearths) + notFound(loaded); n != 0 {
 		t.Errorf("within NegativeTTL: %d Redis commands, want local hits", n)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_local_hits_total", "kind", "negative"); got != 2 {
+	if got := rstest.Sum(t, reg, "hearth_readside_local_hits_total", "kind", "negative"); got != 2 {
 		t.Errorf("negative local hits: %v, want 2", got)
 	}
 	clock.Add(time.Second)
@@ -178,7 +177,7 @@ func TestLocalNegativeBound(t *testing.T) {
 // TestLocalBounded: a near cache of 2 keys holds the 2 read last; the
 // first of 3 was evicted and costs a Redis round trip again.
 func TestLocalBounded(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	rdb := newCountingClient(t, env.Addr)
 	c := newCache(t, rdb, prometheus.NewRegistry(), readside.Options{Namespace: env.Prefix + "ns", Beta: -1,
@@ -209,7 +208,7 @@ func TestLocalBounded(t *testing.T) {
 // expiry starts the background refresh, the current value is served
 // meanwhile, and the refreshed value replaces the local copy.
 func TestLocalHitsStillRefreshEarly(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"x"
 	rdb := newCountingClient(t, env.Addr)
@@ -239,7 +238,7 @@ func TestLocalHitsStillRefreshEarly(t *testing.T) {
 	if err != nil || string(v) != "v1" {
 		t.Fatalf("read near expiry: %q, %v, want the current value", v, err)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_local_hits_total"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_local_hits_total"); got != 1 {
 		t.Fatalf("local hits: %v, want 1 (the read near expiry came from memory)", got)
 	}
 	select {
@@ -247,17 +246,17 @@ func TestLocalHitsStillRefreshEarly(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no early refresh started from a local hit")
 	}
-	testenv.Eventually(t, 10*time.Second, "refresh stored", func() bool {
+	rstest.Eventually(t, 10*time.Second, "refresh stored", func() bool {
 		return env.Client.Get(ctx, key).Val() == "v2" &&
-			promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started") == 1
+			rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started") == 1
 	})
 	u.Store(0.999999)
-	testenv.Eventually(t, 10*time.Second, "refreshed value served locally", func() bool {
+	rstest.Eventually(t, 10*time.Second, "refreshed value served locally", func() bool {
 		var v []byte
 		n := rdb.sent(func() { v, _ = c.GetOrLoad(ctx, key, load) })
 		return n == 0 && string(v) == "v2"
 	})
-	if got := promtest.Sum(t, reg, "hearth_readside_hits_total"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_hits_total"); got != 1 {
 		t.Errorf("Redis hits: %v, want 1 (the first read only)", got)
 	}
 }

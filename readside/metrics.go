@@ -1,9 +1,18 @@
 package readside
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
 
-// metrics are the read side's, all hearth_readside_*, with bounded labels.
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the read side's, all hearth_readside_* with bounded labels,
+// and hearth_cache_reads_total, the counter Hearth's miss-rate alert and
+// dashboard panel read (deploy/), under the name `hearth demo`'s readers
+// export it.
 type metrics struct {
+	readHit     prometheus.Counter
+	readMiss    prometheus.Counter
 	hits        *prometheus.CounterVec
 	localHits   *prometheus.CounterVec
 	misses      prometheus.Counter
@@ -21,8 +30,18 @@ type metrics struct {
 	accesses    *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics builds the metrics and registers them on reg (nil: nowhere).
+// A name reg already holds (an application's own hearth_cache_reads_total,
+// say, or a second Cache on one registry) is an error, and then nothing is
+// left registered.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	reads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hearth_cache_reads_total",
+		Help: "GetOrLoad calls by result: hit (answered from Redis or the near cache) or miss (no value in Redis, or Redis failed: the call fills). Hearth's miss-rate alert and dashboard read it.",
+	}, []string{"result"})
 	m := &metrics{
+		readHit:  reads.WithLabelValues("hit"),
+		readMiss: reads.WithLabelValues("miss"),
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_hits_total",
 			Help: "Reads answered from Redis, by kind: value or negative (the not-found sentinel).",
@@ -105,9 +124,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{staleUnframed, staleUnknownVersion, staleBadChecksum, staleTooOld, staleFuture} {
 		m.staleReject.WithLabelValues(r)
 	}
-	if reg != nil {
-		reg.MustRegister(m.hits, m.localHits, m.misses, m.coalesced, m.lockWait, m.early, m.fallbacks,
-			m.stale, m.loads, m.loadSeconds, m.foreign, m.lockRepairs, m.staleReject, m.redisErrors, m.accesses)
+	if reg == nil {
+		return m, nil
 	}
-	return m
+	cs := []prometheus.Collector{m.hits, m.localHits, m.misses, m.coalesced, m.lockWait, m.early, m.fallbacks,
+		m.stale, m.loads, m.loadSeconds, m.foreign, m.lockRepairs, m.staleReject, m.redisErrors, m.accesses, reads}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("readside: Options.Registerer: %w", err)
+		}
+	}
+	return m, nil
 }

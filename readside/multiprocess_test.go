@@ -19,9 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hearth-dev/hearth/internal/promtest"
-	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
+	"github.com/hearth-dev/hearth/readside/internal/rstest"
 )
 
 const (
@@ -72,7 +71,9 @@ func runHelper(kind string) error {
 			var wg sync.WaitGroup
 			errs := make(chan error, goroutines)
 			for g := range goroutines {
-				wg.Go(func() {
+				wg.Add(1) // not wg.Go: this module builds with Go 1.24
+				go func() {
+					defer wg.Done()
 					rng := rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(g)))
 					for _, i := range rng.Perm(nKeys) {
 						key := prefix + "k:" + strconv.Itoa(i)
@@ -82,7 +83,7 @@ func runHelper(kind string) error {
 							return
 						}
 					}
-				})
+				}()
 			}
 			wg.Wait()
 			close(errs)
@@ -98,12 +99,12 @@ func runHelper(kind string) error {
 		}
 		t := &testing.T{}
 		rep := helperReport{
-			Fallbacks: promtest.Sum(t, reg, "hearth_readside_fallbacks_total"),
-			Coalesced: promtest.Sum(t, reg, "hearth_readside_coalesced_total"),
-			LockWaits: promtest.Sum(t, reg, "hearth_readside_lock_wait_seconds"),
-			Loads:     promtest.Sum(t, reg, "hearth_readside_loads_total"),
-			Misses:    promtest.Sum(t, reg, "hearth_readside_misses_total"),
-			LocalHits: promtest.Sum(t, reg, "hearth_readside_local_hits_total"),
+			Fallbacks: rstest.Sum(t, reg, "hearth_readside_fallbacks_total"),
+			Coalesced: rstest.Sum(t, reg, "hearth_readside_coalesced_total"),
+			LockWaits: rstest.Sum(t, reg, "hearth_readside_lock_wait_seconds"),
+			Loads:     rstest.Sum(t, reg, "hearth_readside_loads_total"),
+			Misses:    rstest.Sum(t, reg, "hearth_readside_misses_total"),
+			LocalHits: rstest.Sum(t, reg, "hearth_readside_local_hits_total"),
 		}
 		return json.NewEncoder(os.Stdout).Encode(rep)
 	case "holder":
@@ -148,7 +149,7 @@ func TestStampedeAcrossProcesses(t *testing.T) { stampede(t, "stampede") }
 func TestStampedeAcrossProcessesLocal(t *testing.T) { stampede(t, "stampede-local") }
 
 func stampede(t *testing.T, kind string) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	var cmds []*exec.Cmd
 	var outs []*strings.Builder
@@ -161,7 +162,7 @@ func stampede(t *testing.T, kind string) {
 		if err := env.Client.Set(ctx, env.Prefix+"round", r, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 60*time.Second, fmt.Sprintf("round %d done by %d processes", r, procs), func() bool {
+		rstest.Eventually(t, 60*time.Second, fmt.Sprintf("round %d done by %d processes", r, procs), func() bool {
 			n, _ := env.Client.Get(ctx, env.Prefix+"done:"+strconv.Itoa(r)).Int()
 			return n == procs
 		})
@@ -179,7 +180,7 @@ func stampede(t *testing.T, kind string) {
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 10*time.Second, "keys expired", func() bool {
+		rstest.Eventually(t, 10*time.Second, "keys expired", func() bool {
 			n, _ := env.Client.Exists(ctx, env.Prefix+"k:0", env.Prefix+"k:99").Result()
 			return n == 0
 		})
@@ -224,12 +225,12 @@ func stampede(t *testing.T, kind string) {
 // key's lock and loads never releases it; a waiter in another process takes
 // the lock once it lapses (LockTTL) and loads the key itself.
 func TestKilledHolderIsReplaced(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"held"
 	o := origin{rdb: env.Client, hash: env.Prefix + "origin"}
 	holder, _ := startHelper(t, "holder", env.Addr, env.Prefix)
-	testenv.Eventually(t, 30*time.Second, "holder loading", func() bool { return o.loads(t, key) == 1 })
+	rstest.Eventually(t, 30*time.Second, "holder loading", func() bool { return o.loads(t, key) == 1 })
 	token, err := env.Client.Get(ctx, readside.LockKey(ns, key)).Result()
 	if err != nil || len(token) != 32 {
 		t.Fatalf("holder's lock: %q, %v", token, err)
@@ -245,8 +246,8 @@ func TestKilledHolderIsReplaced(t *testing.T) {
 		v, err := c.GetOrLoad(ctx, key, o.loader(key))
 		res <- result{v, err}
 	}()
-	testenv.Eventually(t, 10*time.Second, "waiter waiting", func() bool {
-		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 1
+	rstest.Eventually(t, 10*time.Second, "waiter waiting", func() bool {
+		return rstest.Sum(t, reg, "hearth_readside_misses_total") == 1
 	})
 	if err := holder.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -258,10 +259,10 @@ func TestKilledHolderIsReplaced(t *testing.T) {
 	if got := o.loads(t, key); got != 2 {
 		t.Errorf("loads: %d, want 2 (the killed holder's, then the waiter's)", got)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_lock_wait_seconds", "result", "acquired"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_lock_wait_seconds", "result", "acquired"); got != 1 {
 		t.Errorf("lock waits ended by acquiring: %v, want 1", got)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_fallbacks_total"); got != 0 {
+	if got := rstest.Sum(t, reg, "hearth_readside_fallbacks_total"); got != 0 {
 		t.Errorf("fallbacks: %v, want 0", got)
 	}
 }

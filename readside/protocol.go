@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/hearth-dev/hearth/internal/slot"
 )
 
 // The protocol: key names every reader of the fleet, in any language, must
@@ -29,9 +27,6 @@ const DefaultNegativeValue = ""
 // AccessExpiry is the safety-net TTL of an access bucket (EXPIRE … NX): the
 // daemon rolls buckets up and deletes them long before.
 const AccessExpiry = 24 * time.Hour
-
-// SlotCount is the number of hash slots of a Redis Cluster.
-const SlotCount = slot.Count
 
 // LockKey names the lock of key: "<ns>:rs:lock:{<tag>}:<key>".
 func LockKey(namespace, key string) string { return ownKey(namespace, "lock", key) }
@@ -204,13 +199,3 @@ func openStale(b []byte, now time.Time, maxAge time.Duration) ([]byte, string) {
 	}
 	return b[StaleHeaderLen:], ""
 }
-
-// HashSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
-// key, or of its hash tag (the part between the first '{' and the next '}',
-// when not empty), modulo 16384. It is the daemon's warmer.HashSlot.
-func HashSlot(key string) int { return slot.Of(key) }
-
-// SlotTag returns the hash tag that puts a key in the given slot: the first
-// base-36 number (0, 1, …, z, 10, …) whose CRC16 lands in it, as the daemon's
-// warmer.SlotTag names its per-slot fences.
-func SlotTag(n int) string { return slot.Tag(n) }

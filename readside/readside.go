@@ -13,8 +13,11 @@
 // in front of Redis. The keys it uses beside the application's and their
 // formats are a protocol other languages can follow: docs/readside.md.
 //
-// It depends on go-redis, golang.org/x/sync, hashicorp/golang-lru and the
-// Prometheus client only, never on the daemon's packages.
+// It is a module of its own (go get github.com/hearth-dev/hearth/readside,
+// Go 1.24 or later) and depends on go-redis, golang.org/x/sync,
+// hashicorp/golang-lru and the Prometheus client only, never on the daemon's
+// packages. It exports hearth_cache_reads_total{result="hit"|"miss"}, the
+// counter Hearth's miss-rate alert and dashboard panel read.
 package readside
 
 import (
@@ -253,7 +256,11 @@ func New(opts Options) (*Cache, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{o: o, rdb: o.Client, m: newMetrics(o.Registerer), log: log, refreshing: map[string]bool{}, near: nr}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cache{o: o, rdb: o.Client, m: m, log: log, refreshing: map[string]bool{}, near: nr}
 	if o.AccessSample > 0 {
 		c.acc = newRecorder(c)
 		c.wg.Add(1)
@@ -313,10 +320,12 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader, opts ...
 		c.acc.record(key)
 	}
 	if v, ok, err := c.local(key, load, co); ok {
+		c.m.readHit.Inc()
 		return v, err
 	}
 	e, err := c.read(ctx, key)
 	if err == nil && e.found {
+		c.m.readHit.Inc()
 		v, err := c.answer(e)
 		if err == nil && c.early(e) {
 			c.refreshEarly(key, load, co, e.remaining)
@@ -329,6 +338,7 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader, opts ...
 		}
 		c.m.redisErrors.WithLabelValues("read").Inc()
 	}
+	c.m.readMiss.Inc()
 	c.m.misses.Inc()
 	return c.coalesce(ctx, key, load, co)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,13 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hearth-dev/hearth/internal/promtest"
-	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
+	"github.com/hearth-dev/hearth/readside/internal/rstest"
 )
 
 func TestMissThenHitAndNegative(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	ns := env.Prefix + "ns"
@@ -48,7 +48,7 @@ func TestMissThenHitAndNegative(t *testing.T) {
 		if n := env.Client.Exists(ctx, readside.LockKey(ns, key)).Val(); n != 0 {
 			t.Error("lock left behind")
 		}
-		if got := promtest.Sum(t, reg, "hearth_readside_hits_total", "kind", "value"); got != 2 {
+		if got := rstest.Sum(t, reg, "hearth_readside_hits_total", "kind", "value"); got != 2 {
 			t.Errorf("hits: %v, want 2", got)
 		}
 	})
@@ -84,7 +84,7 @@ func TestMissThenHitAndNegative(t *testing.T) {
 // TestPanickingLoader: every waiting caller gets ErrPanic, the process lives,
 // the lock is released and the next call loads.
 func TestPanickingLoader(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	ns, key := env.Prefix+"ns", env.Prefix+"p"
@@ -94,10 +94,11 @@ func TestPanickingLoader(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 10)
 	for i := range errs {
-		wg.Go(func() { _, errs[i] = c.GetOrLoad(ctx, key, panicky) })
+		wg.Add(1) // not wg.Go: this module builds with Go 1.24
+		go func() { defer wg.Done(); _, errs[i] = c.GetOrLoad(ctx, key, panicky) }()
 	}
-	testenv.Eventually(t, 10*time.Second, "callers waiting", func() bool {
-		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 10
+	rstest.Eventually(t, 10*time.Second, "callers waiting", func() bool {
+		return rstest.Sum(t, reg, "hearth_readside_misses_total") == 10
 	})
 	close(start)
 	wg.Wait()
@@ -106,7 +107,7 @@ func TestPanickingLoader(t *testing.T) {
 			t.Errorf("caller %d: %v, want ErrPanic", i, err)
 		}
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_loads_total", "result", "panic"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_loads_total", "result", "panic"); got != 1 {
 		t.Errorf("panicked loads: %v, want 1", got)
 	}
 	if n := env.Client.Exists(ctx, readside.LockKey(ns, key)).Val(); n != 0 {
@@ -121,7 +122,7 @@ func TestPanickingLoader(t *testing.T) {
 // TestCancelledCaller: a caller that gives up returns at once; the load it
 // started goes on for the other caller, and runs once.
 func TestCancelledCaller(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	reg := prometheus.NewRegistry()
 	key := env.Prefix + "c"
 	c := newCache(t, env.Client, reg, readside.Options{Namespace: env.Prefix + "ns"})
@@ -139,13 +140,13 @@ func TestCancelledCaller(t *testing.T) {
 	ctx1, cancel := context.WithCancel(context.Background())
 	err1 := make(chan error, 1)
 	go func() { _, err := c.GetOrLoad(ctx1, key, load); err1 <- err }()
-	testenv.Eventually(t, 10*time.Second, "first caller loading", func() bool {
-		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 1
+	rstest.Eventually(t, 10*time.Second, "first caller loading", func() bool {
+		return rstest.Sum(t, reg, "hearth_readside_misses_total") == 1
 	})
 	res2 := make(chan []byte, 1)
 	go func() { v, _ := c.GetOrLoad(context.Background(), key, load); res2 <- v }()
-	testenv.Eventually(t, 10*time.Second, "second caller waiting", func() bool {
-		return promtest.Sum(t, reg, "hearth_readside_misses_total") == 2
+	rstest.Eventually(t, 10*time.Second, "second caller waiting", func() bool {
+		return rstest.Sum(t, reg, "hearth_readside_misses_total") == 2
 	})
 	cancel()
 	if err := <-err1; !errors.Is(err, context.Canceled) {
@@ -164,7 +165,7 @@ func TestCancelledCaller(t *testing.T) {
 // to another process; when it finishes, its release leaves the new holder's
 // lock (another token) in place.
 func TestSlowLoaderKeepsOthersLock(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"slow"
 	opts := readside.Options{Namespace: ns, LockTTL: 300 * time.Millisecond, LockWait: 10 * time.Second}
@@ -179,7 +180,7 @@ func TestSlowLoaderKeepsOthersLock(t *testing.T) {
 		doneA <- err
 	}()
 	var tokenA string
-	testenv.Eventually(t, 10*time.Second, "A holds the lock", func() bool {
+	rstest.Eventually(t, 10*time.Second, "A holds the lock", func() bool {
 		tokenA = env.Client.Get(ctx, readside.LockKey(ns, key)).Val()
 		return tokenA != ""
 	})
@@ -215,7 +216,7 @@ func TestSlowLoaderKeepsOthersLock(t *testing.T) {
 
 // TestFallbacks: a lock held by someone else for longer than LockWait.
 func TestFallbacks(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns := env.Prefix + "ns"
 	reg := prometheus.NewRegistry()
@@ -248,10 +249,10 @@ func TestFallbacks(t *testing.T) {
 			}
 		})
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_fallbacks_total", "reason", "lock_timeout"); got != 4 {
+	if got := rstest.Sum(t, reg, "hearth_readside_fallbacks_total", "reason", "lock_timeout"); got != 4 {
 		t.Errorf("fallbacks: %v, want 4", got)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "fallback"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "fallback"); got != 1 {
 		t.Errorf("stale served: %v, want 1", got)
 	}
 }
@@ -259,7 +260,7 @@ func TestFallbacks(t *testing.T) {
 // TestStaleOnLoaderError: the stale copy outlives the value by StaleFor and is
 // served when the loader fails; without it the error is returned.
 func TestStaleOnLoaderError(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"s"
 	reg := prometheus.NewRegistry()
@@ -276,7 +277,7 @@ func TestStaleOnLoaderError(t *testing.T) {
 	if err != nil || string(v) != "good" {
 		t.Fatalf("got %q, %v; want the stale copy", v, err)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "loader_error"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_stale_served_total", "reason", "loader_error"); got != 1 {
 		t.Errorf("stale served: %v, want 1", got)
 	}
 	env.Client.Del(ctx, readside.StaleKey(ns, key)) // past the bound
@@ -289,7 +290,7 @@ func TestStaleOnLoaderError(t *testing.T) {
 // clock by exactly that) and β = 1, a read with r left refreshes early with
 // probability exp(−r/δβ), drawn from a seeded RNG.
 func TestXFetchDistribution(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"x"
 	reg := prometheus.NewRegistry()
@@ -309,15 +310,17 @@ func TestXFetchDistribution(t *testing.T) {
 	block := make(chan struct{})
 	blocked := func(context.Context) ([]byte, error) { <-block; return []byte("refreshed"), nil }
 	decided := func() float64 {
-		return promtest.Sum(t, reg, "hearth_readside_early_refreshes_total")
+		return rstest.Sum(t, reg, "hearth_readside_early_refreshes_total")
 	}
 	const n = 3000
 	for _, r := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
 		before := decided()
-		for range n {
-			// The TTL is set before every read: r must not shrink with the
-			// wall time the reads take (seconds on a loaded machine).
-			env.Client.PExpire(ctx, key, r)
+		for i := range n {
+			if i%20 == 0 {
+				// Reset r often: reads take real time, and on a loaded
+				// machine r would shrink through the run.
+				env.Client.PExpire(ctx, key, r)
+			}
 			v, err := c.GetOrLoad(ctx, key, blocked)
 			if err != nil || string(v) != "v" {
 				t.Fatalf("read: %q, %v (the current value must be served)", v, err)
@@ -331,14 +334,14 @@ func TestXFetchDistribution(t *testing.T) {
 			t.Errorf("r = %s: fraction %.4f, want %.4f ± 4σ", r, got, p)
 		}
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got != 1 {
 		t.Errorf("refreshes started: %v, want 1 (one in flight at a time)", got)
 	}
 	close(block)
-	testenv.Eventually(t, 10*time.Second, "refresh written", func() bool {
+	rstest.Eventually(t, 10*time.Second, "refresh written", func() bool {
 		return env.Client.Get(ctx, key).Val() == "refreshed"
 	})
-	if got := promtest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
 		t.Errorf("misses: %v, want 1", got)
 	}
 }
@@ -356,7 +359,7 @@ func TestXFetchRefreshesBeforeExpiryLocal(t *testing.T) {
 }
 
 func xfetchBeforeExpiry(t *testing.T, local readside.LocalOptions) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	key := env.Prefix + "live"
 	reg := prometheus.NewRegistry()
@@ -369,14 +372,14 @@ func xfetchBeforeExpiry(t *testing.T, local readside.LocalOptions) {
 		}
 		time.Sleep(5 * time.Millisecond) // a reader's pace, not a wait for an outcome
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got < 2 {
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got < 2 {
 		t.Errorf("early refreshes: %v, want ≥ 2 in 4 s of a 1.5 s TTL", got)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_misses_total"); got != 1 {
 		t.Errorf("misses: %v, want 1 (the first read): every expiry was pre-empted", got)
 	}
 	if local.Size > 0 {
-		lh, rh := promtest.Sum(t, reg, "hearth_readside_local_hits_total"), promtest.Sum(t, reg, "hearth_readside_hits_total")
+		lh, rh := rstest.Sum(t, reg, "hearth_readside_local_hits_total"), rstest.Sum(t, reg, "hearth_readside_hits_total")
 		t.Logf("local hits %v, Redis hits %v", lh, rh)
 		if lh < 10*rh {
 			t.Errorf("local hits %v, Redis hits %v: want most reads from memory", lh, rh)
@@ -387,7 +390,7 @@ func xfetchBeforeExpiry(t *testing.T, local readside.LocalOptions) {
 // TestForeignDelta: a δ that is no number of milliseconds is ignored and
 // counted; the value is served and no early refresh is started.
 func TestForeignDelta(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns := env.Prefix + "ns"
 	reg := prometheus.NewRegistry()
@@ -400,10 +403,10 @@ func TestForeignDelta(t *testing.T) {
 			t.Fatalf("δ %q: %q, %v", bad, v, err)
 		}
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_foreign_values_total", "what", "delta"); got != 5 {
+	if got := rstest.Sum(t, reg, "hearth_readside_foreign_values_total", "what", "delta"); got != 5 {
 		t.Errorf("foreign δ counted: %v, want 5", got)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total"); got != 0 {
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total"); got != 0 {
 		t.Errorf("early refreshes: %v, want 0", got)
 	}
 }
@@ -411,7 +414,7 @@ func TestForeignDelta(t *testing.T) {
 // TestAccessRecording: sampled reads land in Hearth's bucket, ZINCRBY'd by
 // the sample weight, with the safety-net TTL.
 func TestAccessRecording(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns := env.Prefix + "ns"
 	clock := newFakeClock(time.Unix(1_800_000_030, 0))
@@ -490,7 +493,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // another process has already refreshed the value (it has more TTL left than
 // the read that decided saw) does not load again.
 func TestEarlyRefreshDoubleChecks(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	key := env.Prefix + "dc"
 	reg := prometheus.NewRegistry()
@@ -504,7 +507,7 @@ func TestEarlyRefreshDoubleChecks(t *testing.T) {
 	if runs != 1 {
 		t.Errorf("loads %d, want 1: a value refreshed meanwhile was loaded again", runs)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got != 1 {
 		t.Errorf("done_elsewhere: %v, want 1", got)
 	}
 	readside.RefreshEarly(c, key, load, 2*time.Hour) // nothing rewrote it since
@@ -513,5 +516,81 @@ func TestEarlyRefreshDoubleChecks(t *testing.T) {
 	}
 	if n := env.Client.Exists(ctx, readside.LockKey(env.Prefix+"ns", key)).Val(); n != 0 {
 		t.Error("lock left behind")
+	}
+}
+
+// TestCacheReadsTotal: every GetOrLoad counts once in hearth_cache_reads_total,
+// the counter Hearth's miss-rate alert and dashboard panel read: a hit when
+// Redis or the near cache answered (a value or the sentinel), a miss when
+// the call had to fill.
+func TestCacheReadsTotal(t *testing.T) {
+	env := rstest.Redis(t)
+	ctx := context.Background()
+	ns := env.Prefix + "ns"
+	reg, regLocal := prometheus.NewRegistry(), prometheus.NewRegistry()
+	c := newCache(t, env.Client, reg, readside.Options{Namespace: ns})
+	local := newCache(t, env.Client, regLocal, readside.Options{Namespace: ns, Local: readside.LocalOptions{Size: 10, TTL: time.Minute}})
+	ok := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	gone := func(context.Context) ([]byte, error) { return nil, readside.ErrNotFound }
+	a, b := env.Prefix+"a", env.Prefix+"b"
+	for _, step := range []struct {
+		c    *readside.Cache
+		key  string
+		load readside.Loader
+	}{
+		{c, a, ok},       // miss: loads
+		{c, a, ok},       // hit
+		{c, b, gone},     // miss: writes the sentinel
+		{c, b, gone},     // hit: the sentinel
+		{local, a, ok},   // hit from Redis
+		{local, a, ok},   // hit from the near cache
+		{local, b, gone}, // hit from Redis: the sentinel
+		{local, b, gone}, // hit from the near cache: the sentinel
+	} {
+		if _, err := step.c.GetOrLoad(ctx, step.key, step.load); err != nil && !errors.Is(err, readside.ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		reg             *prometheus.Registry
+		name            string
+		hit, miss, near float64
+	}{{reg, "redis only", 2, 2, 0}, {regLocal, "near cache", 4, 0, 2}} {
+		hit := rstest.Sum(t, tc.reg, "hearth_cache_reads_total", "result", "hit")
+		miss := rstest.Sum(t, tc.reg, "hearth_cache_reads_total", "result", "miss")
+		if hit != tc.hit || miss != tc.miss {
+			t.Errorf("%s: hearth_cache_reads_total hit %v, miss %v; want %v, %v", tc.name, hit, miss, tc.hit, tc.miss)
+		}
+		if got := rstest.Sum(t, tc.reg, "hearth_readside_misses_total"); got != miss {
+			t.Errorf("%s: hearth_readside_misses_total %v, want it equal to result=miss (%v)", tc.name, got, miss)
+		}
+		if got := rstest.Sum(t, tc.reg, "hearth_readside_local_hits_total"); got != tc.near {
+			t.Errorf("%s: near cache hits %v, want %v", tc.name, got, tc.near)
+		}
+	}
+}
+
+// TestNewReportsMetricConflict: an application that exports its own
+// hearth_cache_reads_total (as the docs asked before readside exported it)
+// gets an error naming it from New, not a panic, and nothing half-registered.
+func TestNewReportsMetricConflict(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	reg := prometheus.NewRegistry()
+	own := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hearth_cache_reads_total", Help: "the application's own"}, []string{"result"})
+	reg.MustRegister(own)
+	own.WithLabelValues("hit")
+	_, err := readside.New(readside.Options{Client: rdb, Registerer: reg})
+	if err == nil || !strings.Contains(err.Error(), "hearth_cache_reads_total") || !strings.Contains(err.Error(), "Registerer") {
+		t.Fatalf("New on a registry that has hearth_cache_reads_total: %v, want an error naming Options.Registerer and the metric", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "hearth_readside_") {
+			t.Errorf("%s left registered by a failed New", mf.GetName())
+		}
 	}
 }

@@ -13,9 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hearth-dev/hearth/internal/promtest"
-	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
+	"github.com/hearth-dev/hearth/readside/internal/rstest"
 )
 
 // holderToken looks like a readside owner token: 32 lowercase hex digits.
@@ -37,7 +36,7 @@ func frame(v string, written time.Time, version byte) []byte {
 	return append(h, v...)
 }
 
-func textLogger(buf *testenv.SyncBuffer) *slog.Logger {
+func textLogger(buf *rstest.SyncBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
@@ -48,7 +47,7 @@ func textLogger(buf *testenv.SyncBuffer) *slog.Logger {
 // Before, every miss waited LockWait (LockTTL + 1 s) and then loaded anyway,
 // at every expiry, for as long as the lock lived.
 func TestPlantedLockRepaired(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns := env.Prefix + "ns"
 	const lockTTL = 3 * time.Second
@@ -64,11 +63,11 @@ func TestPlantedLockRepaired(t *testing.T) {
 			return env.Client.Set(ctx, lock, strings.ToUpper(holderToken), lockTTL).Err()
 		}},
 		{"foreign format, no TTL", "no_ttl", func(lock string) error { return env.Client.Set(ctx, lock, "x", 0).Err() }},
-		{"a list", "foreign_format", func(lock string) error { return testenv.PutList(env.Client, lock) }},
+		{"a list", "foreign_format", func(lock string) error { return rstest.PutList(env.Client, lock) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			logs := &testenv.SyncBuffer{}
+			logs := &rstest.SyncBuffer{}
 			c := newCache(t, env.Client, reg, readside.Options{Namespace: ns, LockTTL: lockTTL, Logger: textLogger(logs)})
 			key := env.Prefix + "planted:" + strings.ReplaceAll(tc.name, " ", "_")
 			lock := readside.LockKey(ns, key)
@@ -87,13 +86,13 @@ func TestPlantedLockRepaired(t *testing.T) {
 			if took >= lockTTL {
 				t.Errorf("the miss took %s, want < LockTTL %s: it waited for the planted lock", took, lockTTL)
 			}
-			if got := promtest.Sum(t, reg, "hearth_readside_lock_wait_seconds"); got != 0 {
+			if got := rstest.Sum(t, reg, "hearth_readside_lock_wait_seconds"); got != 0 {
 				t.Errorf("lock waits observed: %v, want 0 (repaired on the first try)", got)
 			}
-			if got := promtest.Sum(t, reg, "hearth_readside_lock_repairs_total", "reason", tc.reason); got != 1 {
+			if got := rstest.Sum(t, reg, "hearth_readside_lock_repairs_total", "reason", tc.reason); got != 1 {
 				t.Errorf("repairs{reason=%q}: %v, want 1", tc.reason, got)
 			}
-			if got := promtest.Sum(t, reg, "hearth_readside_lock_repairs_total"); got != 1 {
+			if got := rstest.Sum(t, reg, "hearth_readside_lock_repairs_total"); got != 1 {
 				t.Errorf("repairs in all: %v, want 1", got)
 			}
 			if n := env.Client.Exists(ctx, lock).Val(); n != 0 {
@@ -107,7 +106,7 @@ func TestPlantedLockRepaired(t *testing.T) {
 			if _, err := c.GetOrLoad(ctx, key, load); err != nil || loads != 2 {
 				t.Fatalf("next miss: %v after %d loads", err, loads)
 			}
-			if got := promtest.Sum(t, reg, "hearth_readside_lock_repairs_total"); got != 1 {
+			if got := rstest.Sum(t, reg, "hearth_readside_lock_repairs_total"); got != 1 {
 				t.Errorf("repairs after the next miss: %v, want still 1", got)
 			}
 		})
@@ -118,7 +117,7 @@ func TestPlantedLockRepaired(t *testing.T) {
 // token with at most LockTTL left) is waited for, not deleted: the waiter
 // gets the holder's value and never loads.
 func TestHolderLockNotRepaired(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns := env.Prefix + "ns"
 	const lockTTL = 3 * time.Second
@@ -136,7 +135,7 @@ func TestHolderLockNotRepaired(t *testing.T) {
 			doneB <- err
 		}()
 		var token string
-		testenv.Eventually(t, 10*time.Second, "B holds the lock", func() bool {
+		rstest.Eventually(t, 10*time.Second, "B holds the lock", func() bool {
 			token = env.Client.Get(ctx, readside.LockKey(ns, key)).Val()
 			return token != ""
 		})
@@ -146,8 +145,8 @@ func TestHolderLockNotRepaired(t *testing.T) {
 			v, _ := a.GetOrLoad(ctx, key, func(context.Context) ([]byte, error) { loadsA++; return []byte("a's"), nil })
 			resA <- v
 		}()
-		testenv.Eventually(t, 10*time.Second, "A misses", func() bool {
-			return promtest.Sum(t, regA, "hearth_readside_misses_total") == 1
+		rstest.Eventually(t, 10*time.Second, "A misses", func() bool {
+			return rstest.Sum(t, regA, "hearth_readside_misses_total") == 1
 		})
 		time.Sleep(100 * time.Millisecond) // let A poll the held lock a few times
 		if got := env.Client.Get(ctx, readside.LockKey(ns, key)).Val(); got != token {
@@ -161,13 +160,13 @@ func TestHolderLockNotRepaired(t *testing.T) {
 			t.Errorf("A got %q after %d loads, want B's value and no load", v, loadsA)
 		}
 		// It waited: until B's value landed, or until B's release freed the lock.
-		waits := promtest.Sum(t, regA, "hearth_readside_lock_wait_seconds", "result", "value") +
-			promtest.Sum(t, regA, "hearth_readside_lock_wait_seconds", "result", "acquired")
+		waits := rstest.Sum(t, regA, "hearth_readside_lock_wait_seconds", "result", "value") +
+			rstest.Sum(t, regA, "hearth_readside_lock_wait_seconds", "result", "acquired")
 		if waits != 1 {
 			t.Errorf("A's lock waits: %v, want 1", waits)
 		}
 		for _, reg := range []*prometheus.Registry{regA, regB} {
-			if got := promtest.Sum(t, reg, "hearth_readside_lock_repairs_total"); got != 0 {
+			if got := rstest.Sum(t, reg, "hearth_readside_lock_repairs_total"); got != 0 {
 				t.Errorf("repairs: %v, want 0", got)
 			}
 		}
@@ -185,8 +184,8 @@ func TestHolderLockNotRepaired(t *testing.T) {
 			v, _ := c.GetOrLoad(ctx, key, func(context.Context) ([]byte, error) { loads++; return []byte("loaded"), nil })
 			res <- v
 		}()
-		testenv.Eventually(t, 10*time.Second, "the reader misses", func() bool {
-			return promtest.Sum(t, reg, "hearth_readside_misses_total") == 1
+		rstest.Eventually(t, 10*time.Second, "the reader misses", func() bool {
+			return rstest.Sum(t, reg, "hearth_readside_misses_total") == 1
 		})
 		time.Sleep(100 * time.Millisecond) // let it poll the held lock a few times
 		if got := env.Client.Get(ctx, lock).Val(); got != holderToken {
@@ -199,7 +198,7 @@ func TestHolderLockNotRepaired(t *testing.T) {
 		if got := env.Client.Get(ctx, lock).Val(); got != holderToken {
 			t.Errorf("the holder's lock became %q", got)
 		}
-		if got := promtest.Sum(t, reg, "hearth_readside_lock_repairs_total"); got != 0 {
+		if got := rstest.Sum(t, reg, "hearth_readside_lock_repairs_total"); got != 0 {
 			t.Errorf("repairs: %v, want 0", got)
 		}
 	})
@@ -209,7 +208,7 @@ func TestHolderLockNotRepaired(t *testing.T) {
 // lock repairs it and refreshes, instead of giving up as "locked" at every
 // decision while the lock lives.
 func TestPlantedLockDoesNotStopEarlyRefresh(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"early"
 	reg := prometheus.NewRegistry()
@@ -224,10 +223,10 @@ func TestPlantedLockDoesNotStopEarlyRefresh(t *testing.T) {
 	if runs != 2 || env.Client.Get(ctx, key).Val() != "v2" {
 		t.Errorf("loads %d, value %q: the planted lock stopped the early refresh", runs, env.Client.Get(ctx, key).Val())
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_lock_repairs_total", "reason", "no_ttl"); got != 1 {
+	if got := rstest.Sum(t, reg, "hearth_readside_lock_repairs_total", "reason", "no_ttl"); got != 1 {
 		t.Errorf("repairs: %v, want 1", got)
 	}
-	if got := promtest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "locked"); got != 0 {
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "locked"); got != 0 {
 		t.Errorf("early refreshes given up as locked: %v, want 0", got)
 	}
 }
@@ -239,7 +238,7 @@ func TestPlantedLockDoesNotStopEarlyRefresh(t *testing.T) {
 // returned, the copy deleted, the rejection counted and logged. A frame
 // within its bound is served.
 func TestStaleCopyVerified(t *testing.T) {
-	env := testenv.Redis(t)
+	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns := env.Prefix + "ns"
 	clock := newFakeClock(time.Unix(1_800_000_000, 0))
@@ -274,7 +273,7 @@ func TestStaleCopyVerified(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			logs := &testenv.SyncBuffer{}
+			logs := &rstest.SyncBuffer{}
 			c := newCache(t, env.Client, reg, readside.Options{Namespace: ns, TTL: ttl, StaleFor: staleFor, Jitter: -1,
 				Now: clock.Now, Logger: textLogger(logs)})
 			key := env.Prefix + "stale:" + strings.ReplaceAll(tc.name, " ", "_")
@@ -289,10 +288,10 @@ func TestStaleCopyVerified(t *testing.T) {
 			if n := env.Client.Exists(ctx, sk).Val(); n != 0 {
 				t.Error("the rejected copy is still there")
 			}
-			if got := promtest.Sum(t, reg, "hearth_readside_stale_rejected_total", "reason", tc.reason); got != 1 {
+			if got := rstest.Sum(t, reg, "hearth_readside_stale_rejected_total", "reason", tc.reason); got != 1 {
 				t.Errorf("rejected{reason=%q}: %v, want 1", tc.reason, got)
 			}
-			if got := promtest.Sum(t, reg, "hearth_readside_stale_served_total"); got != 0 {
+			if got := rstest.Sum(t, reg, "hearth_readside_stale_served_total"); got != 0 {
 				t.Errorf("stale served: %v, want 0", got)
 			}
 			if s := logs.String(); !strings.Contains(s, "reason="+tc.reason) {
@@ -312,7 +311,7 @@ func TestStaleCopyVerified(t *testing.T) {
 		if !errors.Is(err, readside.ErrLockWait) || v != nil {
 			t.Fatalf("got %q, %v; want ErrLockWait", v, err)
 		}
-		if got := promtest.Sum(t, reg, "hearth_readside_stale_rejected_total", "reason", "unframed"); got != 1 {
+		if got := rstest.Sum(t, reg, "hearth_readside_stale_rejected_total", "reason", "unframed"); got != 1 {
 			t.Errorf("rejected: %v, want 1", got)
 		}
 	})
@@ -326,7 +325,7 @@ func TestStaleCopyVerified(t *testing.T) {
 		if err != nil || string(v) != "good" {
 			t.Fatalf("got %q, %v; want the stale copy", v, err)
 		}
-		if got := promtest.Sum(t, reg, "hearth_readside_stale_rejected_total"); got != 0 {
+		if got := rstest.Sum(t, reg, "hearth_readside_stale_rejected_total"); got != 0 {
 			t.Errorf("rejected: %v, want 0", got)
 		}
 	})
@@ -352,7 +351,7 @@ func TestStaleCopyVerified(t *testing.T) {
 		if v, err := c.GetOrLoad(ctx, key, failing); !errors.Is(err, errOrigin) || v != nil {
 			t.Fatalf("past the bound: %q, %v; want the loader's error", v, err)
 		}
-		if got := promtest.Sum(t, reg, "hearth_readside_stale_rejected_total", "reason", "too_old"); got != 1 {
+		if got := rstest.Sum(t, reg, "hearth_readside_stale_rejected_total", "reason", "too_old"); got != 1 {
 			t.Errorf("rejected too_old: %v, want 1", got)
 		}
 	})

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/go-redis/cache/v9 v9.0.0
 	github.com/hearth-dev/hearth v0.0.0
+	github.com/hearth-dev/hearth/readside v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/viccon/sturdyc v1.1.5
@@ -40,4 +41,7 @@ require (
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
-replace github.com/hearth-dev/hearth => ../..
+replace (
+	github.com/hearth-dev/hearth => ../..
+	github.com/hearth-dev/hearth/readside => ../../readside
+)

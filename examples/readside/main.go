@@ -3,11 +3,14 @@
 // would be) read 20 products through readside.GetOrLoad while the keys expire
 // and once after a FLUSHDB of their keys, and the origin counts its loads.
 //
-//	go run ./examples/readside -addr 127.0.0.1:6379
+//	go run ./examples/readside -addr 127.0.0.1:6379 -db 15
 //	go run ./examples/readside -local 500ms   # with a near cache in each instance
 //
-// It writes only keys under -prefix (deleted at the end) and the access
-// buckets of -namespace, as an application would.
+// It writes, in Redis database -db, only keys under -prefix, readside's own
+// keys beside them and the access buckets of -namespace (by default
+// "example-readside", not Hearth's "hearth", so that a Hearth running on the
+// same Redis never pre-warms the example's keys), and deletes them all at
+// the end. For the smallest use of readside, see examples/readside-minimal.
 package main
 
 import (
@@ -15,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -29,19 +33,24 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "readside example:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	addr := flag.String("addr", "127.0.0.1:6379", "Redis address")
-	ns := flag.String("namespace", "hearth", "Hearth's redis.namespace")
-	prefix := flag.String("prefix", "example:readside:", "prefix of the example's cache keys")
-	local := flag.Duration("local", 0, "Local.TTL of an in-process near cache in each instance (0: none)")
-	flag.Parse()
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("readside", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:6379", "Redis address")
+	db := fs.Int("db", 0, "Redis database index")
+	ns := fs.String("namespace", "example-readside", "namespace of readside's own keys and access buckets (an application uses Hearth's redis.namespace)")
+	prefix := fs.String("prefix", "example:readside:", "prefix of the example's cache keys")
+	local := fs.Duration("local", 0, "Local.TTL of an in-process near cache in each instance (0: none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	ctx := context.Background()
+	started := time.Now()
 
 	// The origin: a product table behind a 50 ms query; product 13 does not exist.
 	var loads atomic.Int64
@@ -63,7 +72,7 @@ func run() error {
 	reg := prometheus.NewRegistry()
 	var caches []*readside.Cache
 	for range 3 {
-		rdb := redis.NewClient(&redis.Options{Addr: *addr})
+		rdb := redis.NewClient(&redis.Options{Addr: *addr, DB: *db})
 		defer rdb.Close()
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("connect to redis %s: %w", *addr, err)
@@ -80,9 +89,10 @@ func run() error {
 		}
 		caches = append(caches, c)
 	}
-	admin := redis.NewClient(&redis.Options{Addr: *addr})
+	admin := redis.NewClient(&redis.Options{Addr: *addr, DB: *db})
 	defer admin.Close()
 	defer cleanup(admin, *prefix, *ns)
+	defer deleteBuckets(admin, *ns, started)
 
 	read := func(phase string) error {
 		before := loads.Load()
@@ -101,7 +111,7 @@ func run() error {
 			}
 		}
 		wg.Wait()
-		fmt.Printf("%-42s 1800 reads of 20 keys by 90 readers in 3 instances: %d origin loads, %d errors\n",
+		fmt.Fprintf(out, "%-42s 1800 reads of 20 keys by 90 readers in 3 instances: %d origin loads, %d errors\n",
 			phase, loads.Load()-before, errs.Load())
 		return nil
 	}
@@ -142,7 +152,7 @@ func run() error {
 	}
 	bucket := readside.AccessKey(*ns, time.Now(), readside.DefaultAccessBucket)
 	n, _ := admin.ZScore(ctx, bucket, *prefix+"product:0").Result()
-	fmt.Printf("reads of %sproduct:0 recorded for Hearth in %s: %.0f\n", *prefix, bucket, n)
+	fmt.Fprintf(out, "reads of %sproduct:0 recorded for Hearth in %s: %.0f (deleted at exit)\n", *prefix, bucket, n)
 	mfs, err := reg.Gather()
 	if err != nil {
 		return err
@@ -155,7 +165,7 @@ func run() error {
 			}
 		}
 		if mf.GetType().String() == "COUNTER" && sum > 0 {
-			fmt.Printf("  %-40s %6.0f (all instances and labels)\n", mf.GetName(), sum)
+			fmt.Fprintf(out, "  %-40s %6.0f (all instances and labels)\n", mf.GetName(), sum)
 		}
 	}
 	return nil
@@ -175,6 +185,19 @@ func cleanup(rdb *redis.Client, prefix, ns string) error {
 	for _, k := range keys { // one by one: in a Cluster they are in different slots
 		if err := rdb.Del(ctx, k).Err(); err != nil {
 			return fmt.Errorf("delete %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// deleteBuckets deletes the access buckets the example's reads went to since
+// started: a Hearth on this Redis and namespace would pre-warm those keys.
+func deleteBuckets(rdb *redis.Client, ns string, started time.Time) error {
+	ctx := context.Background()
+	w := readside.DefaultAccessBucket
+	for t := started; t.Before(time.Now().Add(w)); t = t.Add(w) {
+		if err := rdb.Del(ctx, readside.AccessKey(ns, t, w)).Err(); err != nil {
+			return fmt.Errorf("delete access bucket: %w", err)
 		}
 	}
 	return nil

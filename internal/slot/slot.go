@@ -1,6 +1,8 @@
 // Package slot computes Redis Cluster hash slots and a short hash tag per slot.
 // The daemon (per-slot fences) and the read side (lock and δ keys in their
-// value's slot) must agree on both, so both use this one copy. go-redis
+// value's slot) must agree on both. The read side is a module of its own and
+// cannot import this package, so it keeps a copy (readside.HashSlot and
+// readside.SlotTag); TestReadsideCopyAgrees compares the two. go-redis
 // computes slots internally but does not export them.
 package slot
 
