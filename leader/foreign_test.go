@@ -262,7 +262,9 @@ func TestForeignFence(t *testing.T) {
 				key := env.ns + ":value"
 				fence := in.Store.FenceKey(key)
 				in.leadStamped(t, key, 20*time.Millisecond)
-				testenv.Eventually(t, 5*time.Second, "first write", func() bool { return client.Exists(ctx, key).Val() == 1 })
+				// The first term raises every fence first: 16,384 of them per
+				// slot, which takes seconds under -race on a loaded machine.
+				testenv.Eventually(t, 20*time.Second, "first write", func() bool { return client.Exists(ctx, key).Val() == 1 })
 
 				terms := promtest.Value(t, in.Reg, "hearth_leader_transitions_total", "result", "acquired")
 				took := repairedWrite(t, client, key, fence, time.Minute, func() { tc.plant(env.ns, fence) })
