@@ -54,6 +54,9 @@ type Redis struct {
 // HTTP is Hearth's own listener: metrics, health and admin.
 type HTTP struct {
 	Listen string `mapstructure:"listen"`
+	// ProbeListen, when set, is a second address that serves only /healthz
+	// and /readyz, with an accept queue of its own: point the probes there.
+	ProbeListen string `mapstructure:"probe_listen"`
 	// Pprof serves Go's runtime profiles under /debug/pprof/ on the same
 	// listener. Off by default: a profile is only for whoever can reach it.
 	Pprof bool `mapstructure:"pprof"`

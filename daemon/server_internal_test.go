@@ -27,8 +27,8 @@ import (
 
 // testLimits are long timeouts, so that only what a test shortens acts.
 func testLimits(maxConns int) httpLimits {
-	return httpLimits{readHeader: time.Hour, read: time.Hour, write: time.Hour, idle: time.Hour,
-		maxHeaderBytes: 1 << 16, maxConns: maxConns}
+	return httpLimits{readHeader: time.Hour, read: time.Hour, write: time.Hour, idle: time.Hour, body: time.Hour,
+		maxHeaderBytes: 1 << 16, maxConns: maxConns, maxBody: 1 << 12}
 }
 
 func startServer(t *testing.T, lim httpLimits) (*server, *prometheus.Registry) {
@@ -168,7 +168,7 @@ func TestHTTPTimeouts(t *testing.T) {
 		t.Error("an idle keep-alive connection was not closed (idle_timeout)")
 	}
 	// The daemon's limits are the named defaults, none of them off.
-	d, err := listen("127.0.0.1:0", "", prometheus.NewRegistry(), zerolog.Nop())
+	d, err := listen("127.0.0.1:0", "", "", prometheus.NewRegistry(), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
