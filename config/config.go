@@ -72,9 +72,11 @@ type Log struct {
 
 // Refresh holds the engine-wide bounds and the defaults keys inherit.
 type Refresh struct {
-	MaxConcurrentLoads int           `mapstructure:"max_concurrent_loads"`
-	BatchSize          int           `mapstructure:"batch_size"`
-	LoadTimeout        time.Duration `mapstructure:"load_timeout"`
+	MaxConcurrentLoads int `mapstructure:"max_concurrent_loads"`
+	// MaxInflightBytes bounds the payload bytes all loads hold at once.
+	MaxInflightBytes int64         `mapstructure:"max_inflight_bytes"`
+	BatchSize        int           `mapstructure:"batch_size"`
+	LoadTimeout      time.Duration `mapstructure:"load_timeout"`
 	// Spread is the fraction of a family's interval its batches are paced over.
 	Spread float64 `mapstructure:"spread"`
 	// ShutdownTimeout bounds the drain of in-flight writes on SIGTERM.
@@ -162,6 +164,7 @@ func Default() Config {
 		Log:  Log{Level: "info", Format: "auto"},
 		Refresh: Refresh{
 			MaxConcurrentLoads: 8,
+			MaxInflightBytes:   64 << 20,
 			BatchSize:          500,
 			LoadTimeout:        5 * time.Second,
 			Spread:             0.5,

@@ -157,6 +157,9 @@ func (cfg *Config) validateRefresh(c *checker) {
 	if r.MaxConcurrentLoads < 1 {
 		c.add("refresh.max_concurrent_loads", "must be >= 1 (got %d)", r.MaxConcurrentLoads)
 	}
+	if r.MaxInflightBytes < 1<<20 || r.MaxInflightBytes > 16<<30 {
+		c.add("refresh.max_inflight_bytes", "must be between 1 MiB and 16 GiB (got %d)", r.MaxInflightBytes)
+	}
 	if r.BatchSize < 1 {
 		c.add("refresh.batch_size", "must be >= 1 (got %d)", r.BatchSize)
 	}
