@@ -198,6 +198,7 @@ func newHTTPServer(ln net.Listener, h http.Handler, lim httpLimits, reg promethe
 		bodies.WithLabelValues(r)
 	}
 	reg.MustRegister(bodies)
+	cl.bodies = bodies
 	return cl, &http.Server{
 		Handler:           guardBody(h, lim, bodies),
 		ConnContext:       withConn,
@@ -299,6 +300,8 @@ type connLimiter struct {
 	max  int
 	open prometheus.Gauge
 	shed *prometheus.CounterVec
+	// bodies counts the requests guardBody refused on this listener.
+	bodies *prometheus.CounterVec
 
 	mu                sync.Mutex
 	n                 int

@@ -6,6 +6,7 @@ package budget
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
@@ -70,13 +71,11 @@ func (b *Budget) Acquire(ctx context.Context, source string, n int64) (release f
 		return nil, fmt.Errorf("%w: wait for %d bytes of refresh.max_inflight_bytes: %w", warmer.ErrOverloaded, n, err)
 	}
 	b.inflight.Add(float64(n))
-	released := false
+	var once sync.Once
 	return func() {
-		if released {
-			return
-		}
-		released = true
-		b.inflight.Sub(float64(n))
-		b.sem.Release(n)
+		once.Do(func() {
+			b.inflight.Sub(float64(n))
+			b.sem.Release(n)
+		})
 	}, nil
 }
