@@ -46,6 +46,8 @@ func TestEnvOverrideChecks(t *testing.T) {
 		{"HEARTH_ACCESS_LOG_RANK_INTERVAL", "2562047h", "access_log.rank_interval: must be at most " + year + ", a year (got 2562047h0m0s) (from environment variable HEARTH_ACCESS_LOG_RANK_INTERVAL)"},
 		{"HEARTH_PREWARM_REWARM_CHECK", "9000h", "prewarm.rewarm_check: must be at most " + year + ", a year (got 9000h0m0s) (from environment variable HEARTH_PREWARM_REWARM_CHECK)"},
 		{"HEARTH_REDIS_ADDRS", "127.0.0.1:6379,nowhere", `redis.addrs[1]: must be host:port (got "nowhere") (from environment variable HEARTH_REDIS_ADDRS)`},
+		{"HEARTH_HTTP_PROBE_LISTEN", "nowhere", `http.probe_listen: must be host:port (got "nowhere") (from environment variable HEARTH_HTTP_PROBE_LISTEN)`},
+		{"HEARTH_REFRESH_MAX_INFLIGHT_BYTES", "1000", "refresh.max_inflight_bytes: must be between 1 MiB and 16 GiB (got 1000) (from environment variable HEARTH_REFRESH_MAX_INFLIGHT_BYTES)"},
 		{"HEARTH_REDIS_NAMESPACE", "p", `keys[p].key: template "p:{id}" can name a key inside Hearth's own namespace (p or p:…, redis.namespace): use another prefix or namespace`},
 	} {
 		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
