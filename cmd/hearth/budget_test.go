@@ -11,8 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/hearth-dev/hearth/internal/e2e"
 )
 
 // budgetHugeBytes is the pointed string of the huge members: 6 MB.
@@ -20,14 +18,10 @@ const budgetHugeBytes = 6 << 20
 
 // budgetRSSBound is the daemon's peak RSS (VmHWM) the test allows for 4
 // families × 8 members of huge pointed strings loaded together, with
-// refresh.max_inflight_bytes at 16 MiB: measured 92 MB (race build 294 MB);
-// without the budget 652 MB.
-func budgetRSSBound() int64 {
-	if e2e.RaceEnabled { // the race detector's shadow memory
-		return 450 << 20
-	}
-	return 200 << 20
-}
+// refresh.max_inflight_bytes at 16 MiB: measured 92 MB (a race build: 294 MB,
+// its shadow memory); without the budget 652 MB. The daemon runs without the
+// race detector (startPlainDaemon).
+const budgetRSSBound = 200 << 20
 
 // vmHWM is a process's peak resident set, from /proc/<pid>/status.
 func vmHWM(t *testing.T, pid int) int64 {
@@ -107,7 +101,7 @@ func TestPayloadBudgetBoundsMemory(t *testing.T) {
 		}
 	}
 	const token = "budget-test-token"
-	d := startDaemon(t, fmt.Sprintf(`
+	d := startPlainDaemon(t, fmt.Sprintf(`
 redis: {addrs: [%[3]q], namespace: %[4]q}
 log: {level: warn, format: json}
 sources:
@@ -148,7 +142,7 @@ keys:
 		t.Fatalf("hearth exited:\n%s", d.Output())
 	}
 	peak := vmHWM(t, pid)
-	bound := budgetRSSBound()
+	bound := int64(budgetRSSBound)
 	t.Logf("daemon peak RSS (VmHWM) after 3 rounds of 4 families × 8 members: %d MB (bound %d MB)", peak>>20, bound>>20)
 	if peak > bound {
 		t.Errorf("daemon peak RSS %d MB, want ≤ %d MB", peak>>20, bound>>20)

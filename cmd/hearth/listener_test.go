@@ -50,20 +50,30 @@ sources:
 keys:
   - {name: single, key: "%[1]ssingle", source: up, ttl: 1h, path: /single}
 `, rdb.Prefix, up.URL, rdb.Addr, rdb.Namespace, probeLine)
+	// Built without the race detector: the test bounds latency, and a race
+	// build is 5-10x slower per connection (the e2e tests that run it race
+	// built cover the listener's code for data races).
+	d := startPlainDaemon(t, cfg, "HEARTH_ADMIN_TOKEN=listener-test-token")
+	if err := unix.Prlimit(d.Cmd.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: daemonFDs, Max: daemonFDs}, nil); err != nil {
+		t.Fatalf("limit the daemon's descriptors: %v", err)
+	}
+	return d
+}
+
+// startPlainDaemon is startDaemon with cmd/hearth built without the race
+// detector (or $HEARTH_BIN), for tests that bound latency or memory from
+// outside: the detector slows each connection 5-10 times and triples the
+// resident set.
+func startPlainDaemon(t *testing.T, cfg string, env ...string) *daemon {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Built without the race detector: the test bounds latency, and a race
-	// build is 5-10x slower per connection (the e2e tests that run it race
-	// built cover the listener's code for data races).
 	addr := e2e.FreeAddr(t)
-	p := e2e.StartBinary(t, e2e.PlainBinary(t), []string{"run", "--config", path, "--listen", addr}, "HEARTH_ADMIN_TOKEN=listener-test-token")
+	p := e2e.StartBinary(t, e2e.PlainBinary(t), []string{"run", "--config", path, "--listen", addr}, env...)
 	d := &daemon{Proc: p, URL: "http://" + addr, Config: path}
 	e2e.WaitHTTP(t, d.URL+"/readyz", http.StatusOK, 30*time.Second)
-	if err := unix.Prlimit(d.Cmd.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: daemonFDs, Max: daemonFDs}, nil); err != nil {
-		t.Fatalf("limit the daemon's descriptors: %v", err)
-	}
 	return d
 }
 

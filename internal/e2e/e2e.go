@@ -314,7 +314,3 @@ func Namespace(t testing.TB, c *redis.Client) string {
 	testenv.CleanupPrefix(t, c.Options().Addr, ns+":")
 	return ns
 }
-
-// RaceEnabled says whether the binaries Build makes have the race detector,
-// whose shadow memory multiplies a process's resident set.
-const RaceEnabled = raceEnabled
