@@ -54,6 +54,9 @@ type Redis struct {
 // HTTP is Hearth's own listener: metrics, health and admin.
 type HTTP struct {
 	Listen string `mapstructure:"listen"`
+	// ProbeListen, when set, is a second address that serves only /healthz
+	// and /readyz, with an accept queue of its own: point the probes there.
+	ProbeListen string `mapstructure:"probe_listen"`
 	// Pprof serves Go's runtime profiles under /debug/pprof/ on the same
 	// listener. Off by default: a profile is only for whoever can reach it.
 	Pprof bool `mapstructure:"pprof"`
@@ -69,9 +72,11 @@ type Log struct {
 
 // Refresh holds the engine-wide bounds and the defaults keys inherit.
 type Refresh struct {
-	MaxConcurrentLoads int           `mapstructure:"max_concurrent_loads"`
-	BatchSize          int           `mapstructure:"batch_size"`
-	LoadTimeout        time.Duration `mapstructure:"load_timeout"`
+	MaxConcurrentLoads int `mapstructure:"max_concurrent_loads"`
+	// MaxInflightBytes bounds the payload bytes all loads hold at once.
+	MaxInflightBytes int64         `mapstructure:"max_inflight_bytes"`
+	BatchSize        int           `mapstructure:"batch_size"`
+	LoadTimeout      time.Duration `mapstructure:"load_timeout"`
 	// Spread is the fraction of a family's interval its batches are paced over.
 	Spread float64 `mapstructure:"spread"`
 	// ShutdownTimeout bounds the drain of in-flight writes on SIGTERM.
@@ -159,6 +164,7 @@ func Default() Config {
 		Log:  Log{Level: "info", Format: "auto"},
 		Refresh: Refresh{
 			MaxConcurrentLoads: 8,
+			MaxInflightBytes:   64 << 20,
 			BatchSize:          500,
 			LoadTimeout:        5 * time.Second,
 			Spread:             0.5,

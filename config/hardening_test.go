@@ -53,6 +53,8 @@ func TestEnvOverrideChecks(t *testing.T) {
 		{"HEARTH_REDIS_READ_TIMEOUT", "1", `redis.read_timeout: a duration needs a unit, e.g. "1s" (got 1) (from environment variable HEARTH_REDIS_READ_TIMEOUT)`},
 		{"HEARTH_REDIS_READ_TIMEOUT", "1ns", "redis.read_timeout: must be at least 10ms (got 1ns) (from environment variable HEARTH_REDIS_READ_TIMEOUT)"},
 		{"HEARTH_REDIS_ADDRS", "127.0.0.1:6379,nowhere", `redis.addrs[1]: must be host:port (got "nowhere") (from environment variable HEARTH_REDIS_ADDRS)`},
+		{"HEARTH_HTTP_PROBE_LISTEN", "nowhere", `http.probe_listen: must be host:port (got "nowhere") (from environment variable HEARTH_HTTP_PROBE_LISTEN)`},
+		{"HEARTH_REFRESH_MAX_INFLIGHT_BYTES", "1000", "refresh.max_inflight_bytes: must be between 1048576 and 17179869184 (got 1000) (from environment variable HEARTH_REFRESH_MAX_INFLIGHT_BYTES)"},
 		{"HEARTH_REDIS_NAMESPACE", "p", `keys[p].key: template "p:{id}" can name a key inside Hearth's own namespace (p or p:…, redis.namespace): use another prefix or namespace`},
 	} {
 		t.Run(tc.env+"="+tc.value, func(t *testing.T) {

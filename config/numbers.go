@@ -74,6 +74,7 @@ var Bounds = []Bound{
 	{Path: "refresh.max_stale", Min: MinTimeout, Max: MaxDuration, Zero: "never extend a value"},
 	{Path: "refresh.max_value_bytes", Lo: 1, Hi: maxRedisValue},
 	{Path: "refresh.max_members", Lo: 1, Hi: maxMembers},
+	{Path: "refresh.max_inflight_bytes", Lo: 1 << 20, Hi: 16 << 30},
 
 	{Path: "leader.lease", Min: MinLease, Max: MaxDuration, Zero: "picked to fit the takeover margin"},
 	{Path: "leader.renew_interval", Min: MinPeriod, Max: MaxDuration, Zero: "lease/3"},

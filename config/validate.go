@@ -90,6 +90,13 @@ func (cfg *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(cfg.HTTP.Listen); err != nil {
 		c.add("http.listen", "must be host:port (got %q)", cfg.HTTP.Listen)
 	}
+	if cfg.HTTP.ProbeListen != "" {
+		if _, _, err := net.SplitHostPort(cfg.HTTP.ProbeListen); err != nil {
+			c.add("http.probe_listen", "must be host:port (got %q)", cfg.HTTP.ProbeListen)
+		} else if cfg.HTTP.ProbeListen == cfg.HTTP.Listen {
+			c.add("http.probe_listen", "must differ from http.listen (both %q)", cfg.HTTP.Listen)
+		}
+	}
 	switch cfg.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

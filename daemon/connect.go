@@ -14,6 +14,7 @@ import (
 
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/redact"
+	"github.com/hearth-dev/hearth/sources/budget"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/sources/protect"
@@ -89,6 +90,7 @@ func (s *Sources) Close() {
 func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log zerolog.Logger) (*Sources, error) {
 	guards := protect.NewGuardMetrics(reg)
 	httpMetrics := httpsrc.NewMetrics(reg)
+	payloads := budget.New(cfg.Refresh.MaxInflightBytes, reg)
 	out := &Sources{Guarded: make(map[string]warmer.Source, len(cfg.Sources)), postgres: map[string]*postgres.Source{}}
 	for _, sc := range cfg.Sources {
 		var (
@@ -108,7 +110,7 @@ func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 			var s *httpsrc.Source
 			s, err = httpsrc.New(httpsrc.Config{Name: sc.Name, BaseURL: sc.BaseURL, Headers: sc.Headers, Timeout: sc.Timeout,
 				Concurrency: sc.Concurrency, MaxBodyBytes: sc.MaxBodyBytes, HealthPath: sc.HealthPath,
-				Redirects: sc.Redirects, Metrics: httpMetrics, Log: log})
+				Redirects: sc.Redirects, Metrics: httpMetrics, Budget: payloads, Log: log})
 			if err == nil {
 				out.closers = append(out.closers, s)
 				src = s

@@ -141,7 +141,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	srv, err := listen(cfg.HTTP.Listen, lead.Instance(), reg, log)
+	srv, err := listen(cfg.HTTP.Listen, cfg.HTTP.ProbeListen, lead.Instance(), reg, log)
 	if err != nil {
 		return err
 	}

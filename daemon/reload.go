@@ -30,7 +30,7 @@ const reloadSettle = 150 * time.Millisecond
 
 // restartOnly are the refresh settings read once at start-up; every other
 // refresh setting is a default that declarations inherit, applied on reload.
-var restartOnly = map[string]bool{"max_concurrent_loads": true, "spread": true, "shutdown_timeout": true}
+var restartOnly = map[string]bool{"max_concurrent_loads": true, "max_inflight_bytes": true, "spread": true, "shutdown_timeout": true}
 
 // notifyHUP starts catching SIGHUP at once, so that a reload signal sent while
 // the daemon is still starting waits for the reloader instead of killing it.

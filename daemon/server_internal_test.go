@@ -27,8 +27,8 @@ import (
 
 // testLimits are long timeouts, so that only what a test shortens acts.
 func testLimits(maxConns int) httpLimits {
-	return httpLimits{readHeader: time.Hour, read: time.Hour, write: time.Hour, idle: time.Hour,
-		maxHeaderBytes: 1 << 16, maxConns: maxConns}
+	return httpLimits{readHeader: time.Hour, read: time.Hour, write: time.Hour, idle: time.Hour, body: time.Hour,
+		maxHeaderBytes: 1 << 16, maxConns: maxConns, maxBody: 1 << 12}
 }
 
 func startServer(t *testing.T, lim httpLimits) (*server, *prometheus.Registry) {
@@ -168,7 +168,7 @@ func TestHTTPTimeouts(t *testing.T) {
 		t.Error("an idle keep-alive connection was not closed (idle_timeout)")
 	}
 	// The daemon's limits are the named defaults, none of them off.
-	d, err := listen("127.0.0.1:0", "", prometheus.NewRegistry(), zerolog.Nop())
+	d, err := listen("127.0.0.1:0", "", "", prometheus.NewRegistry(), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,5 +323,90 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 	}
 	if code, body := get("http://" + on.Addr() + "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Fatalf("with http.pprof: /debug/pprof/ answered %d: %.200s", code, body)
+	}
+}
+
+// trickle sends a request's headers announcing a body of n bytes and one
+// byte of it, and leaves the connection open.
+func trickle(t *testing.T, addr string, n int) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := fmt.Fprintf(c, "POST /admin/refresh HTTP/1.1\r\nHost: hearth\r\nContent-Length: %d\r\n\r\nx", n); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestTricklingBodiesAreShed: with every place taken by requests still
+// sending their bodies, a probe gets in (the oldest trickler makes room);
+// a body not sent within the body timeout is refused 408, one over the size
+// bound 413 unread, and a small one reaches the handler. Before, a request
+// waiting for its body was busy and could not be shed: the probe was refused.
+func TestTricklingBodiesAreShed(t *testing.T) {
+	const max = 4
+	s, _ := startServer(t, testLimits(max))
+	for range max {
+		trickle(t, s.Addr(), 1000)
+	}
+	testenv.Eventually(t, 5*time.Second, "every place held by a trickling body", func() bool {
+		s.ln.mu.Lock()
+		defer s.ln.mu.Unlock()
+		n := 0
+		for c := s.ln.body.head; c != nil; c = c.next {
+			n++
+		}
+		return n == max
+	})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if err := probe("http://" + s.Addr() + path); err != nil {
+			t.Fatalf("probe with %d trickling bodies: %v", max, err)
+		}
+	}
+	if got := testutil.ToFloat64(s.ln.shed.WithLabelValues("body")); got < 1 {
+		t.Errorf("shed body = %g, want ≥ 1", got)
+	}
+
+	lim := testLimits(64)
+	lim.body = 200 * time.Millisecond
+	s2, _ := startServer(t, lim)
+	var got string
+	s2.mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = string(b)
+	})
+	answer := func(req string) (int, bool) {
+		c, err := net.DialTimeout("tcp", s2.Addr(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, resp.Close
+	}
+	if code, conn := answer("POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\nabc"); code != http.StatusRequestTimeout || !conn {
+		t.Errorf("trickled body: %d, close %v; want 408, close", code, conn)
+	}
+	if code, conn := answer("POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n\r\n"); code != http.StatusRequestEntityTooLarge || !conn {
+		t.Errorf("body over the bound: %d, close %v; want 413, close", code, conn)
+	}
+	if code, _ := answer("POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"); code != http.StatusOK || got != "hello" {
+		t.Errorf("small body: %d, handler read %q; want 200, hello", code, got)
+	}
+	for _, r := range []string{"slow", "too_large"} {
+		if n := testutil.ToFloat64(s2.ln.bodies.WithLabelValues(r)); n != 1 {
+			t.Errorf("bodies refused %s = %g, want 1", r, n)
+		}
 	}
 }

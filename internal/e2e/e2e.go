@@ -54,11 +54,25 @@ var (
 // use it, and returns the executable's path.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
+	return buildWith(t, pkg, raceEnabled)
+}
+
+// BuildPlain builds the main package pkg without the race detector, whatever
+// the tests use: for harnesses such as a load generator, whose goroutines
+// would exceed the race detector's limit (8,128) or whose speed matters.
+func BuildPlain(t testing.TB, pkg string) string {
+	t.Helper()
+	return buildWith(t, pkg, false)
+}
+
+func buildWith(t testing.TB, pkg string, race bool) string {
+	t.Helper()
+	id := fmt.Sprintf("%s race=%v", pkg, race)
 	buildsMu.Lock()
-	bd := builds[pkg]
+	bd := builds[id]
 	if bd == nil {
 		bd = &build{}
-		builds[pkg] = bd
+		builds[id] = bd
 	}
 	buildsMu.Unlock()
 	bd.once.Do(func() {
@@ -71,7 +85,7 @@ func Build(t testing.TB, pkg string) string {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
 		args := []string{"build", "-o", bd.path}
-		if raceEnabled {
+		if race {
 			args = append(args, "-race")
 		}
 		args = append(args, pkg)
@@ -100,7 +114,24 @@ type Proc struct {
 // is killed at cleanup if still running.
 func Start(t testing.TB, args []string, env ...string) *Proc {
 	t.Helper()
-	cmd := exec.Command(Binary(t), args...)
+	return StartBinary(t, Binary(t), args, env...)
+}
+
+// PlainBinary is $HEARTH_BIN when set, else cmd/hearth built without the race
+// detector: for tests that bound latency from outside, which the detector's
+// 5-10x slowdown would measure instead of Hearth.
+func PlainBinary(t testing.TB) string {
+	t.Helper()
+	if bin := os.Getenv("HEARTH_BIN"); bin != "" {
+		return bin
+	}
+	return BuildPlain(t, "./cmd/hearth")
+}
+
+// StartBinary is Start with the binary at bin.
+func StartBinary(t testing.TB, bin string, args []string, env ...string) *Proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &Proc{Cmd: cmd, done: make(chan struct{})}
 	pr, pw := io.Pipe()

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/hearth-dev/hearth/internal/redact"
+	"github.com/hearth-dev/hearth/sources/budget"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -77,6 +78,9 @@ type Config struct {
 	Redirects string
 	// Metrics receives the source's counters; nil keeps them private.
 	Metrics *Metrics
+	// Budget is the process's in-flight payload budget, shared by every
+	// source; nil bounds nothing.
+	Budget *budget.Budget
 	// Log receives refused redirects (sampled); the zero value discards them.
 	Log zerolog.Logger
 }
@@ -455,6 +459,21 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 		r.Err = fmt.Errorf("%w: body of %d bytes, %s is %d", warmer.ErrTooLarge, resp.ContentLength, what, limit)
 		return r
 	}
+	// The body counts against the process's in-flight payload budget while it
+	// is read and decoded: at its Content-Length, or at its bound without one,
+	// at most the whole budget (a longer one then fails as over the budget).
+	need := limit
+	if resp.ContentLength >= 0 {
+		need = resp.ContentLength
+	} else if m := s.cfg.Budget.Max(); m > 0 && need > m {
+		need, limit, what = m, m, "refresh.max_inflight_bytes"
+	}
+	release, err := s.cfg.Budget.Acquire(ctx, s.cfg.Name, need)
+	if err != nil {
+		r.Err = fmt.Errorf("body of %d bytes: %w", need, err)
+		return r
+	}
+	defer release()
 	body := &boundedReader{r: resp.Body, left: limit}
 	if spec.JSONPointer == "" {
 		v, err := io.ReadAll(body)
@@ -478,6 +497,9 @@ func (s *Source) fetch(ctx context.Context, spec *warmer.Spec, member string) wa
 		r.Err = fmt.Errorf("%w: read body: %w", warmer.ErrOrigin, body.err)
 	case err != nil:
 		r.Err = fmt.Errorf("keys[%s].json_pointer %q: %w", spec.Name, spec.JSONPointer, err)
+	case spec.MaxValueBytes > 0 && len(v) > spec.MaxValueBytes:
+		// Refused here, not after the whole batch: the batch would hold it.
+		r.Err = fmt.Errorf("%w: pointed value of %d bytes, max_value_bytes is %d", warmer.ErrTooLarge, len(v), spec.MaxValueBytes)
 	default:
 		r.Value = v
 		s.cond.remember(ck, resp.Header, v)
