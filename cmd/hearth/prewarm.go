@@ -76,7 +76,7 @@ access log unreadable); 2 for a bad config or flag.`,
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
-	cmd.Flags().StringVar(&redisURL, "redis", "", "target Redis URL (redis://[user:password@]host:port/db, rediss:// for TLS; a Cluster: redis+cluster://host:port,host:port; Sentinels: redis+sentinel://host:port,host:port/<master>[/db]); default: the config's redis")
+	cmd.Flags().StringVar(&redisURL, "redis", "", "target Redis: host:port or a URL (redis://[user:password@]host:port/db, rediss:// for TLS; a Cluster: redis+cluster://host:port,host:port; Sentinels: redis+sentinel://host:port,host:port/<master>[/db]); default: the config's redis")
 	cmd.Flags().IntVar(&top, "top", 0, "access-log keys to load (default prewarm.top_n)")
 	cmd.Flags().Float64Var(&minCoverage, "min-coverage", 0.99, "exit 3 unless at least this share of the wanted keys was loaded")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: no limit); what was loaded stays loaded")
