@@ -17,6 +17,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/warmer"
@@ -29,6 +30,7 @@ func newPrewarmCmd(g *globals) *cobra.Command {
 		minCoverage float64
 		timeout     time.Duration
 		overwrite   bool
+		ranking     string
 	)
 	cmd := &cobra.Command{
 		Use:   "prewarm",
@@ -47,6 +49,14 @@ counter, fence) is in that Redis, every write is fenced by the newest epoch
 issued there: if a leader takes over during the run, its fence refuses the
 pre-warm's later writes (counted as failed, fenced).
 
+--ranking chooses where the top keys come from: "auto" (the default) reads the
+ranking the leader stores every access_log.rank_interval only when it holds
+keys, covers the window and top_n, and was computed after the newest closed
+bucket of the access log ended, else ranks the access log live; "live" always
+ranks live; "stored" reads the stored ranking and fails (exit 1) when it is not
+fresh, naming why, rather than rank the whole window live. The summary names
+the ranking read, its age and the buckets it spans.
+
 It shows a progress bar on a terminal (progress logs otherwise) and prints a
 summary. Exit codes: 0 when the coverage (keys loaded, values or not-found
 sentinels, over keys wanted) reached --min-coverage; 3 when it did not (also when
@@ -56,6 +66,11 @@ access log unreadable); 2 for a bad config or flag.`,
   hearth prewarm -c config.yaml --top 50000 --min-coverage 0.95 --timeout 5m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch ranking {
+			case accesslog.ModeAuto, accesslog.ModeLive, accesslog.ModeStored:
+			default:
+				return fail(exitConfig, fmt.Errorf("--ranking: must be auto, live or stored (got %q)", ranking))
+			}
 			cfg, err := g.load()
 			if err != nil {
 				return err
@@ -72,7 +87,7 @@ access log unreadable); 2 for a bad config or flag.`,
 			if timeout < 0 {
 				return fail(exitConfig, fmt.Errorf("--timeout must be >= 0 (got %s)", timeout))
 			}
-			return prewarmOnce(cmd.Context(), g, cfg, redisURL, minCoverage, timeout, overwrite)
+			return prewarmOnce(cmd.Context(), g, cfg, redisURL, minCoverage, timeout, overwrite, ranking)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
@@ -81,6 +96,8 @@ access log unreadable); 2 for a bad config or flag.`,
 	cmd.Flags().Float64Var(&minCoverage, "min-coverage", 0.99, "exit 3 unless at least this share of the wanted keys was loaded")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: no limit); what was loaded stays loaded")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace values already present (default: fill absent keys only)")
+	cmd.Flags().StringVar(&ranking, "ranking", accesslog.ModeAuto, "where the top keys come from: auto (the stored ranking when fresh, else live), live, or stored (exit 1 when it is not fresh)")
+	_ = cmd.RegisterFlagCompletionFunc("ranking", cobra.FixedCompletions([]string{accesslog.ModeAuto, accesslog.ModeLive, accesslog.ModeStored}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -89,7 +106,7 @@ const prewarmGCPercent = 400
 
 // prewarmOnce is `hearth prewarm`: connect, pre-warm, print the summary, map
 // the coverage to the exit code.
-func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration, overwrite bool) error {
+func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration, overwrite bool, ranking string) error {
 	log := newLogger(g.stderr, cfg.Log)
 	if os.Getenv("GOGC") == "" {
 		// A one-shot pre-warm keeps little alive (the batches in flight and
@@ -111,6 +128,9 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 		return fail(exitFail, err)
 	}
 	defer pw.Close()
+	if err := pw.SetRanking(ranking); err != nil {
+		return fail(exitConfig, fmt.Errorf("--ranking: %w", err))
+	}
 
 	runCtx := ctx
 	if timeout > 0 {
@@ -120,11 +140,10 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 	}
 	progress := newProgress(g.stderr, log)
 	po := pw.Options()
-	log.Info().Str("redis", target).Int("top_n", po.TopN).Dur("window", po.Window).Msg("pre-warming")
+	log.Info().Str("redis", target).Int("top_n", po.TopN).Dur("window_ms", po.Window).Msg("pre-warming")
 	rep, err := pw.Run(runCtx, progress.update)
 	progress.finish()
-	ranking := pw.Ranking()
-	printSummary(g.stdout, target, rep, ranking, minCoverage, pw.Fence(), overwrite)
+	printSummary(g.stdout, target, rep, pw.Ranking(), minCoverage, pw.Fence(), overwrite)
 
 	timedOut := timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	if err != nil && !timedOut {
@@ -201,7 +220,7 @@ func (p *progress) finish() {
 	}
 }
 
-func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking string, minCoverage float64, fence warmer.PrewarmFence, overwrite bool) {
+func printSummary(w io.Writer, target string, r warmer.PrewarmReport, rk accesslog.Ranking, minCoverage float64, fence warmer.PrewarmFence, overwrite bool) {
 	reasons := make([]string, 0, len(r.Skipped))
 	for k, n := range r.Skipped {
 		if n > 0 {
@@ -225,10 +244,8 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking st
 		mode += fmt.Sprintf(", fenced by epoch %d (no leader now)", fence.Epoch)
 	}
 	fmt.Fprintf(w, "  mode                  %s\n", mode)
-	if ranking == "" {
-		ranking = "none"
-	}
-	fmt.Fprintf(w, "  access-log keys read  %d (ranking: %s)\n", r.Candidates, ranking)
+	fmt.Fprintf(w, "  access-log keys read  %d\n", r.Candidates)
+	fmt.Fprintf(w, "  ranking               %s\n", describeRanking(rk))
 	fmt.Fprintf(w, "  wanted                %d\n", r.Wanted)
 	fmt.Fprintf(w, "  written               %d\n", r.Written)
 	fmt.Fprintf(w, "  negative              %d\n", r.Negative)
@@ -245,6 +262,24 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking st
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error                 %s\n", r.Error)
 	}
+}
+
+// describeRanking is the summary's line about the ranking read: which one,
+// its age, the buckets it spans, and why a stored one was not used.
+func describeRanking(rk accesslog.Ranking) string {
+	if rk.Source == "" {
+		return "none (no access log)"
+	}
+	const hm = "2006-01-02 15:04:05Z"
+	span := fmt.Sprintf("buckets %s to %s", rk.From.UTC().Format(hm), rk.To.UTC().Format(hm))
+	if rk.Source == accesslog.RankingStored {
+		return fmt.Sprintf("stored, %s old, %s", rk.Age.Round(time.Second), span)
+	}
+	s := "live, " + span
+	if rk.Stale != "" {
+		s += " (not the stored ranking: " + rk.Stale + ")"
+	}
+	return s
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.3f%%", 100*f) }
