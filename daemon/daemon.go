@@ -230,7 +230,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	undo.push(func(context.Context) error { rl.close(); return nil })
 
 	<-ctx.Done()
-	log.Info().Dur("deadline", cfg.Refresh.ShutdownTimeout).Msg("shutting down: draining in-flight writes")
+	log.Info().Dur("deadline_ms", cfg.Refresh.ShutdownTimeout).Msg("shutting down: draining in-flight writes")
 	srv.ready.Store(false)
 	dctx, cancel := context.WithTimeout(runCtx, cfg.Refresh.ShutdownTimeout)
 	defer cancel()
@@ -246,7 +246,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			log.Error().Err(cerr).Msg("shutdown failed")
 			return fmt.Errorf("shutdown: %w", cerr)
 		}
-		log.Warn().Err(cerr).Dur("deadline", cfg.Refresh.ShutdownTimeout).
+		log.Warn().Err(cerr).Dur("deadline_ms", cfg.Refresh.ShutdownTimeout).
 			Msg("shutdown deadline reached: in-flight writes abandoned")
 	}
 	log.Info().Msg("stopped")

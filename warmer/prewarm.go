@@ -278,7 +278,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 		done:   make(chan struct{}),
 		reader: prewarmReader{pending: map[*Spec]*pendingBatch{}, skipped: map[string]int{}},
 	}
-	w.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window", po.Window).
+	w.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window_ms", po.Window).
 		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Msg("pre-warm started")
 	// Declared single keys first: they load while the access log is read.
 	for _, s := range r.specs {
@@ -328,7 +328,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	case firstErr != nil:
 		rep.Error = firstErr.Error()
 	}
-	w.log.Debug().Dur("took", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
+	w.log.Debug().Dur("took_ms", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
 	if n := rep.Skipped[SkipDuplicate]; n > 0 {
 		w.log.Warn().Int("repeated", n).
 			Msg("pre-warm: the access-log ranking repeats keys (a ranking Hearth writes never does); each key was loaded once")
@@ -577,7 +577,7 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 	ev.Str("reason", rep.Reason).Str("result", result).Int("candidates", rep.Candidates).
 		Int("wanted", rep.Wanted).Int("written", rep.Written).
 		Int("negative", rep.Negative).Int("present", rep.Present).Int("failed", rep.Failed).Int("fenced", rep.Fenced).Int("skipped", rep.SkippedTotal()).
-		Float64("coverage", rep.Coverage).Dur("took", rep.Duration).Func(func(e *zerolog.Event) {
+		Float64("coverage", rep.Coverage).Dur("took_ms", rep.Duration).Func(func(e *zerolog.Event) {
 		if rep.Error != "" {
 			e.Str("error", rep.Error)
 		}
