@@ -2,6 +2,7 @@ package warmer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -106,6 +107,16 @@ type PrewarmReport struct {
 	KeysPerSecond float64       `json:"keys_per_second"`
 	// Error is the first error that kept keys from loading, if any.
 	Error string `json:"error,omitempty"`
+}
+
+// MarshalJSON writes Duration as a duration string ("3.302s"), as the admin
+// API writes every duration, not as a count of nanoseconds.
+func (r PrewarmReport) MarshalJSON() ([]byte, error) {
+	type plain PrewarmReport // without this method
+	return json.Marshal(struct {
+		plain
+		Duration string `json:"duration"`
+	}{plain(r), r.Duration.Round(time.Microsecond).String()})
 }
 
 // SkippedTotal is the number of access-log keys skipped for any reason.

@@ -479,11 +479,14 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 	if !ok {
 		return Outcome{}, fmt.Errorf("refresh %q: %w", name, ErrUnknownSpec)
 	}
+	start := w.now()
 	if err := w.loads.Acquire(ctx, 1); err != nil {
 		return Outcome{}, err
 	}
 	defer w.loads.Release(1)
 	o := w.refreshBatch(ctx, spec, st, members)
+	// As a run's: the wall time, waiting for a load slot included.
+	o.Duration = w.now().Sub(start)
 	return o, o.LastError
 }
 
