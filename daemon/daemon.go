@@ -227,6 +227,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// The campaign's goroutine is waited for before anything it uses closes.
 	lead.Start(ctx, w, sched, srv, pw.startup)
 	undo.push(func(context.Context) error { lead.Wait(); return nil })
+	sctx, stopStandby := context.WithCancel(ctx)
+	standbyDone := make(chan struct{})
+	go func() { defer close(standbyDone); reportStandby(sctx, lead, srv, lead.Instance(), log) }()
+	undo.push(func(context.Context) error { stopStandby(); <-standbyDone; return nil })
 	undo.push(func(context.Context) error { rl.close(); return nil })
 
 	<-ctx.Done()
