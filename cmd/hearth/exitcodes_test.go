@@ -136,8 +136,13 @@ keys:
 			if code != c.want {
 				t.Fatalf("hearth %s: exit %d, want %d; output:\n%s", strings.Join(c.args, " "), code, c.want, out.String())
 			}
-			if code == 2 && !strings.Contains(out.String(), "hearth: ") {
-				t.Errorf("exit 2 without an error message:\n%s", out.String())
+			if code != 0 && !strings.Contains(out.String(), "hearth: ") {
+				t.Errorf("exit %d without an error message:\n%s", code, out.String())
+			}
+			// go-redis's own pool lines ("redis: <date> pool.go:…") go to
+			// Hearth's logger at debug, not raw onto stderr.
+			if strings.Contains(out.String(), "pool.go:") {
+				t.Errorf("go-redis's raw log lines in the output:\n%s", out.String())
 			}
 		})
 	}

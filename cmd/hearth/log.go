@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"io"
 	"os"
 	"time"
 
 	"github.com/mattn/go-isatty"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
@@ -33,5 +35,17 @@ func newLogger(w io.Writer, c config.Log) zerolog.Logger {
 	if console {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+	log := zerolog.New(w).Level(level).With().Timestamp().Logger()
+	// go-redis prints its pool's dial failures on stderr in a format of its
+	// own, once per attempt, before Hearth's own error says the same: route
+	// them to this logger, at debug.
+	redis.SetLogger(redisLogger{log.With().Str("component", "go-redis").Logger()})
+	return log
+}
+
+// redisLogger is go-redis's internal logger on zerolog.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Msgf(format, v...)
 }

@@ -139,8 +139,6 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 		defer cancel()
 	}
 	progress := newProgress(g.stderr, log)
-	po := pw.Options()
-	log.Info().Str("redis", target).Int("top_n", po.TopN).Dur("window_ms", po.Window).Msg("pre-warming")
 	rep, err := pw.Run(runCtx, progress.update)
 	progress.finish()
 	printSummary(g.stdout, target, rep, pw.Ranking(), minCoverage, pw.Fence(), overwrite)
@@ -161,18 +159,19 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 
 // progress shows a running pre-warm: a bar on a terminal, a log line a second otherwise.
 type progress struct {
-	mu   sync.Mutex
-	out  io.Writer
-	tty  bool
-	bar  *progressbar.ProgressBar
-	log  zerolog.Logger
-	last time.Time
-	p    warmer.PrewarmProgress
+	mu    sync.Mutex
+	out   io.Writer
+	tty   bool
+	bar   *progressbar.ProgressBar
+	log   zerolog.Logger
+	start time.Time
+	last  time.Time
+	p     warmer.PrewarmProgress
 }
 
 func newProgress(w io.Writer, log zerolog.Logger) *progress {
 	f, ok := w.(*os.File)
-	return &progress{out: w, tty: ok && isatty.IsTerminal(f.Fd()), log: log}
+	return &progress{out: w, tty: ok && isatty.IsTerminal(f.Fd()), log: log, start: time.Now()}
 }
 
 func (p *progress) update(pr warmer.PrewarmProgress) {
@@ -182,13 +181,18 @@ func (p *progress) update(pr warmer.PrewarmProgress) {
 	if p.tty {
 		if p.bar == nil {
 			p.bar = progressbar.NewOptions(max(pr.Wanted, 1),
+				// The rate is ours, in keys/s: the bar's own switches to
+				// keys/min and keys/hr while the first batches load.
 				progressbar.OptionSetWriter(p.out), progressbar.OptionSetDescription("pre-warming"),
-				progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("keys"),
+				progressbar.OptionShowCount(),
 				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetPredictTime(true),
 				progressbar.OptionFullWidth(), progressbar.OptionClearOnFinish())
 		}
 		if pr.Wanted > 0 && pr.Wanted != p.bar.GetMax() {
 			p.bar.ChangeMax(pr.Wanted) // grows while the access log is read
+		}
+		if s := time.Since(p.start).Seconds(); s > 0 {
+			p.bar.Describe(fmt.Sprintf("pre-warming, %.0f keys/s", float64(pr.Done)/s))
 		}
 		_ = p.bar.Set(pr.Done)
 		return
