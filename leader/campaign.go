@@ -66,7 +66,7 @@ func New(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registere
 		return nil, fmt.Errorf("leader lease: %w", err)
 	}
 	log.Info().Str("instance", lease.ID()).Dur("lease_ms", t.Lease).Dur("renew_interval_ms", t.RenewInterval).
-		Dur("retry_period", t.RetryPeriod).Msg("leader election enabled")
+		Dur("retry_period_ms", t.RetryPeriod).Msg("leader election enabled")
 	l.lease, l.store, l.gate, l.elector = lease, store, lease, lease
 	return l, nil
 }
@@ -185,7 +185,7 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp war
 	}
 	ev.Int("checked", res.Checked).Int("due", res.Due).Int("refreshed", res.Refreshed).Int("failed", res.Failed).
 		Int("unscheduled", res.Unscheduled).Dur("horizon_ms", res.Horizon).
-		Dur("took", time.Since(t0)).Msg(what)
+		Dur("took_ms", time.Since(t0)).Msg(what)
 }
 
 // termContext is ctx, also cancelled when the term ends.
