@@ -94,6 +94,7 @@ keys:
 		{[]string{"demo", "--duration", "soon"}, 2},
 		{[]string{"demo", "--listen", "nope"}, 2},
 		{[]string{"demo", "--log-level", "loud"}, 2},
+		{[]string{"demo", "--redis", "redis://h:1/notanumber"}, 2},
 		{[]string{"prewarm", "-c", good, "--min-coverage", "2"}, 2},
 		{[]string{"prewarm", "-c", good, "--top", "-1"}, 2},
 		{[]string{"prewarm", "-c", good, "--ranking", "newest"}, 2},
@@ -103,6 +104,8 @@ keys:
 		{[]string{"notify-sql", "-c", good, "nosuch", "--table", "items"}, 2},
 		{[]string{"healthcheck", "--url", "nope"}, 2},
 		{[]string{"healthcheck", "--timeout", "0s"}, 2},
+		{[]string{"healthcheck", "--ready", "--url", "http://127.0.0.1:1/readyz"}, 2},
+		{[]string{"healthcheck", "-c", bad}, 2},
 
 		// Config: invalid or missing, for every command that reads one.
 		{[]string{"run", "-c", bad}, 2},
@@ -118,6 +121,7 @@ keys:
 		{[]string{"migrate", "-c", good, "up"}, 1},
 		{[]string{"validate", "-c", good, "--explain"}, 1},
 		{[]string{"healthcheck", "--url", "http://" + dead + "/healthz"}, 1},
+		{[]string{"healthcheck", "-c", good, "--ready"}, 1},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

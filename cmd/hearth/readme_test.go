@@ -53,6 +53,7 @@ func readmeQuickStart(t *testing.T) string {
 // the listener) keeps it off a port something else may hold. Every command
 // must succeed, and what the README says they print must be what they print.
 func TestReadmeQuickStart(t *testing.T) {
+	t.Parallel() // its own servers; mostly waiting for make build's link
 	block := readmeQuickStart(t)
 	for _, want := range []string{"make build", "createdb", "hearth run", "redis-cli"} {
 		if !strings.Contains(block, want) {
