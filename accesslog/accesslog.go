@@ -68,6 +68,24 @@ type Ranking struct {
 	Stale string
 }
 
+// String says which ranking it is, how old, the buckets it spans, and why a
+// stored one was passed over: what `hearth prewarm` and the admin API report.
+func (r Ranking) String() string {
+	if r.Source == "" {
+		return "none (no access log)"
+	}
+	const at = "2006-01-02 15:04:05Z"
+	span := fmt.Sprintf("buckets %s to %s", r.From.UTC().Format(at), r.To.UTC().Format(at))
+	if r.Source == RankingStored {
+		return fmt.Sprintf("stored, %s old, %s", r.Age.Round(time.Second), span)
+	}
+	s := "live, " + span
+	if r.Stale != "" {
+		s += " (not the stored ranking: " + r.Stale + ")"
+	}
+	return s
+}
+
 // Log reads and writes the access-log tables.
 type Log struct {
 	pool       *pgxpool.Pool
@@ -115,6 +133,10 @@ func (l *Log) SetMode(mode string) error {
 // LastRanking tells where the last EachTopKey got its keys: RankingStored or
 // RankingLive ("" before the first call).
 func (l *Log) LastRanking() string { return l.LastRankingInfo().Source }
+
+// DescribeLastRanking is LastRankingInfo as text (Ranking.String); a
+// pre-warm's report carries it.
+func (l *Log) DescribeLastRanking() string { return l.LastRankingInfo().String() }
 
 // LastRankingInfo describes the ranking the last EachTopKey read (zero before
 // the first call).

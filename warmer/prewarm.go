@@ -99,6 +99,9 @@ type PrewarmReport struct {
 	// not deliver are wanted and not loaded: Coverage is (Written + Negative) /
 	// (Wanted + max(1, TopN − Candidates)), always below 1.
 	Coverage float64 `json:"coverage"`
+	// Ranking says which access-log ranking the run read, how old it was and
+	// the buckets it spans, when the access log can say (accesslog.Log).
+	Ranking string `json:"ranking,omitempty"`
 	// AccessLogFailed is true when the ranking could not be read to its end:
 	// the run's result is "error" whatever it loaded.
 	AccessLogFailed bool `json:"access_log_failed,omitempty"`
@@ -324,6 +327,9 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	}
 	rep.Failed = rep.Wanted - rep.Written - rep.Negative - rep.Present
 	rep.AccessLogFailed = logErr != nil
+	if d, ok := po.AccessLog.(interface{ DescribeLastRanking() string }); ok && po.TopN > 0 {
+		rep.Ranking = d.DescribeLastRanking()
+	}
 	rep.Coverage = coverage(rep, po.TopN)
 	rep.Started, rep.Duration = start, w.now().Sub(start)
 	if s := rep.Duration.Seconds(); s > 0 {

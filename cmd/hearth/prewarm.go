@@ -249,7 +249,7 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, rk accessl
 	}
 	fmt.Fprintf(w, "  mode                  %s\n", mode)
 	fmt.Fprintf(w, "  access-log keys read  %d\n", r.Candidates)
-	fmt.Fprintf(w, "  ranking               %s\n", describeRanking(rk))
+	fmt.Fprintf(w, "  ranking               %s\n", rk.String())
 	fmt.Fprintf(w, "  wanted                %d\n", r.Wanted)
 	fmt.Fprintf(w, "  written               %d\n", r.Written)
 	fmt.Fprintf(w, "  negative              %d\n", r.Negative)
@@ -266,24 +266,6 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, rk accessl
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error                 %s\n", r.Error)
 	}
-}
-
-// describeRanking is the summary's line about the ranking read: which one,
-// its age, the buckets it spans, and why a stored one was not used.
-func describeRanking(rk accesslog.Ranking) string {
-	if rk.Source == "" {
-		return "none (no access log)"
-	}
-	const hm = "2006-01-02 15:04:05Z"
-	span := fmt.Sprintf("buckets %s to %s", rk.From.UTC().Format(hm), rk.To.UTC().Format(hm))
-	if rk.Source == accesslog.RankingStored {
-		return fmt.Sprintf("stored, %s old, %s", rk.Age.Round(time.Second), span)
-	}
-	s := "live, " + span
-	if rk.Stale != "" {
-		s += " (not the stored ranking: " + rk.Stale + ")"
-	}
-	return s
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.3f%%", 100*f) }
