@@ -17,5 +17,8 @@ COPY --from=build /out/hearth /hearth
 COPY config.yaml /etc/hearth/config.yaml
 USER nonroot:nonroot
 EXPOSE 9464
+# distroless has no shell or curl: the binary is its own probe (exit 0 healthy, 1 not).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["/hearth", "healthcheck", "--url", "http://127.0.0.1:9464/healthz"]
 ENTRYPOINT ["/hearth"]
 CMD ["run", "--config", "/etc/hearth/config.yaml", "--listen", "0.0.0.0:9464"]

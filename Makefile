@@ -5,7 +5,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 GO      ?= go
 CONFIG  ?= config.yaml
 
-.PHONY: build run demo test soak fuzz bench lint docker clean
+.PHONY: build run demo test test-deps soak fuzz bench lint docker clean
 
 build: ## static binary in bin/hearth
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth ./cmd/hearth
@@ -16,11 +16,14 @@ run: build ## run the daemon on $(CONFIG)
 demo: build ## self-contained demo: no Redis or PostgreSQL needed
 	./bin/hearth demo
 
-test: ## every test, race detector on, against real Redis and PostgreSQL; the soak for 2m on its own; then each fuzzer briefly
+test: test-deps ## every test, race detector on, against real Redis and PostgreSQL; the soak for 2m on its own; then each fuzzer briefly
 	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v '/soak$$')
 	cd readside && $(GO) test -race -count=1 -timeout 5m ./...
 	$(MAKE) --no-print-directory soak DURATION=2m
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+test-deps: ## find, install (apt-get, as root) and start what the tests need: redis-server, redis-tools, postgresql, prometheus
+	@scripts/test-deps
 
 DURATION ?= 10m
 SEED     ?=

@@ -35,30 +35,116 @@ const (
 	RankingLive = "live"
 )
 
+// Ranking modes: which ranking EachTopKey may read (SetMode).
+const (
+	// ModeAuto reads the stored ranking when it is fresh (see UseRanking),
+	// else ranks live.
+	ModeAuto = "auto"
+	// ModeLive always ranks live.
+	ModeLive = "live"
+	// ModeStored reads the stored ranking and fails with ErrStaleRanking
+	// when it is not fresh, rather than rank the whole window live.
+	ModeStored = "stored"
+)
+
+// ErrStaleRanking is EachTopKey's error in ModeStored when the stored ranking
+// cannot stand in for a live one; the error says why.
+var ErrStaleRanking = errors.New("the stored ranking is not fresh")
+
+// Ranking describes the ranking a list of top keys came from.
+type Ranking struct {
+	// Source is RankingStored or RankingLive.
+	Source string
+	// At is when the ranking was computed, by the database clock: a stored
+	// one's computation, or now for a live one. Age is how old it was when
+	// read (0 for a live one).
+	At  time.Time
+	Age time.Duration
+	// From and To are the first and last bucket starts it ranks: the window
+	// before At, in buckets of the access log's width.
+	From, To time.Time
+	// Stale says why a stored ranking was not used ("" when it was, or when
+	// the mode did not ask for one).
+	Stale string
+}
+
+// String says which ranking it is, how old, the buckets it spans, and why a
+// stored one was passed over: what `hearth prewarm` and the admin API report.
+func (r Ranking) String() string {
+	if r.Source == "" {
+		return "none (no access log)"
+	}
+	const at = "2006-01-02 15:04:05Z"
+	span := fmt.Sprintf("buckets %s to %s", r.From.UTC().Format(at), r.To.UTC().Format(at))
+	if r.Source == RankingStored {
+		return fmt.Sprintf("stored, %s old, %s", r.Age.Round(time.Second), span)
+	}
+	s := "live, " + span
+	if r.Stale != "" {
+		s += " (not the stored ranking: " + r.Stale + ")"
+	}
+	return s
+}
+
 // Log reads and writes the access-log tables.
 type Log struct {
 	pool       *pgxpool.Pool
 	rankMaxAge time.Duration
-	last       atomic.Value // string: RankingStored or RankingLive
+	bucket     time.Duration
+	mode       string
+	last       atomic.Pointer[Ranking]
 }
 
 // New returns the access log held in the database pool connects to. It ranks
 // live until UseRanking is called.
-func New(pool *pgxpool.Pool) *Log { return &Log{pool: pool} }
+func New(pool *pgxpool.Pool) *Log { return &Log{pool: pool, bucket: time.Minute, mode: ModeAuto} }
 
-// UseRanking makes EachTopKey read the ranking stored by Rank when it is at
-// most maxAge old (by the database clock), covers the same window and holds
-// enough keys; otherwise it ranks live. Zero always ranks live.
+// UseRanking makes EachTopKey read the ranking stored by Rank when it is
+// fresh: at most maxAge old (by the database clock), over the same window,
+// holding enough keys and at least one, and computed after the newest closed
+// bucket of the access log ended (so it has seen every closed bucket's
+// reads; the open bucket's count from the next ranking). Otherwise it ranks
+// live. Zero always ranks live.
 func (l *Log) UseRanking(maxAge time.Duration) *Log {
 	l.rankMaxAge = maxAge
 	return l
 }
 
+// SetBucket sets the width of the access log's buckets (access_log.bucket),
+// which tells which buckets are closed; the default is a minute.
+func (l *Log) SetBucket(width time.Duration) *Log {
+	if width > 0 {
+		l.bucket = width
+	}
+	return l
+}
+
+// SetMode sets which ranking EachTopKey reads: ModeAuto (the default),
+// ModeLive or ModeStored.
+func (l *Log) SetMode(mode string) error {
+	switch mode {
+	case ModeAuto, ModeLive, ModeStored:
+		l.mode = mode
+		return nil
+	}
+	return fmt.Errorf("ranking mode %q: want auto, live or stored", mode)
+}
+
 // LastRanking tells where the last EachTopKey got its keys: RankingStored or
 // RankingLive ("" before the first call).
-func (l *Log) LastRanking() string {
-	s, _ := l.last.Load().(string)
-	return s
+func (l *Log) LastRanking() string { return l.LastRankingInfo().Source }
+
+// DescribeLastRanking is LastRankingInfo as text (Ranking.String); a
+// pre-warm's report carries it.
+func (l *Log) DescribeLastRanking() string { return l.LastRankingInfo().String() }
+
+// LastRankingInfo describes the ranking the last EachTopKey read (zero before
+// the first call).
+func (l *Log) LastRankingInfo() Ranking {
+	if r := l.last.Load(); r != nil {
+		return *r
+	}
+	return Ranking{}
 }
 
 // Bounds on what the access log holds. The table enforces both itself
@@ -98,12 +184,40 @@ const rankChunk = 1000
 // streaming at once.
 const storedQuery = `SELECT keys FROM ` + RankTable + ` ORDER BY chunk LIMIT $1`
 
-// freshQuery tells whether the stored ranking can stand in for a live one: it
-// covers the same window, holds n keys (or every key there was), and is at
-// most $3 milliseconds old.
-const freshQuery = `SELECT true FROM ` + RankInfoTable + `
-WHERE window_ms = $1 AND (top_n >= $2 OR keys < top_n)
-AND computed_at >= now() - make_interval(secs => $3::float8 / 1000)`
+// rankInfoQuery reads what freshness is judged on, by the database clock:
+// now, the stored ranking's metadata (NULLs without a ranking), and the start
+// of the newest closed bucket of the access log ($1: the bucket width in
+// milliseconds; one backward scan of the primary key).
+const rankInfoQuery = `SELECT now(), i.computed_at, i.window_ms, i.top_n, i.keys,
+	(SELECT max(bucket) FROM ` + Table + ` WHERE bucket <= now() - make_interval(secs => $1::float8 / 1000))
+FROM (SELECT 1) one LEFT JOIN ` + RankInfoTable + ` i ON true`
+
+// rankInfo is a row of rankInfoQuery.
+type rankInfo struct {
+	now, computedAt, newestClosed *time.Time
+	windowMS, topN, keys          *int64
+}
+
+// stale says why the stored ranking cannot stand in for a live ranking of n
+// keys over window, "" when it can.
+func (r rankInfo) stale(window time.Duration, n int, maxAge, bucket time.Duration) string {
+	switch {
+	case r.computedAt == nil:
+		return "no ranking stored yet"
+	case *r.keys == 0:
+		return "the stored ranking holds no keys"
+	case *r.windowMS != window.Milliseconds():
+		return fmt.Sprintf("the stored ranking covers a window of %s, not %s", time.Duration(*r.windowMS)*time.Millisecond, window)
+	case *r.topN < int64(n) && *r.keys >= *r.topN:
+		return fmt.Sprintf("the stored ranking holds %d keys, fewer than the %d wanted", *r.keys, n)
+	case r.now.Sub(*r.computedAt) > maxAge:
+		return fmt.Sprintf("the stored ranking is %s old, over its maximum age %s", r.now.Sub(*r.computedAt).Round(time.Second), maxAge)
+	case r.newestClosed != nil && r.computedAt.Before(r.newestClosed.Add(bucket)):
+		return fmt.Sprintf("the stored ranking (%s) predates the end of the newest closed bucket (%s)",
+			r.computedAt.UTC().Format(time.TimeOnly), r.newestClosed.Add(bucket).UTC().Format(time.TimeOnly))
+	}
+	return ""
+}
 
 // rankWorkMem is the work_mem the ranking runs with: enough to aggregate and
 // sort a few hundred thousand keys in memory rather than on disk. It is set for
@@ -112,21 +226,44 @@ const rankWorkMem = "64MB"
 
 // EachTopKey calls fn with at most n keys read over the last window, the most
 // read first, as the rows arrive: from the stored ranking when it is fresh (see
-// UseRanking), else ranked live.
+// UseRanking) and the mode allows, else ranked live. LastRankingInfo tells
+// which afterwards.
 func (l *Log) EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error {
 	if n <= 0 {
 		return nil
 	}
-	query, args, source := topQuery, []any{window.Milliseconds(), n}, RankingLive
-	if l.rankMaxAge > 0 {
-		var fresh bool
-		err := l.pool.QueryRow(ctx, freshQuery, window.Milliseconds(), n, l.rankMaxAge.Milliseconds()).Scan(&fresh)
-		if err == nil && fresh {
-			query, args, source = storedQuery, []any{(n + rankChunk - 1) / rankChunk}, RankingStored
+	query, args := topQuery, []any{window.Milliseconds(), n}
+	rk := Ranking{Source: RankingLive}
+	if l.mode != ModeLive && (l.rankMaxAge > 0 || l.mode == ModeStored) {
+		var ri rankInfo
+		err := l.pool.QueryRow(ctx, rankInfoQuery, l.bucket.Milliseconds()).
+			Scan(&ri.now, &ri.computedAt, &ri.windowMS, &ri.topN, &ri.keys, &ri.newestClosed)
+		switch {
+		case err != nil:
+			// No table yet (an older schema): rank live.
+			rk.Stale = fmt.Sprintf("no stored ranking: %v", hint(err))
+		case l.rankMaxAge <= 0:
+			rk.Stale = "stored rankings are off (access_log.rank_interval is 0)"
+		default:
+			rk.Stale = ri.stale(window, n, l.rankMaxAge, l.bucket)
 		}
-		// No row, or no table yet (an older schema): rank live.
+		if rk.Stale == "" {
+			query, args = storedQuery, []any{(n + rankChunk - 1) / rankChunk}
+			rk = Ranking{Source: RankingStored, At: *ri.computedAt, Age: ri.now.Sub(*ri.computedAt)}
+		} else if ri.now != nil {
+			rk.At = *ri.now
+		}
+		if l.mode == ModeStored && rk.Source != RankingStored {
+			l.last.Store(&rk)
+			return fmt.Errorf("read top %d keys of %s: %w: %s", n, RankTable, ErrStaleRanking, rk.Stale)
+		}
 	}
-	l.last.Store(source)
+	if rk.At.IsZero() {
+		rk.At = time.Now()
+	}
+	rk.From, rk.To = BucketStart(rk.At.Add(-window), l.bucket), BucketStart(rk.At, l.bucket)
+	l.last.Store(&rk)
+	source := rk.Source
 	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return fmt.Errorf("read top %d keys of %s: %w", n, Table, hint(err))

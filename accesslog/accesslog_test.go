@@ -167,7 +167,10 @@ func TestStoredRanking(t *testing.T) {
 	migrate(t, pg.Pool)
 	ctx := ctxT(t)
 	log := accesslog.New(pg.Pool).UseRanking(time.Minute)
-	if err := log.Record(ctx, time.Now(), time.Minute, map[string]int64{"a": 3, "b": 2, "c": 1}); err != nil {
+	// In a bucket closed before the rankings below, so that a minute's end
+	// during the test changes nothing (TestStoredRankingFreshness covers that).
+	past := time.Now().Add(-10 * time.Minute)
+	if err := log.Record(ctx, past, time.Minute, map[string]int64{"a": 3, "b": 2, "c": 1}); err != nil {
 		t.Fatal(err)
 	}
 	top := func(window time.Duration, n int) ([]string, string) {
@@ -189,7 +192,7 @@ func TestStoredRanking(t *testing.T) {
 		t.Fatalf("Rank stored %d keys, want 2", n)
 	}
 	// c becomes the hottest; the stored ranking does not know yet.
-	if err := log.Record(ctx, time.Now(), time.Minute, map[string]int64{"c": 100}); err != nil {
+	if err := log.Record(ctx, past, time.Minute, map[string]int64{"c": 100}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -226,6 +229,75 @@ func TestStoredRanking(t *testing.T) {
 			t.Errorf("after a new ranking: %q from %s, want c, a stored", keys, src)
 		}
 	})
+}
+
+// TestStoredRankingFreshness: a stored ranking stands in for a live one only
+// when it holds keys and was computed after the newest closed bucket ended;
+// ModeLive never reads it, ModeStored fails rather than rank live.
+func TestStoredRankingFreshness(t *testing.T) {
+	pg := testenv.Postgres(t)
+	migrate(t, pg.Pool)
+	ctx := ctxT(t)
+	log := accesslog.New(pg.Pool).UseRanking(time.Hour).SetBucket(time.Minute)
+	top := func(mode string) ([]string, accesslog.Ranking, error) {
+		t.Helper()
+		if err := log.SetMode(mode); err != nil {
+			t.Fatal(err)
+		}
+		keys, err := log.TopKeys(ctx, time.Hour, 10)
+		return keys, log.LastRankingInfo(), err
+	}
+
+	// A ranking of an empty log holds no keys: reads recorded since are
+	// ranked live, not reported as "0 keys, stored".
+	if n, err := log.Rank(ctx, time.Hour, 10); err != nil || n != 0 {
+		t.Fatalf("Rank of an empty log: %d keys, %v", n, err)
+	}
+	if err := log.Record(ctx, time.Now(), time.Minute, map[string]int64{"a": 5}); err != nil {
+		t.Fatal(err)
+	}
+	keys, rk, err := top(accesslog.ModeAuto)
+	if err != nil || rk.Source != accesslog.RankingLive || !slices.Equal(keys, []string{"a"}) || !strings.Contains(rk.Stale, "no keys") {
+		t.Fatalf("empty stored ranking, auto: %q from %+v (%v); want a ranked live, stale because empty", keys, rk, err)
+	}
+	if _, rk, err = top(accesslog.ModeStored); !errors.Is(err, accesslog.ErrStaleRanking) || !strings.Contains(err.Error(), "no keys") {
+		t.Fatalf("empty stored ranking, stored: %+v, %v; want ErrStaleRanking naming why", rk, err)
+	}
+
+	// A ranking computed now has seen every closed bucket: used.
+	if n, err := log.Rank(ctx, time.Hour, 10); err != nil || n != 1 {
+		t.Fatalf("Rank: %d keys, %v", n, err)
+	}
+	keys, rk, err = top(accesslog.ModeAuto)
+	if err != nil || rk.Source != accesslog.RankingStored || !slices.Equal(keys, []string{"a"}) || rk.Stale != "" {
+		t.Fatalf("fresh ranking, auto: %q from %+v (%v); want a from the stored ranking", keys, rk, err)
+	}
+	if rk.Age < 0 || rk.Age > time.Minute || rk.To.Sub(rk.From) != time.Hour {
+		t.Errorf("fresh ranking: age %s, buckets %s to %s; want a recent age and an hour of buckets", rk.Age, rk.From, rk.To)
+	}
+	keys, rk, err = top(accesslog.ModeLive)
+	if err != nil || rk.Source != accesslog.RankingLive || !slices.Equal(keys, []string{"a"}) {
+		t.Fatalf("fresh ranking, live: %q from %+v (%v); want a ranked live", keys, rk, err)
+	}
+
+	// The ranking predates a bucket that has closed since (well within its
+	// maximum age): b, read in that bucket, must not be missed.
+	if _, err := pg.Pool.Exec(ctx, `UPDATE hearth_access_rank_info SET computed_at = now() - interval '10 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Record(ctx, time.Now().Add(-5*time.Minute), time.Minute, map[string]int64{"b": 50}); err != nil {
+		t.Fatal(err)
+	}
+	keys, rk, err = top(accesslog.ModeAuto)
+	if err != nil || rk.Source != accesslog.RankingLive || !slices.Equal(keys, []string{"b", "a"}) || !strings.Contains(rk.Stale, "predates") {
+		t.Fatalf("ranking older than the newest closed bucket, auto: %q from %+v (%v); want b, a ranked live", keys, rk, err)
+	}
+	if _, _, err = top(accesslog.ModeStored); !errors.Is(err, accesslog.ErrStaleRanking) {
+		t.Fatalf("ranking older than the newest closed bucket, stored: %v; want ErrStaleRanking", err)
+	}
+	if err := log.SetMode("newest"); err == nil {
+		t.Error("SetMode(newest): no error")
+	}
 }
 
 type rollupEnv struct {

@@ -573,7 +573,7 @@ func (r *Roller) Open(ctx context.Context) error {
 				if err != nil && ctx.Err() == nil {
 					r.log.Warn().Err(err).Msg("access-log ranking failed; pre-warms rank live until it works")
 				} else if err == nil {
-					r.log.Debug().Int("keys", n).Dur("took", time.Since(t0)).Msg("access-log ranking stored")
+					r.log.Debug().Int("keys", n).Dur("took_ms", time.Since(t0)).Msg("access-log ranking stored")
 				}
 			}
 		}

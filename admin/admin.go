@@ -392,7 +392,7 @@ func (a *API) startPrewarm(w http.ResponseWriter, _ *http.Request) {
 	go func() {
 		defer a.leave()
 		rep := <-done
-		a.log.Info().Dur("took", time.Since(t0)).Float64("coverage", rep.Coverage).Str("error", rep.Error).
+		a.log.Info().Dur("took_ms", time.Since(t0)).Float64("coverage", rep.Coverage).Str("error", rep.Error).
 			Msg("admin pre-warm finished")
 	}()
 	writeJSON(w, http.StatusAccepted, prewarmStateOf(a.w.PrewarmStatus()))

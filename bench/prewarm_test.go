@@ -75,7 +75,7 @@ func BenchmarkPrewarm(b *testing.B) {
 		if os.Getenv("BENCH_VERBOSE") != "" {
 			fmt.Printf("%s\n", out)
 		}
-		if !strings.Contains(string(out), "(ranking: "+wantRanking+")") {
+		if !regexp.MustCompile(`(?m)^  ranking +` + wantRanking + `,`).Match(out) {
 			b.Fatalf("hearth prewarm did not rank %s:\n%s", wantRanking, out)
 		}
 		d := summaryDuration(b, string(out))

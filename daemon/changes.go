@@ -264,7 +264,7 @@ func (l *listener) run(ctx context.Context) {
 		}
 		if err != nil {
 			l.m.reconnects.WithLabelValues(l.source).Inc()
-			l.log.Warn().Err(err).Dur("retry_in", backoff).Msg("change listener disconnected: reconnecting; the schedule keeps refreshing")
+			l.log.Warn().Err(err).Dur("retry_in_ms", backoff).Msg("change listener disconnected: reconnecting; the schedule keeps refreshing")
 			if !sleep(ctx, backoff) {
 				return
 			}

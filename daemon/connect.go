@@ -138,11 +138,14 @@ func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 	return out, nil
 }
 
-// RedisURL returns the Redis a URL names (`hearth prewarm --redis`), or the
+// RedisURL returns the Redis a URL or a host:port names (`hearth prewarm --redis`), or the
 // config's if the URL is empty, and a name for it that holds no password.
 func RedisURL(c config.Redis, rawURL string) (redis.UniversalClient, string, error) {
 	if rawURL == "" {
 		return NewRedis(c), strings.Join(c.Addrs, ",") + fmt.Sprintf(" db %d", c.DB), nil
+	}
+	if !strings.Contains(rawURL, "://") { // host:port, as `hearth demo --redis` takes
+		rawURL = "redis://" + rawURL
 	}
 	if rdb, ok, err := multiHostURL(rawURL); ok {
 		if err != nil {

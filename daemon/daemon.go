@@ -227,10 +227,14 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// The campaign's goroutine is waited for before anything it uses closes.
 	lead.Start(ctx, w, sched, srv, pw.startup)
 	undo.push(func(context.Context) error { lead.Wait(); return nil })
+	sctx, stopStandby := context.WithCancel(ctx)
+	standbyDone := make(chan struct{})
+	go func() { defer close(standbyDone); reportStandby(sctx, lead, srv, lead.Instance(), log) }()
+	undo.push(func(context.Context) error { stopStandby(); <-standbyDone; return nil })
 	undo.push(func(context.Context) error { rl.close(); return nil })
 
 	<-ctx.Done()
-	log.Info().Dur("deadline", cfg.Refresh.ShutdownTimeout).Msg("shutting down: draining in-flight writes")
+	log.Info().Dur("deadline_ms", cfg.Refresh.ShutdownTimeout).Msg("shutting down: draining in-flight writes")
 	srv.ready.Store(false)
 	dctx, cancel := context.WithTimeout(runCtx, cfg.Refresh.ShutdownTimeout)
 	defer cancel()
@@ -246,7 +250,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			log.Error().Err(cerr).Msg("shutdown failed")
 			return fmt.Errorf("shutdown: %w", cerr)
 		}
-		log.Warn().Err(cerr).Dur("deadline", cfg.Refresh.ShutdownTimeout).
+		log.Warn().Err(cerr).Dur("deadline_ms", cfg.Refresh.ShutdownTimeout).
 			Msg("shutdown deadline reached: in-flight writes abandoned")
 	}
 	log.Info().Msg("stopped")

@@ -25,7 +25,7 @@ func AccessLog(cfg *config.Config, sources *Sources) (*accesslog.Log, error) {
 	if !ok {
 		return nil, fmt.Errorf("access_log.source: %q is not an open postgres source", name)
 	}
-	return accesslog.New(pg.Pool()).UseRanking(cfg.AccessLog.RankMaxAge()), nil
+	return accesslog.New(pg.Pool()).UseRanking(cfg.AccessLog.RankMaxAge()).SetBucket(cfg.AccessLog.Bucket), nil
 }
 
 // PrewarmOptions turns the config into pre-warm options; the daemon, `hearth
@@ -208,12 +208,22 @@ func (p *Prewarm) Run(ctx context.Context, progress func(warmer.PrewarmProgress)
 	return p.w.Prewarm(ctx, po)
 }
 
-// Ranking describes the access-log ranking the last run read ("" without an access log).
-func (p *Prewarm) Ranking() string {
+// SetRanking chooses which access-log ranking Run reads: accesslog.ModeAuto
+// (the stored one when fresh, else live), ModeLive or ModeStored (an error
+// when the stored one is not fresh). Without an access log it is a no-op.
+func (p *Prewarm) SetRanking(mode string) error {
 	if p.al == nil {
-		return ""
+		return nil
 	}
-	return p.al.LastRanking()
+	return p.al.SetMode(mode)
+}
+
+// Ranking describes the access-log ranking the last run read (zero without an access log).
+func (p *Prewarm) Ranking() accesslog.Ranking {
+	if p.al == nil {
+		return accesslog.Ranking{}
+	}
+	return p.al.LastRankingInfo()
 }
 
 // Close closes the sources.

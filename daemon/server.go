@@ -91,6 +91,18 @@ type server struct {
 	role     atomic.Value
 	epoch    atomic.Int64
 	instance string
+	// leader is who leads as a standby last read it (reportStandby).
+	leader atomic.Pointer[leaderSeen]
+}
+
+type leaderSeen struct {
+	instance string
+	epoch    int64
+}
+
+// SetLeader records who leads, as this standby sees it ("" when unknown).
+func (s *server) SetLeader(instance string, epoch int64) {
+	s.leader.Store(&leaderSeen{instance, epoch})
 }
 
 // SetRole records this instance's role and, for a leader, its epoch.
@@ -216,14 +228,22 @@ func (s *server) probes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// Healthy whether leader or standby; the body says which.
 		role, _ := s.role.Load().(string)
+		var seen leaderSeen
+		if p := s.leader.Load(); p != nil && role == "standby" {
+			seen = *p
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(struct {
-			Status   string `json:"status"`
-			Role     string `json:"role,omitempty"`
-			Epoch    int64  `json:"epoch,omitempty"`
-			Ready    bool   `json:"ready"`
-			Instance string `json:"instance,omitempty"`
-		}{"ok", role, s.epoch.Load(), s.ready.Load(), s.instance})
+			Status string `json:"status"`
+			Role   string `json:"role,omitempty"`
+			// Epoch is this instance's term (0 on a standby); a standby
+			// names the leader it last saw and that leader's epoch.
+			Epoch       int64  `json:"epoch"`
+			Ready       bool   `json:"ready"`
+			Instance    string `json:"instance,omitempty"`
+			Leader      string `json:"leader,omitempty"`
+			LeaderEpoch int64  `json:"leader_epoch,omitempty"`
+		}{"ok", role, s.epoch.Load(), s.ready.Load(), s.instance, seen.instance, seen.epoch})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {

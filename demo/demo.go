@@ -100,7 +100,9 @@ func DefaultOptions() Options {
 	}
 }
 
-func (o *Options) check() error {
+// Check fills in the defaults of Registerer and Out and checks the options,
+// naming the flag of a bad one; Run calls it first.
+func (o *Options) Check() error {
 	if o.Registerer == nil {
 		o.Registerer = prometheus.NewRegistry()
 	}
@@ -116,6 +118,8 @@ func (o *Options) check() error {
 		return fmt.Errorf("--keys: must be between 1 and 10000 (got %d)", o.Keys)
 	case o.TTL < time.Second:
 		return fmt.Errorf("--ttl: must be at least 1s (got %s)", o.TTL)
+	case strings.Contains(o.RedisAddr, "://") && !validRedisURL(o.RedisAddr):
+		return fmt.Errorf("--redis: not a redis:// URL (want host:port or redis://[user:password@]host:port/db)")
 	case o.ReadPause < 0:
 		return fmt.Errorf("--read-pause: must be >= 0 (got %s)", o.ReadPause)
 	case o.OriginLatency < 0 || o.OriginLatency > o.loadTimeout()/2:
@@ -125,13 +129,18 @@ func (o *Options) check() error {
 	return nil
 }
 
+func validRedisURL(u string) bool {
+	_, err := redis.ParseURL(u)
+	return err == nil
+}
+
 // loadTimeout leaves room for Hearth's rule that the shortest jittered TTL
 // (0.9 × TTL) exceed the interval (TTL/2) plus the load timeout.
 func (o *Options) loadTimeout() time.Duration { return o.TTL / 5 }
 
 // Run runs both phases and writes the live view and the summary to Out.
 func Run(ctx context.Context, opts Options) (Result, error) {
-	if err := opts.check(); err != nil {
+	if err := opts.Check(); err != nil {
 		return Result{}, err
 	}
 	out := opts.Out
@@ -157,13 +166,22 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	} else {
 		redisIs = addr
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: opts.Readers + 16})
+	ro := &redis.Options{Addr: addr}
+	if strings.Contains(addr, "://") { // a URL, as `hearth prewarm --redis` takes
+		var err error
+		if ro, err = redis.ParseURL(addr); err != nil {
+			return Result{}, fmt.Errorf("--redis: %w", err)
+		}
+		redisIs = ro.Addr
+	}
+	ro.PoolSize = opts.Readers + 16
+	rdb := redis.NewClient(ro)
 	defer rdb.Close()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err := rdb.Ping(pctx).Err()
 	cancel()
 	if err != nil {
-		return Result{}, fmt.Errorf("redis %s unreachable: %w", addr, err)
+		return Result{}, fmt.Errorf("redis %s unreachable: %w", ro.Addr, err)
 	}
 
 	var org origin

@@ -196,7 +196,7 @@ func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 			log.Warn().Err(err).Int("written", out.Written).Int("failed", out.Failed).Msg("refresh failed")
 			return
 		}
-		log.Debug().Int("written", out.Written).Int("negative", out.Negative).Dur("took", out.Duration).Msg("refreshed")
+		log.Debug().Int("written", out.Written).Int("negative", out.Negative).Dur("took_ms", out.Duration).Msg("refreshed")
 	}
 	job, err := s.sched.NewJob(
 		gocron.DurationJob(interval),

@@ -53,7 +53,7 @@ func New(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registere
 	}
 	t := cfg.LeaseTiming()
 	if !t.Fits() {
-		log.Warn().Dur("lease", t.Lease).Dur("retry_period", t.RetryPeriod).Dur("margin", t.Margin).Str("declaration", t.MarginPath).
+		log.Warn().Dur("lease_ms", t.Lease).Dur("retry_period_ms", t.RetryPeriod).Dur("margin_ms", t.Margin).Str("declaration", t.MarginPath).
 			Msg("leader lease + campaign backoff exceed the takeover margin: after a leader crash that key may expire before a standby takes over")
 	}
 	store := NewFencedStore(FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg, Logger: log})
@@ -65,8 +65,8 @@ func New(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registere
 	if err != nil {
 		return nil, fmt.Errorf("leader lease: %w", err)
 	}
-	log.Info().Str("instance", lease.ID()).Dur("lease", t.Lease).Dur("renew_interval", t.RenewInterval).
-		Dur("retry_period", t.RetryPeriod).Msg("leader election enabled")
+	log.Info().Str("instance", lease.ID()).Dur("lease_ms", t.Lease).Dur("renew_interval_ms", t.RenewInterval).
+		Dur("retry_period_ms", t.RetryPeriod).Msg("leader election enabled")
 	l.lease, l.store, l.gate, l.elector = lease, store, lease, lease
 	return l, nil
 }
@@ -169,7 +169,7 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp war
 		if err := w.RefreshAll(ctx); err != nil {
 			log.Error().Err(err).Msg("start-up load incomplete; the failed declarations are retried on schedule")
 		}
-		log.Info().Dur("took", time.Since(t0)).Msg("start-up load finished")
+		log.Info().Dur("took_ms", time.Since(t0)).Msg("start-up load finished")
 		if prewarm != nil {
 			prewarm(ctx)
 		}
@@ -184,8 +184,8 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp war
 		ev = log.Warn().Err(err)
 	}
 	ev.Int("checked", res.Checked).Int("due", res.Due).Int("refreshed", res.Refreshed).Int("failed", res.Failed).
-		Int("unscheduled", res.Unscheduled).Dur("horizon", res.Horizon).
-		Dur("took", time.Since(t0)).Msg(what)
+		Int("unscheduled", res.Unscheduled).Dur("horizon_ms", res.Horizon).
+		Dur("took_ms", time.Since(t0)).Msg(what)
 }
 
 // termContext is ctx, also cancelled when the term ends.

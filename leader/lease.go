@@ -319,10 +319,10 @@ func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 			}
 			wait = bo.NextBackOff()
 			if what != failing {
-				l.log.Warn().Err(err).Dur("retry_in", wait).Msg("campaign: " + what + "; backing off")
+				l.log.Warn().Err(err).Dur("retry_in_ms", wait).Msg("campaign: " + what + "; backing off")
 				failing = what
 			} else {
-				l.log.Debug().Err(err).Dur("retry_in", wait).Msg("campaign: " + what)
+				l.log.Debug().Err(err).Dur("retry_in_ms", wait).Msg("campaign: " + what)
 			}
 		} else {
 			l.metrics.attempts.WithLabelValues("held").Inc()
@@ -588,7 +588,7 @@ func (l *Lease) renewLoop(t *Term) {
 		default:
 			l.metrics.renew.WithLabelValues("error").Observe(took)
 			left := deadline - l.since()
-			l.log.Warn().Err(r.err).Dur("left", left).Msg("lease renew failed; retrying until the renew deadline")
+			l.log.Warn().Err(r.err).Dur("left_ms", left).Msg("lease renew failed; retrying until the renew deadline")
 			timer.Reset(max(0, min(l.opts.RetryPeriod, l.opts.RenewInterval, left)))
 		}
 	}

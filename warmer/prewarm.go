@@ -2,6 +2,7 @@ package warmer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -98,6 +99,9 @@ type PrewarmReport struct {
 	// not deliver are wanted and not loaded: Coverage is (Written + Negative) /
 	// (Wanted + max(1, TopN − Candidates)), always below 1.
 	Coverage float64 `json:"coverage"`
+	// Ranking says which access-log ranking the run read, how old it was and
+	// the buckets it spans, when the access log can say (accesslog.Log).
+	Ranking string `json:"ranking,omitempty"`
 	// AccessLogFailed is true when the ranking could not be read to its end:
 	// the run's result is "error" whatever it loaded.
 	AccessLogFailed bool `json:"access_log_failed,omitempty"`
@@ -106,6 +110,16 @@ type PrewarmReport struct {
 	KeysPerSecond float64       `json:"keys_per_second"`
 	// Error is the first error that kept keys from loading, if any.
 	Error string `json:"error,omitempty"`
+}
+
+// MarshalJSON writes Duration as a duration string ("3.302s"), as the admin
+// API writes every duration, not as a count of nanoseconds.
+func (r PrewarmReport) MarshalJSON() ([]byte, error) {
+	type plain PrewarmReport // without this method
+	return json.Marshal(struct {
+		plain
+		Duration string `json:"duration"`
+	}{plain(r), r.Duration.Round(time.Microsecond).String()})
 }
 
 // SkippedTotal is the number of access-log keys skipped for any reason.
@@ -278,7 +292,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 		done:   make(chan struct{}),
 		reader: prewarmReader{pending: map[*Spec]*pendingBatch{}, skipped: map[string]int{}},
 	}
-	w.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window", po.Window).
+	w.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window_ms", po.Window).
 		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Msg("pre-warm started")
 	// Declared single keys first: they load while the access log is read.
 	for _, s := range r.specs {
@@ -313,6 +327,9 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	}
 	rep.Failed = rep.Wanted - rep.Written - rep.Negative - rep.Present
 	rep.AccessLogFailed = logErr != nil
+	if d, ok := po.AccessLog.(interface{ DescribeLastRanking() string }); ok && po.TopN > 0 {
+		rep.Ranking = d.DescribeLastRanking()
+	}
 	rep.Coverage = coverage(rep, po.TopN)
 	rep.Started, rep.Duration = start, w.now().Sub(start)
 	if s := rep.Duration.Seconds(); s > 0 {
@@ -328,7 +345,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	case firstErr != nil:
 		rep.Error = firstErr.Error()
 	}
-	w.log.Debug().Dur("took", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
+	w.log.Debug().Dur("took_ms", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
 	if n := rep.Skipped[SkipDuplicate]; n > 0 {
 		w.log.Warn().Int("repeated", n).
 			Msg("pre-warm: the access-log ranking repeats keys (a ranking Hearth writes never does); each key was loaded once")
@@ -577,7 +594,7 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 	ev.Str("reason", rep.Reason).Str("result", result).Int("candidates", rep.Candidates).
 		Int("wanted", rep.Wanted).Int("written", rep.Written).
 		Int("negative", rep.Negative).Int("present", rep.Present).Int("failed", rep.Failed).Int("fenced", rep.Fenced).Int("skipped", rep.SkippedTotal()).
-		Float64("coverage", rep.Coverage).Dur("took", rep.Duration).Func(func(e *zerolog.Event) {
+		Float64("coverage", rep.Coverage).Dur("took_ms", rep.Duration).Func(func(e *zerolog.Event) {
 		if rep.Error != "" {
 			e.Str("error", rep.Error)
 		}

@@ -376,6 +376,9 @@ func TestPrewarmRepeatedKeysLoadOnce(t *testing.T) {
 	if got := e.log.LastRanking(); got != accesslog.RankingStored {
 		t.Fatalf("ranking %q, want the stored one", got)
 	}
+	if !strings.HasPrefix(rep.Ranking, "stored, ") || !strings.Contains(rep.Ranking, "buckets ") {
+		t.Errorf("report ranking %q, want the stored ranking's age and buckets", rep.Ranking)
+	}
 	if got, want := e.src.asked(), []string{"", "1", "2", "3"}; !slices.Equal(got, want) {
 		t.Errorf("origin asked for %q, want each member once %q", got, want)
 	}

@@ -261,7 +261,7 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 			if !r.quiet {
 				ev, r.quiet = r.log.Warn(), true
 			}
-			ev.Str("reason", detected).Dur("gap", r.opts.MinGap).Dur("runs_in", wait).
+			ev.Str("reason", detected).Dur("gap_ms", r.opts.MinGap).Dur("runs_in_ms", wait).
 				Msg("redis lost its data again soon after a re-warm: one re-warm runs once the minimum gap has passed")
 		}
 		if r.pending == "" {
@@ -367,7 +367,7 @@ func (r *Rewarmer) rewarm(ctx context.Context, reason string, scope *slotScope) 
 		_, perr := r.opts.Warmer.Prewarm(ctx, po)
 		rerr = errors.Join(perr, r.opts.Warmer.RefreshWhere(ctx, scope.has))
 	}
-	r.log.Info().Str("reason", reason).Str("slots", scope.String()).Dur("took", time.Since(t0)).
+	r.log.Info().Str("reason", reason).Str("slots", scope.String()).Dur("took_ms", time.Since(t0)).
 		AnErr("error", rerr).Msg("re-warm finished")
 	return rerr
 }

@@ -116,7 +116,7 @@ func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr string) {
 		if time.Since(t0) > 5*time.Second {
 			backoff = 100 * time.Millisecond
 		}
-		log.Debug().Err(err).Dur("retry_in", backoff).Msg("re-warm push watch reconnecting")
+		log.Debug().Err(err).Dur("retry_in_ms", backoff).Msg("re-warm push watch reconnecting")
 		select {
 		case <-ctx.Done():
 			return

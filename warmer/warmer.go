@@ -247,7 +247,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	paced := w.now()
 	gap := w.paceGap(spec, ro.Spread-paced.Sub(start), len(batches))
 	if gap > 0 && spec.Interval > 0 && gap*time.Duration(len(batches)) > spec.Interval {
-		w.log.Warn().Str("family", name).Int("batches", len(batches)).Dur("gap", gap).Dur("interval", spec.Interval).
+		w.log.Warn().Str("family", name).Int("batches", len(batches)).Dur("gap_ms", gap).Dur("interval_ms", spec.Interval).
 			Msg("the origin's rate bound cannot fit this family's batches in one interval: raise the source's rate or batch_size")
 	}
 	var (
@@ -479,11 +479,14 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 	if !ok {
 		return Outcome{}, fmt.Errorf("refresh %q: %w", name, ErrUnknownSpec)
 	}
+	start := w.now()
 	if err := w.loads.Acquire(ctx, 1); err != nil {
 		return Outcome{}, err
 	}
 	defer w.loads.Release(1)
 	o := w.refreshBatch(ctx, spec, st, members)
+	// As a run's: the wall time, waiting for a load slot included.
+	o.Duration = w.now().Sub(start)
 	return o, o.LastError
 }
 

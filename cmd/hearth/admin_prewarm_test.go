@@ -24,8 +24,9 @@ type adminPrewarmState struct {
 		Reason string `json:"reason"`
 	} `json:"progress"`
 	Report *struct {
-		Reason  string `json:"reason"`
-		Written int    `json:"written"`
+		Reason   string `json:"reason"`
+		Written  int    `json:"written"`
+		Duration string `json:"duration"` // a duration string, as everywhere in the admin API
 	} `json:"report"`
 	Started  *time.Time `json:"started"`
 	Finished *time.Time `json:"finished"`
@@ -136,6 +137,11 @@ keys:
 		st := get()
 		return !st.Running && st.Report != nil && st.Report.Reason == "admin"
 	})
+	if st := get(); st.Report == nil {
+		t.Error("no report after the admin pre-warm")
+	} else if d, err := time.ParseDuration(st.Report.Duration); err != nil || d <= 0 {
+		t.Errorf("report duration %q, want a duration string", st.Report.Duration)
+	}
 }
 
 // TestAdminRefreshStateIsPruned: admin refreshes of members no declaration

@@ -166,6 +166,16 @@ keys:
 				t.Errorf("request %d: %d %s", i, codes[i], bodies[i])
 			}
 		}
+		// The load waited for the held origin: its duration cannot be 0s.
+		var res struct {
+			Duration string `json:"duration"`
+		}
+		if err := json.Unmarshal([]byte(bodies[0]), &res); err != nil {
+			t.Fatalf("%v: %s", err, bodies[0])
+		}
+		if d, err := time.ParseDuration(res.Duration); err != nil || d <= 0 {
+			t.Errorf("a one-member refresh reports duration %q, want the load's wall time", res.Duration)
+		}
 		if got := up.count(path); got != 1 {
 			t.Errorf("origin calls for %d concurrent refreshes = %d, want 1", n, got)
 		}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/hearth-dev/hearth/config"
@@ -39,9 +42,20 @@ lives in the schema hearth_demo_<run id>, dropped at the end. The demo ignores
   hearth demo --duration 5m --listen 127.0.0.1:9464   # scrape /metrics, watch the dashboard`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := zerolog.ParseLevel(logLevel); err != nil || logLevel == "" {
+				return fail(exitConfig, fmt.Errorf("--log-level: must be debug, info, warn or error (got %q)", logLevel))
+			}
+			if listenAddr != "" {
+				if err := checkListen(listenAddr); err != nil {
+					return fail(exitConfig, fmt.Errorf("--listen: %w", err))
+				}
+			}
 			log := newLogger(g.stderr, config.Log{Level: logLevel, Format: "auto"})
 			reg := prometheus.NewRegistry()
 			opts.Registerer, opts.Out, opts.Logger = reg, g.stdout, log
+			if err := opts.Check(); err != nil {
+				return fail(exitConfig, err)
+			}
 			if listenAddr != "" {
 				shutdown, err := daemon.ServeMetrics(listenAddr, reg, log)
 				if err != nil {
@@ -62,10 +76,14 @@ lives in the schema hearth_demo_<run id>, dropped at the end. The demo ignores
 	f.DurationVar(&opts.TTL, "ttl", demo.DefaultTTL, "TTL of the keys; Hearth refreshes every TTL/2")
 	f.DurationVar(&opts.OriginLatency, "origin-latency", demo.DefaultOriginLatency, "cost of one origin call (at most TTL/10)")
 	f.DurationVar(&opts.ReadPause, "read-pause", demo.DefaultReadPause, "each reader's pause between two reads")
-	f.StringVar(&opts.RedisAddr, "redis", "", "host:port of a real Redis to use instead of the embedded one")
+	f.StringVar(&opts.RedisAddr, "redis", "", "a real Redis to use instead of the embedded one: host:port or redis://[user:password@]host:port/db")
 	f.StringVar(&opts.PostgresDSN, "postgres", "", "DSN of a real PostgreSQL to use as the origin instead of the embedded HTTP one")
 	f.StringVar(&listenAddr, "listen", "", "serve /metrics on this host:port while the demo runs")
 	f.StringVar(&logLevel, "log-level", "warn", "level of Hearth's own logs on stderr (debug, info, warn, error)")
+	// The demo runs on an embedded config: hide the global --config (a
+	// local flag of the same name shadows it) rather than offer what it ignores.
+	f.StringP("config", "c", "", "ignored: the demo runs on an embedded config")
+	_ = f.MarkHidden("config")
 	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

@@ -7,10 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -314,7 +319,7 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("docker-compose.yml: %d documents", len(docs))
 	}
 	services, _ := docs[0]["services"].(map[string]any)
-	for _, want := range []string{"redis", "postgres", "hearth-1", "hearth-2"} {
+	for _, want := range []string{"redis", "postgres", "hearth-migrate", "notify-triggers", "hearth-1", "hearth-2"} {
 		if services[want] == nil {
 			t.Errorf("service %s missing", want)
 		}
@@ -330,6 +335,19 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s volumes = %v, want ./deploy mounted at /etc/hearth", name, vols)
 		}
 	}
+	// One image, built once: only the migrate service builds it.
+	builds := 0
+	for name, s := range services {
+		if dig(s, "build") != nil {
+			builds++
+			if name != "hearth-migrate" {
+				t.Errorf("%s builds the image; only hearth-migrate should", name)
+			}
+		}
+	}
+	if builds != 1 {
+		t.Errorf("%d services build the image, want 1", builds)
+	}
 	env := map[string]string{}
 	for k, v := range dig(services["hearth-1"], "environment").(map[string]any) {
 		env[k] = fmt.Sprint(v)
@@ -337,7 +355,78 @@ func TestComposeFile(t *testing.T) {
 	if env["CATALOG_DSN"] == "" {
 		t.Fatalf("hearth-1 sets no CATALOG_DSN: %v", env)
 	}
-	validate(t, filepath.Join(repo, "deploy/config.compose.yaml"), env)
+	if tok := env["HEARTH_ADMIN_TOKEN"]; tok != "${HEARTH_ADMIN_TOKEN:-}" {
+		t.Errorf("HEARTH_ADMIN_TOKEN = %q: a default token is a known password; leave it empty (admin API off)", tok)
+	}
+	cfg := filepath.Join(repo, "deploy/config.compose.yaml")
+	validate(t, cfg, env)
+
+	// The triggers the notify-triggers service applies are what notify-sql prints.
+	sql, err := os.ReadFile(filepath.Join(repo, "deploy/compose-notify.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"notify-sql", "product", "--table", "products", "--config", cfg}, &stdout, &stderr); code != 0 {
+		t.Fatalf("notify-sql: exit %d: %s", code, stderr.String())
+	}
+	if !strings.HasSuffix(string(sql), stdout.String()) {
+		t.Errorf("deploy/compose-notify.sql is not what notify-sql prints now:\n%s", stdout.String())
+	}
+}
+
+// TestComposeHealthcheck runs the instances' healthcheck command, as compose
+// would inside the container, against a port nothing listens on (exit 1, not
+// 2: the subcommand and its flags are real) and against a /healthz that
+// answers 200 (exit 0).
+func TestComposeHealthcheck(t *testing.T) {
+	docs := yamlDocs(t, filepath.Join(repo, "docker-compose.yml"))
+	services, _ := docs[0]["services"].(map[string]any)
+	for _, name := range []string{"hearth-1", "hearth-2"} {
+		test, _ := dig(services[name], "healthcheck", "test").([]any)
+		if len(test) < 3 || test[0] != "CMD" || test[1] != "/hearth" {
+			t.Fatalf("%s healthcheck.test = %v, want [CMD /hearth healthcheck ...] (distroless has no shell or curl)", name, test)
+		}
+		args := make([]string, 0, len(test)-2)
+		for _, a := range test[2:] {
+			args = append(args, fmt.Sprint(a))
+		}
+		i := slices.Index(args, "--url")
+		if i < 0 || i+1 >= len(args) {
+			t.Fatalf("%s healthcheck %v: no --url", name, args)
+		}
+		u, err := url.Parse(args[i+1])
+		if err != nil || u.Path != "/healthz" {
+			t.Fatalf("%s healthcheck --url %q: want a /healthz URL", name, args[i+1])
+		}
+
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := l.Addr().String()
+		l.Close()
+		args[i+1] = "http://" + stopped + u.Path
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), args, &stdout, &stderr); code != exitFail {
+			t.Errorf("%s healthcheck against a stopped port: exit %d, want 1\n%s", name, code, stderr.String())
+		}
+
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/healthz" {
+				http.NotFound(w, r)
+				return
+			}
+			_, _ = io.WriteString(w, `{"role":"leader","epoch":3,"ready":true}`)
+		}))
+		args[i+1] = srv.URL + u.Path
+		stdout.Reset()
+		stderr.Reset()
+		if code := run(t.Context(), args, &stdout, &stderr); code != exitOK {
+			t.Errorf("%s healthcheck against a healthy /healthz: exit %d, want 0\n%s", name, code, stderr.String())
+		}
+		srv.Close()
+	}
 }
 
 // TestStaticBuild builds hearth the way the Makefile and the Dockerfile do

@@ -69,6 +69,25 @@ keys:
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	// Without declared members the sample is a whole batch (500): the
+	// finding's filter still fits a line.
+	batch := strings.Replace(cast, "config.yaml", "batch.yaml", 1)
+	data, err := os.ReadFile(cast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(batch, []byte(strings.Replace(string(data), `members: ["1", "2", "3"]`, `members_query: "SELECT id::text FROM products LIMIT 10"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runHearth(t, "validate", "--config", batch, "--explain")
+	if code != 4 || !strings.Contains(out, "497 more") {
+		t.Errorf("a 500-member sample: exit %d, want 4 with the sample shortened\n%s", code, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if len(line) > 600 {
+			t.Errorf("a line of %d bytes: %.200s…", len(line), line)
+		}
+	}
 	if code, out := runHearth(t, "validate", "--config", typed, "--explain"); code != 0 || !strings.Contains(out, "query plans: ok") {
 		t.Errorf("typed form: exit %d, want 0\n%s", code, out)
 	}
@@ -80,7 +99,7 @@ keys:
 	}
 
 	p := e2e.Start(t, []string{"run", "--config", cast})
-	data, _ := os.ReadFile(cast)
+	data, _ = os.ReadFile(cast)
 	_, rest, _ := strings.Cut(string(data), "listen: \"")
 	addr, _, _ := strings.Cut(rest, "\"")
 	e2e.WaitHTTP(t, "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/cobra"
 )
 
@@ -8,7 +11,9 @@ import (
 const rootExample = `  hearth demo                                  # a stampede, then Hearth preventing it
   hearth validate -c config.yaml               # check a config, exit 2 if invalid
   hearth run -c config.yaml                    # the daemon
-  kill -HUP $(pidof hearth)                    # reload the config without a restart
+  hearth run -c config.yaml --pid-file hearth.pid
+  kill -HUP "$(cat hearth.pid)"                # reload the config without a restart
+  hearth healthcheck --url http://127.0.0.1:9464/healthz   # exit 0 healthy, 1 not
   source <(hearth completion bash)             # shell completion (bash, zsh, fish, powershell)`
 
 // completionExamples are shown by `hearth completion SHELL --help`, next to
@@ -27,11 +32,33 @@ var completionExamples = map[string]string{
 // completions of the global flags.
 func polishHelp(root *cobra.Command) {
 	root.Example = rootExample
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help provides help for any command in the application.\nSimply type hearth help [path to command] for full details.",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, _, err := c.Root().Find(args)
+			if cmd == nil || err != nil || (len(args) > 0 && cmd == c.Root()) {
+				return fail(exitConfig, fmt.Errorf("help: unknown command %q", strings.Join(args, " ")))
+			}
+			cmd.InitDefaultHelpFlag()
+			return cmd.Help()
+		},
+	})
 	_ = root.MarkPersistentFlagFilename("config", "yaml", "yml")
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
 		if c.Name() != "completion" {
 			continue
+		}
+		// Runnable, so that an unknown shell is a usage error (exit 2)
+		// rather than cobra's help and exit 0.
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fail(exitConfig, fmt.Errorf("completion: unknown shell %q (want bash, zsh, fish or powershell)", args[0]))
+			}
+			return cmd.Help()
 		}
 		c.Example = `  hearth completion bash > /etc/bash_completion.d/hearth
   hearth completion zsh > "${fpath[1]}/_hearth"

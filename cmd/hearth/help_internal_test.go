@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -63,4 +64,23 @@ func TestCompletion(t *testing.T) {
 			t.Errorf("completion of --log-level = %q", got)
 		}
 	})
+}
+
+// TestShortenArrays: `validate --explain` prints a finding's filter with the
+// sample batch cut to three elements and a count, not 500 on one line.
+func TestShortenArrays(t *testing.T) {
+	long := make([]string, 500)
+	for i := range long {
+		long[i] = strconv.Itoa(i + 1)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"((id)::text = ANY ('{" + strings.Join(long, ",") + "}'::text[]))", "((id)::text = ANY ('{1,2,3,… 497 more}'::text[]))"},
+		{"(id = ANY ('{1,2,3,4}'::bigint[]))", "(id = ANY ('{1,2,3,4}'::bigint[]))"},
+		{"(name = 'x')", "(name = 'x')"},
+		{"", ""},
+	} {
+		if got := shortenArrays(c.in); got != c.want {
+			t.Errorf("shortenArrays(%.60q…) = %q, want %q", c.in, got, c.want)
+		}
+	}
 }

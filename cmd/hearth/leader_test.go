@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -155,10 +156,12 @@ func (n *node) metric(t *testing.T, name string, labels ...string) float64 {
 }
 
 type health struct {
-	Role     string `json:"role"`
-	Epoch    int64  `json:"epoch"`
-	Ready    bool   `json:"ready"`
-	Instance string `json:"instance"`
+	Role        string `json:"role"`
+	Epoch       int64  `json:"epoch"`
+	Ready       bool   `json:"ready"`
+	Instance    string `json:"instance"`
+	Leader      string `json:"leader"`
+	LeaderEpoch int64  `json:"leader_epoch"`
 }
 
 func (n *node) health(t *testing.T) health {
@@ -323,6 +326,30 @@ func TestLeaderOneWriter(t *testing.T) {
 		}
 		if h := a.health(t); h.Role != "leader" || !h.Ready {
 			t.Errorf("a /healthz = %+v, want a ready leader", h)
+		}
+	})
+	t.Run("the standby says who leads", func(t *testing.T) {
+		ha := a.health(t)
+		var hb health
+		testenv.Eventually(t, 10*time.Second, "b's /healthz names the leader", func() bool {
+			hb = b.health(t)
+			return hb.Leader != ""
+		})
+		if hb.Epoch != 0 || hb.Leader != ha.Instance || hb.LeaderEpoch != ha.Epoch {
+			t.Errorf("b /healthz = %+v, want epoch 0 and leader %s at epoch %d", hb, ha.Instance, ha.Epoch)
+		}
+		resp, err := http.Get(b.url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(raw), `"epoch":0`) {
+			t.Errorf("b /healthz %s: no epoch field", raw)
+		}
+		want := fmt.Sprintf("standby: leader is %s (epoch %d)", ha.Instance, ha.Epoch)
+		if !strings.Contains(b.proc.Output(), want) {
+			t.Errorf("b's log lacks %q:\n%s", want, b.proc.Output())
 		}
 	})
 }

@@ -1,15 +1,24 @@
 package main
 
 import (
+	"context"
 	"io"
 	"os"
 	"time"
 
 	"github.com/mattn/go-isatty"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
 )
+
+// Durations in the logs are milliseconds (a float, e.g. "took_ms":17.987),
+// and every duration field's name ends in _ms (docs/operations.md#logs).
+func init() {
+	zerolog.DurationFieldUnit = time.Millisecond
+	zerolog.DurationFieldInteger = false
+}
 
 // newLogger returns JSON logs, or the console format when asked or when w is a terminal.
 func newLogger(w io.Writer, c config.Log) zerolog.Logger {
@@ -26,5 +35,17 @@ func newLogger(w io.Writer, c config.Log) zerolog.Logger {
 	if console {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+	log := zerolog.New(w).Level(level).With().Timestamp().Logger()
+	// go-redis prints its pool's dial failures on stderr in a format of its
+	// own, once per attempt, before Hearth's own error says the same: route
+	// them to this logger, at debug.
+	redis.SetLogger(redisLogger{log.With().Str("component", "go-redis").Logger()})
+	return log
+}
+
+// redisLogger is go-redis's internal logger on zerolog.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Msgf(format, v...)
 }

@@ -23,10 +23,15 @@ var (
 	commit  = "unknown"
 )
 
-// Exit codes, part of the external contract.
+// Exit codes, part of the external contract (docs/commands.md#exit-codes).
 const (
-	exitOK     = 0
-	exitFail   = 1
+	exitOK = 0
+	// exitFail: a runtime failure (a server unreachable, a write refused, an
+	// unhealthy answer to `hearth healthcheck`).
+	exitFail = 1
+	// exitConfig: a usage or config error (unknown command or flag, a bad
+	// flag value or argument, an invalid config), always found before any
+	// connection is made.
 	exitConfig = 2
 	// exitCoverage: `hearth prewarm` loaded less than --min-coverage of the keys.
 	exitCoverage = 3
@@ -77,6 +82,7 @@ func exitOnSecondSignal(sigs <-chan os.Signal, grace time.Duration, stderr io.Wr
 // run executes the command line and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
+	started := markStarts(root)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -90,9 +96,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ee.code
 	case errors.As(err, &ce):
 		return exitConfig
+	case !*started:
+		// cobra refused the command line before any command ran: an
+		// unknown command or flag, a bad flag value, wrong arguments.
+		fmt.Fprintf(stderr, "Run 'hearth --help' for usage.\n")
+		return exitConfig
 	default:
 		return exitFail
 	}
+}
+
+// markStarts wraps every command's run function so that the returned flag
+// tells whether one started. An error returned before (cobra's own checks
+// of the command line) is a usage error, whichever command it names.
+func markStarts(root *cobra.Command) *bool {
+	started := new(bool)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if run := c.RunE; run != nil {
+			c.RunE = func(cmd *cobra.Command, args []string) error { *started = true; return run(cmd, args) }
+		} else if run := c.Run; run != nil {
+			c.Run = func(cmd *cobra.Command, args []string) { *started = true; run(cmd, args) }
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	return started
 }
 
 type globals struct {
@@ -117,7 +148,8 @@ miss on it and the database never sees a cache stampede.`,
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "config.yaml", "path of the config file")
 	root.AddCommand(newRunCmd(g), newValidateCmd(g), newVersionCmd(g), newDemoCmd(g))
 	root.AddCommand(newPrewarmCmd(g), newMigrateCmd(g))
-	root.AddCommand(newNotifySQLCmd(g))
+	root.AddCommand(newNotifySQLCmd(g), newHealthcheckCmd(g))
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
 	polishHelp(root)
 	return root
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/warmer"
@@ -29,6 +30,7 @@ func newPrewarmCmd(g *globals) *cobra.Command {
 		minCoverage float64
 		timeout     time.Duration
 		overwrite   bool
+		ranking     string
 	)
 	cmd := &cobra.Command{
 		Use:   "prewarm",
@@ -47,6 +49,14 @@ counter, fence) is in that Redis, every write is fenced by the newest epoch
 issued there: if a leader takes over during the run, its fence refuses the
 pre-warm's later writes (counted as failed, fenced).
 
+--ranking chooses where the top keys come from: "auto" (the default) reads the
+ranking the leader stores every access_log.rank_interval only when it holds
+keys, covers the window and top_n, and was computed after the newest closed
+bucket of the access log ended, else ranks the access log live; "live" always
+ranks live; "stored" reads the stored ranking and fails (exit 1) when it is not
+fresh, naming why, rather than rank the whole window live. The summary names
+the ranking read, its age and the buckets it spans.
+
 It shows a progress bar on a terminal (progress logs otherwise) and prints a
 summary. Exit codes: 0 when the coverage (keys loaded, values or not-found
 sentinels, over keys wanted) reached --min-coverage; 3 when it did not (also when
@@ -56,6 +66,11 @@ access log unreadable); 2 for a bad config or flag.`,
   hearth prewarm -c config.yaml --top 50000 --min-coverage 0.95 --timeout 5m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch ranking {
+			case accesslog.ModeAuto, accesslog.ModeLive, accesslog.ModeStored:
+			default:
+				return fail(exitConfig, fmt.Errorf("--ranking: must be auto, live or stored (got %q)", ranking))
+			}
 			cfg, err := g.load()
 			if err != nil {
 				return err
@@ -72,15 +87,17 @@ access log unreadable); 2 for a bad config or flag.`,
 			if timeout < 0 {
 				return fail(exitConfig, fmt.Errorf("--timeout must be >= 0 (got %s)", timeout))
 			}
-			return prewarmOnce(cmd.Context(), g, cfg, redisURL, minCoverage, timeout, overwrite)
+			return prewarmOnce(cmd.Context(), g, cfg, redisURL, minCoverage, timeout, overwrite, ranking)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
-	cmd.Flags().StringVar(&redisURL, "redis", "", "target Redis URL (redis://[user:password@]host:port/db, rediss:// for TLS; a Cluster: redis+cluster://host:port,host:port; Sentinels: redis+sentinel://host:port,host:port/<master>[/db]); default: the config's redis")
+	cmd.Flags().StringVar(&redisURL, "redis", "", "target Redis: host:port or a URL (redis://[user:password@]host:port/db, rediss:// for TLS; a Cluster: redis+cluster://host:port,host:port; Sentinels: redis+sentinel://host:port,host:port/<master>[/db]); default: the config's redis")
 	cmd.Flags().IntVar(&top, "top", 0, "access-log keys to load (default prewarm.top_n)")
 	cmd.Flags().Float64Var(&minCoverage, "min-coverage", 0.99, "exit 3 unless at least this share of the wanted keys was loaded")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: no limit); what was loaded stays loaded")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace values already present (default: fill absent keys only)")
+	cmd.Flags().StringVar(&ranking, "ranking", accesslog.ModeAuto, "where the top keys come from: auto (the stored ranking when fresh, else live), live, or stored (exit 1 when it is not fresh)")
+	_ = cmd.RegisterFlagCompletionFunc("ranking", cobra.FixedCompletions([]string{accesslog.ModeAuto, accesslog.ModeLive, accesslog.ModeStored}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -89,7 +106,7 @@ const prewarmGCPercent = 400
 
 // prewarmOnce is `hearth prewarm`: connect, pre-warm, print the summary, map
 // the coverage to the exit code.
-func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration, overwrite bool) error {
+func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration, overwrite bool, ranking string) error {
 	log := newLogger(g.stderr, cfg.Log)
 	if os.Getenv("GOGC") == "" {
 		// A one-shot pre-warm keeps little alive (the batches in flight and
@@ -111,6 +128,9 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 		return fail(exitFail, err)
 	}
 	defer pw.Close()
+	if err := pw.SetRanking(ranking); err != nil {
+		return fail(exitConfig, fmt.Errorf("--ranking: %w", err))
+	}
 
 	runCtx := ctx
 	if timeout > 0 {
@@ -119,12 +139,9 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 		defer cancel()
 	}
 	progress := newProgress(g.stderr, log)
-	po := pw.Options()
-	log.Info().Str("redis", target).Int("top_n", po.TopN).Dur("window", po.Window).Msg("pre-warming")
 	rep, err := pw.Run(runCtx, progress.update)
 	progress.finish()
-	ranking := pw.Ranking()
-	printSummary(g.stdout, target, rep, ranking, minCoverage, pw.Fence(), overwrite)
+	printSummary(g.stdout, target, rep, pw.Ranking(), minCoverage, pw.Fence(), overwrite)
 
 	timedOut := timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	if err != nil && !timedOut {
@@ -142,18 +159,19 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 
 // progress shows a running pre-warm: a bar on a terminal, a log line a second otherwise.
 type progress struct {
-	mu   sync.Mutex
-	out  io.Writer
-	tty  bool
-	bar  *progressbar.ProgressBar
-	log  zerolog.Logger
-	last time.Time
-	p    warmer.PrewarmProgress
+	mu    sync.Mutex
+	out   io.Writer
+	tty   bool
+	bar   *progressbar.ProgressBar
+	log   zerolog.Logger
+	start time.Time
+	last  time.Time
+	p     warmer.PrewarmProgress
 }
 
 func newProgress(w io.Writer, log zerolog.Logger) *progress {
 	f, ok := w.(*os.File)
-	return &progress{out: w, tty: ok && isatty.IsTerminal(f.Fd()), log: log}
+	return &progress{out: w, tty: ok && isatty.IsTerminal(f.Fd()), log: log, start: time.Now()}
 }
 
 func (p *progress) update(pr warmer.PrewarmProgress) {
@@ -163,13 +181,18 @@ func (p *progress) update(pr warmer.PrewarmProgress) {
 	if p.tty {
 		if p.bar == nil {
 			p.bar = progressbar.NewOptions(max(pr.Wanted, 1),
+				// The rate is ours, in keys/s: the bar's own switches to
+				// keys/min and keys/hr while the first batches load.
 				progressbar.OptionSetWriter(p.out), progressbar.OptionSetDescription("pre-warming"),
-				progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("keys"),
+				progressbar.OptionShowCount(),
 				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetPredictTime(true),
 				progressbar.OptionFullWidth(), progressbar.OptionClearOnFinish())
 		}
 		if pr.Wanted > 0 && pr.Wanted != p.bar.GetMax() {
 			p.bar.ChangeMax(pr.Wanted) // grows while the access log is read
+		}
+		if s := time.Since(p.start).Seconds(); s > 0 {
+			p.bar.Describe(fmt.Sprintf("pre-warming, %.0f keys/s", float64(pr.Done)/s))
 		}
 		_ = p.bar.Set(pr.Done)
 		return
@@ -201,7 +224,7 @@ func (p *progress) finish() {
 	}
 }
 
-func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking string, minCoverage float64, fence warmer.PrewarmFence, overwrite bool) {
+func printSummary(w io.Writer, target string, r warmer.PrewarmReport, rk accesslog.Ranking, minCoverage float64, fence warmer.PrewarmFence, overwrite bool) {
 	reasons := make([]string, 0, len(r.Skipped))
 	for k, n := range r.Skipped {
 		if n > 0 {
@@ -225,10 +248,8 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, ranking st
 		mode += fmt.Sprintf(", fenced by epoch %d (no leader now)", fence.Epoch)
 	}
 	fmt.Fprintf(w, "  mode                  %s\n", mode)
-	if ranking == "" {
-		ranking = "none"
-	}
-	fmt.Fprintf(w, "  access-log keys read  %d (ranking: %s)\n", r.Candidates, ranking)
+	fmt.Fprintf(w, "  access-log keys read  %d\n", r.Candidates)
+	fmt.Fprintf(w, "  ranking               %s\n", rk.String())
 	fmt.Fprintf(w, "  wanted                %d\n", r.Wanted)
 	fmt.Fprintf(w, "  written               %d\n", r.Written)
 	fmt.Fprintf(w, "  negative              %d\n", r.Negative)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -461,4 +462,103 @@ keys:
 	if got := rdb.Get(ctx, keys[3]).Val(); got != "old4" {
 		t.Errorf("%s = %q after the leader wrote versions 10 and 9, want old4 (version 10)", keys[3], got)
 	}
+}
+
+// TestPrewarmRankingFreshness: reads recorded after the leader's last stored
+// ranking are pre-warmed. `hearth prewarm` (--ranking auto) ranks live when
+// the stored ranking holds no keys or predates the newest closed bucket, and
+// its coverage counts the new keys; --ranking stored refuses such a ranking
+// (exit 1, naming why); a fresh one is read as stored.
+func TestPrewarmRankingFreshness(t *testing.T) {
+	green := testenv.PrivateRedis(t)
+	gc := green.Client(t)
+	ctx := context.Background()
+	c := newCatalogue(t, gc, "fr:", 40, 0, "")
+	al := accesslog.New(c.pg.Pool)
+	prewarm := func(t *testing.T, args ...string) (int, string) {
+		t.Helper()
+		return runHearth(t, append([]string{"prewarm", "--config", c.config, "--redis", green.Addr, "--top", "100"}, args...)...)
+	}
+	warm := func(t *testing.T, ids ...int) {
+		t.Helper()
+		for _, id := range ids {
+			k := fmt.Sprintf("%sproduct:%d", c.prefix, id)
+			if got, want := gc.Get(ctx, k).Val(), fmt.Sprintf("p%d", id); got != want {
+				t.Errorf("%s = %q, want %q: a key read after the stored ranking was not pre-warmed", k, got, want)
+			}
+		}
+	}
+
+	// The leader ranked an empty access log; reads arrive afterwards.
+	if n, err := al.Rank(ctx, time.Hour, 10_000); err != nil || n != 0 {
+		t.Fatalf("rank the empty log: %d keys, %v", n, err)
+	}
+	c.record(t, products(2, 3, 4)...)
+
+	t.Run("empty stored ranking", func(t *testing.T) {
+		code, out := prewarm(t, "--ranking", "stored")
+		if code != 1 || !strings.Contains(out, "holds no keys") {
+			t.Errorf("--ranking stored with an empty ranking: exit %d, want 1 naming why\n%s", code, out)
+		}
+		if gc.Exists(ctx, c.prefix+"product:2").Val() != 0 {
+			t.Errorf("--ranking stored failed, yet product:2 was loaded")
+		}
+		code, out = prewarm(t)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, out)
+		}
+		for _, want := range []string{"access-log keys read  3", "ranking               live, buckets ", "holds no keys", "wanted                4", "coverage              100.000%"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("summary lacks %q:\n%s", want, out)
+			}
+		}
+		warm(t, 2, 3, 4)
+	})
+
+	t.Run("ranking older than the newest closed bucket", func(t *testing.T) {
+		// A ranking of product 2, two minutes old (within its maximum age of
+		// 3 × rank_interval), then reads of 5 and 6 in the bucket that
+		// closed since.
+		if _, err := c.pg.Pool.Exec(ctx, `DELETE FROM hearth_access_log`); err != nil {
+			t.Fatal(err)
+		}
+		c.record(t, "product:2")
+		if n, err := al.Rank(ctx, time.Hour, 10_000); err != nil || n != 1 {
+			t.Fatalf("rank: %d keys, %v", n, err)
+		}
+		if _, err := c.pg.Pool.Exec(ctx, `UPDATE hearth_access_rank_info SET computed_at = now() - interval '2 minutes'`); err != nil {
+			t.Fatal(err)
+		}
+		closed := time.Now().Add(-time.Minute).Truncate(time.Minute)
+		if _, err := c.pg.Pool.Exec(ctx, accesslog.RecordSQL, closed, []string{c.prefix + "product:5", c.prefix + "product:6"}, []int64{9, 8}); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := prewarm(t, "--ranking", "stored"); code != 1 || !strings.Contains(out, "predates the end of the newest closed bucket") {
+			t.Errorf("--ranking stored with an old ranking: exit %d, want 1 naming why\n%s", code, out)
+		}
+		code, out := prewarm(t)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, out)
+		}
+		for _, want := range []string{"access-log keys read  3", "ranking               live, ", "predates", "wanted                4", "coverage              100.000%"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("summary lacks %q:\n%s", want, out)
+			}
+		}
+		warm(t, 5, 6)
+	})
+
+	t.Run("fresh stored ranking", func(t *testing.T) {
+		if n, err := al.Rank(ctx, time.Hour, 10_000); err != nil || n != 3 {
+			t.Fatalf("rank: %d keys, %v", n, err)
+		}
+		code, out := prewarm(t, "--ranking", "stored")
+		if code != 0 || !regexp.MustCompile(`ranking +stored, \d+s old, buckets `).MatchString(out) || !strings.Contains(out, "access-log keys read  3") {
+			t.Errorf("--ranking stored with a fresh ranking: exit %d\n%s", code, out)
+		}
+		code, out = prewarm(t, "--ranking", "live")
+		if code != 0 || !strings.Contains(out, "ranking               live, buckets ") || strings.Contains(out, "not the stored ranking") {
+			t.Errorf("--ranking live: exit %d\n%s", code, out)
+		}
+	})
 }

@@ -35,8 +35,8 @@ type Cluster struct {
 
 // RedisCluster starts a 3-master, 3-replica Redis Cluster on free loopback
 // ports and waits until every node reports cluster_state:ok and agrees on the
-// slot map. Everything is stopped at cleanup. In CI=true a cluster that cannot
-// be started fails the test.
+// slot map. Everything is stopped at cleanup. A cluster that cannot be
+// started fails the test (see RequireServer).
 func RedisCluster(t testing.TB) *Cluster {
 	t.Helper()
 	c, err := newCluster()

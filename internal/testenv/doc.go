@@ -32,8 +32,9 @@
 //     Redis address.
 //   - HEARTH_TEST_PG_ADDR (host:port) replaces 127.0.0.1:5432 as the shared
 //     PostgreSQL address.
-//   - CI: when it is "true", a test that needs a server and cannot get one
-//     fails instead of being skipped (see [RequireServer]).
+//   - HEARTH_ALLOW_SKIP: a test that needs a server and cannot get one fails;
+//     with HEARTH_ALLOW_SKIP=1 it is skipped instead (see [RequireServer]).
+//   - CI: when it is "true", such a test fails even with HEARTH_ALLOW_SKIP=1.
 //
 // Pointing the two address variables at a closed port, for example
 // 127.0.0.1:1, exercises the fallback path.
@@ -55,7 +56,7 @@
 // slot owners. [RedisSentinel] starts 1 master, 1 replica and 3 sentinels
 // (redis-server --sentinel, no redis-sentinel package needed), with SENTINEL
 // FAILOVER and kill -9 of the master. Both need redis-cli and are stopped at
-// cleanup; under CI=true a failure to start fails the test.
+// cleanup; a failure to start fails the test (skips with HEARTH_ALLOW_SKIP=1).
 //
 // # Faults
 //

@@ -42,11 +42,28 @@ func TestRequireServer(t *testing.T) {
 		t.Fatalf("CI=true: fatal %q, skip %q; want a fatal with the reason", f.fatal, f.skip)
 	}
 
+	// CI=true wins over HEARTH_ALLOW_SKIP.
+	t.Setenv("HEARTH_ALLOW_SKIP", "1")
+	f = &fakeTB{TB: t}
+	testenv.RequireServer(f, "no redis: %s", "boom")
+	if f.skip != "" || !strings.Contains(f.fatal, "no redis: boom") {
+		t.Fatalf("CI=true, HEARTH_ALLOW_SKIP=1: fatal %q, skip %q; want a fatal", f.fatal, f.skip)
+	}
+
+	// Outside CI, a missing server still fails unless a skip is asked for.
 	t.Setenv("CI", "")
+	t.Setenv("HEARTH_ALLOW_SKIP", "")
+	f = &fakeTB{TB: t}
+	testenv.RequireServer(f, "no redis: %s", "boom")
+	if f.skip != "" || !strings.Contains(f.fatal, "no redis: boom") || !strings.Contains(f.fatal, "HEARTH_ALLOW_SKIP=1") {
+		t.Fatalf("CI unset: fatal %q, skip %q; want a fatal naming HEARTH_ALLOW_SKIP", f.fatal, f.skip)
+	}
+
+	t.Setenv("HEARTH_ALLOW_SKIP", "1")
 	f = &fakeTB{TB: t}
 	testenv.RequireServer(f, "no redis: %s", "boom")
 	if f.fatal != "" || !strings.Contains(f.skip, "no redis: boom") {
-		t.Fatalf("CI unset: fatal %q, skip %q; want a skip with the reason", f.fatal, f.skip)
+		t.Fatalf("HEARTH_ALLOW_SKIP=1: fatal %q, skip %q; want a skip with the reason", f.fatal, f.skip)
 	}
 }
 

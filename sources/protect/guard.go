@@ -170,7 +170,7 @@ func (g *Guarded) newBreaker(afterProbe bool) *gobreaker.TwoStepCircuitBreaker[s
 			if to == gobreaker.StateOpen {
 				ev = g.log.Warn()
 			}
-			ev.Str("from", from.String()).Str("to", to.String()).Dur("open_for", g.cfg.BreakerOpenFor).
+			ev.Str("from", from.String()).Str("to", to.String()).Dur("open_for_ms", g.cfg.BreakerOpenFor).
 				Msg("origin circuit breaker " + to.String())
 			switch to {
 			case gobreaker.StateOpen:
