@@ -343,11 +343,17 @@ func (l *listener) session(ctx context.Context) error {
 	for _, q := range l.queues {
 		q.full()
 	}
+	// One wait context per idle period, not per notification: a flood costs
+	// no timer and context each.
+	wait := &idleWait{parent: sctx}
+	wait.renew()
+	defer func() { wait.cancel() }()
 	for {
-		wctx, wcancel := context.WithTimeout(sctx, listenIdle)
-		n, err := conn.WaitForNotification(wctx)
-		idle := wctx.Err() != nil
-		wcancel()
+		n, err := conn.WaitForNotification(wait.ctx)
+		idle := wait.ctx.Err() != nil
+		if err != nil || idle {
+			wait.renew()
+		}
 		if sctx.Err() != nil {
 			return nil
 		}
@@ -365,6 +371,20 @@ func (l *listener) session(ctx context.Context) error {
 		}
 		l.handle(n.Channel, n.Payload)
 	}
+}
+
+// idleWait bounds the waits for notifications to listenIdle from its last renew.
+type idleWait struct {
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (w *idleWait) renew() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.ctx, w.cancel = context.WithTimeout(w.parent, listenIdle)
 }
 
 // payload is what hearth_notify() sends.
@@ -517,6 +537,12 @@ type queue struct {
 	// arrived (zero: none); held is the earliest time a pending member whose
 	// pacing holds it back may go (zero: none).
 	ready, held time.Time
+	// waiting is the deadline the run loop sleeps until (zero: none) and
+	// busy whether it is refreshing: the loop is woken only when what was
+	// queued needs an earlier deadline, so that a flood of notifications
+	// for what is already pending costs no goroutine switch each.
+	waiting time.Time
+	busy    bool
 }
 
 func newQueue(name string, coalesce time.Duration, batch int, l *listener, pace *pacing) *queue {
@@ -534,6 +560,7 @@ func (q *queue) add(p payload, ts time.Time) {
 	now := q.l.now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	defer q.signalLocked()
 	switch {
 	case p.All:
 		m.members.WithLabelValues(q.name, "full").Inc()
@@ -550,7 +577,6 @@ func (q *queue) add(p payload, ts time.Time) {
 			q.queueLocked(id, us, now)
 		}
 	}
-	q.signal()
 }
 
 // queueLocked queues one changed member. Call with q.mu held.
@@ -624,12 +650,20 @@ func earliest(a, b int64) int64 {
 // what changed while nobody listened, and measures no change.
 func (q *queue) full() {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.markAll(0, q.l.now())
-	q.mu.Unlock()
-	q.signal()
+	q.signalLocked()
 }
 
-func (q *queue) signal() {
+// signalLocked wakes the run loop if it sleeps past the deadline now due (a
+// busy loop recomputes it when its refresh ends). Call with q.mu held.
+func (q *queue) signalLocked() {
+	if q.busy {
+		return
+	}
+	if at, ok := q.deadline(); !ok || (!q.waiting.IsZero() && !at.Before(q.waiting)) {
+		return
+	}
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -668,10 +702,12 @@ func (q *queue) run(ctx context.Context) {
 	for {
 		q.mu.Lock()
 		at, ok := q.deadline()
-		q.mu.Unlock()
+		q.waiting, q.busy = time.Time{}, false
 		if ok {
+			q.waiting = at
 			t.Reset(max(0, at.Sub(q.l.now())))
 		}
+		q.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
@@ -680,6 +716,9 @@ func (q *queue) run(ctx context.Context) {
 			continue
 		case <-t.C:
 		}
+		q.mu.Lock()
+		q.waiting, q.busy = time.Time{}, true
+		q.mu.Unlock()
 		q.fire(ctx)
 	}
 }

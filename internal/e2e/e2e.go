@@ -38,6 +38,31 @@ func Binary(t testing.TB) string {
 	return Build(t, "./cmd/hearth")
 }
 
+// PlainBinary is Binary built without the race detector even when the tests
+// use it: for measuring the daemon's own CPU, which the detector multiplies.
+func PlainBinary(t testing.TB) string {
+	t.Helper()
+	if bin := os.Getenv("HEARTH_BIN"); bin != "" {
+		return bin
+	}
+	return build1(t, "./cmd/hearth", false)
+}
+
+// CPUTime is the user plus system CPU time process pid has used (Linux /proc).
+func CPUTime(t testing.TB, pid int) time.Duration {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration((utime + stime) / ticks * float64(time.Second))
+}
+
 type build struct {
 	once sync.Once
 	path string
@@ -54,11 +79,17 @@ var (
 // use it, and returns the executable's path.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
+	return build1(t, pkg, raceEnabled)
+}
+
+func build1(t testing.TB, pkg string, race bool) string {
+	t.Helper()
 	buildsMu.Lock()
-	bd := builds[pkg]
+	id := pkg + " race=" + strconv.FormatBool(race)
+	bd := builds[id]
 	if bd == nil {
 		bd = &build{}
-		builds[pkg] = bd
+		builds[id] = bd
 	}
 	buildsMu.Unlock()
 	bd.once.Do(func() {
@@ -71,7 +102,7 @@ func Build(t testing.TB, pkg string) string {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
 		args := []string{"build", "-o", bd.path}
-		if raceEnabled {
+		if race {
 			args = append(args, "-race")
 		}
 		args = append(args, pkg)
@@ -100,7 +131,13 @@ type Proc struct {
 // is killed at cleanup if still running.
 func Start(t testing.TB, args []string, env ...string) *Proc {
 	t.Helper()
-	cmd := exec.Command(Binary(t), args...)
+	return StartBinary(t, Binary(t), args, env...)
+}
+
+// StartBinary is Start with the executable at bin (PlainBinary, say).
+func StartBinary(t testing.TB, bin string, args []string, env ...string) *Proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &Proc{Cmd: cmd, done: make(chan struct{})}
 	pr, pw := io.Pipe()
