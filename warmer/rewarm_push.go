@@ -181,12 +181,25 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 		return fmt.Errorf("client tracking: %w", err)
 	}
 	// Reading the marker is what makes Redis track it for this connection,
-	// once: it is read again after each of its invalidations.
+	// once: it is read again after each of its invalidations. On a Cluster
+	// the marker's slot may have moved (a reshard): the session goes on
+	// (a flush still reaches every tracking connection), asks for a check,
+	// which moves the watch to the master's new marker, and retries when idle.
+	tracked, moved := false, false
 	track := func() error {
-		if err := conn.Get(ctx, marker).Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("track %s: %w", marker, err)
+		err := conn.Get(ctx, marker).Err()
+		switch {
+		case err == nil || errors.Is(err, redis.Nil):
+			tracked, moved = true, false
+			return nil
+		case movedError(err):
+			if !moved {
+				p.r.kickNow() // once per move, not per retry
+			}
+			tracked, moved = false, true
+			return nil
 		}
-		return nil
+		return fmt.Errorf("track %s: %w", marker, err)
 	}
 	if err := track(); err != nil {
 		return err
@@ -206,6 +219,11 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 				return fmt.Errorf("tracking connection: %w", err)
 			}
 			p.ignore(0)
+			if !tracked {
+				if err := track(); err != nil {
+					return err
+				}
+			}
 			continue
 		case strings.Contains(err.Error(), "unsupported pubsub message payload"):
 			// An invalidation with a null key list: FLUSHDB or FLUSHALL.
@@ -262,6 +280,13 @@ func (p *pushWatch) ignore(n int) {
 		p.r.log.Warn().Int("ignored", count).Str("marker_prefix", MarkerKey(p.r.opts.Namespace)).Dur("log_every", ignoredLogEvery).
 			Msg("re-warm push watch ignored invalidations that were not of its marker (published on __redis__:invalidate by another client)")
 	}
+}
+
+// movedError reports a Cluster redirection (MOVED, ASK): the key's slot is
+// served elsewhere now.
+func movedError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && (strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK "))
 }
 
 // subscriberID finds the client id of the connection named name that is
