@@ -442,7 +442,7 @@ func (l *listener) handle(channel, raw string) {
 // Pacing: every change-driven load passes one rule, a token bucket (GCRA)
 // per thing it loads. A notification is a hint from anyone who can log in
 // to PostgreSQL, never a command to do unbounded work:
-//   - a declaration's full refresh (a new session, "all", an overflow):
+//   - a declaration's full refresh (a new session, a reload, "all", an overflow):
 //     one per MinFullInterval (10 s), whatever path asked for it;
 //   - one member: MemberBurst loads at once, then one per MemberInterval;
 //     a member pending or being loaded is loaded again only after that load;
