@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -27,7 +28,8 @@ import (
 // the fenced, version-checked write path. Every time the connection is
 // (re)established, which includes every new term, the declarations it covers
 // are refreshed in full once: whatever changed while nobody listened is read
-// again. The schedule stays the safety net.
+// again. The schedule stays the safety net. Every load a notification
+// causes is paced (see pacer below).
 
 const (
 	// MaxPendingChanges bounds, per declaration, the changed members waiting
@@ -67,9 +69,11 @@ type ChangeOptions struct {
 	// Now is the clock latency is measured with.
 	Now func() time.Time
 	// MinFullInterval spaces a declaration's change-driven full refreshes
-	// (after reconnections, "all" payloads, overflows): one that comes sooner
-	// after the last waits, so that a flapping connection cannot turn into
-	// back-to-back full loads of the origin (default DefaultMinFullInterval).
+	// (after reconnections and reloads, "all" payloads, overflows): one that
+	// comes sooner after the last waits, so that neither a flapping
+	// connection nor anyone who can NOTIFY can turn it into back-to-back full
+	// loads of the origin (default DefaultMinFullInterval). Changed members
+	// keep being loaded while a full refresh waits.
 	MinFullInterval time.Duration
 }
 
@@ -88,8 +92,11 @@ type Changes struct {
 	closed    bool
 	specs     []*warmer.Spec // what the running listeners were built from
 	listeners []*listener
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// paces is each declaration's pacing, kept across restarts of the
+	// listeners (Apply) so that no reload starts with a fresh allowance.
+	paces  map[string]*pacing
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // OpenChanges starts a listener per source that has notify declarations; it
@@ -107,7 +114,7 @@ func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*C
 	if opts.MinFullInterval <= 0 {
 		opts.MinFullInterval = DefaultMinFullInterval
 	}
-	c := &Changes{w: w, m: newChangeMetrics(opts.Registerer), opts: opts, parent: ctx}
+	c := &Changes{w: w, m: newChangeMetrics(opts.Registerer), opts: opts, parent: ctx, paces: map[string]*pacing{}}
 	ls, err := c.build(opts.Specs)
 	if err != nil {
 		return nil, err
@@ -137,6 +144,11 @@ func (c *Changes) Apply(specs []*warmer.Spec) error {
 	}
 	c.stopLocked()
 	c.m.forget(c.specs, specs)
+	for name := range c.paces {
+		if !slices.ContainsFunc(specs, func(s *warmer.Spec) bool { return s != nil && s.Notify != "" && s.Name == name }) {
+			delete(c.paces, name)
+		}
+	}
 	c.startLocked(ls, specs)
 	return nil
 }
@@ -183,7 +195,12 @@ func (c *Changes) build(specs []*warmer.Spec) ([]*listener, error) {
 			bySource[s.Source] = l
 			names = append(names, s.Source)
 		}
-		q := &queue{name: s.Name, coalesce: s.Coalesce, minFull: opts.MinFullInterval, batch: max(1, s.BatchSize), l: l, pending: map[string]int64{}}
+		pace := c.paces[s.Name]
+		if pace == nil {
+			pace = newPacing(opts.MinFullInterval)
+			c.paces[s.Name] = pace
+		}
+		q := newQueue(s.Name, s.Coalesce, s.BatchSize, l, pace)
 		l.channels[s.Notify] = append(l.channels[s.Notify], q)
 		l.queues = append(l.queues, q)
 		c.m.init(s.Name, s.Notify, s.Source)
@@ -200,8 +217,10 @@ func (c *Changes) startLocked(ls []*listener, specs []*warmer.Spec) {
 	ctx, cancel := context.WithCancel(c.parent)
 	c.cancel, c.listeners, c.specs = cancel, ls, specs
 	for _, l := range ls {
-		l.ctx = ctx
 		c.wg.Go(func() { l.run(ctx) })
+		for _, q := range l.queues {
+			c.wg.Go(func() { q.run(ctx) })
+		}
 	}
 }
 
@@ -212,9 +231,6 @@ func (c *Changes) stopLocked() {
 	}
 	c.cancel()
 	c.wg.Wait()
-	for _, l := range c.listeners {
-		l.refreshes.Wait()
-	}
 	c.cancel, c.listeners = nil, nil
 }
 
@@ -241,10 +257,6 @@ type listener struct {
 	leading  func() bool
 	now      func() time.Time
 	log      zerolog.Logger
-	ctx      context.Context
-
-	// refreshes are the refresh goroutines the queues and full refreshes started.
-	refreshes sync.WaitGroup
 }
 
 // run listens while this instance leads, until ctx ends.
@@ -331,11 +343,17 @@ func (l *listener) session(ctx context.Context) error {
 	for _, q := range l.queues {
 		q.full()
 	}
+	// One wait context per idle period, not per notification: a flood costs
+	// no timer and context each.
+	wait := &idleWait{parent: sctx}
+	wait.renew()
+	defer func() { wait.cancel() }()
 	for {
-		wctx, wcancel := context.WithTimeout(sctx, listenIdle)
-		n, err := conn.WaitForNotification(wctx)
-		idle := wctx.Err() != nil
-		wcancel()
+		n, err := conn.WaitForNotification(wait.ctx)
+		idle := wait.ctx.Err() != nil
+		if err != nil || idle {
+			wait.renew()
+		}
 		if sctx.Err() != nil {
 			return nil
 		}
@@ -353,6 +371,20 @@ func (l *listener) session(ctx context.Context) error {
 		}
 		l.handle(n.Channel, n.Payload)
 	}
+}
+
+// idleWait bounds the waits for notifications to listenIdle from its last renew.
+type idleWait struct {
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (w *idleWait) renew() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.ctx, w.cancel = context.WithTimeout(w.parent, listenIdle)
 }
 
 // payload is what hearth_notify() sends.
@@ -407,23 +439,115 @@ func (l *listener) handle(channel, raw string) {
 	}
 }
 
+// Pacing: every change-driven load passes one rule, a token bucket (GCRA)
+// per thing it loads. A notification is a hint from anyone who can log in
+// to PostgreSQL, never a command to do unbounded work:
+//   - a declaration's full refresh (a new session, a reload, "all", an overflow):
+//     one per MinFullInterval (10 s), whatever path asked for it;
+//   - one member: MemberBurst loads at once, then one per MemberInterval;
+//     a member pending or being loaded is loaded again only after that load;
+//   - every load goes through the source's protection (its rate and
+//     concurrency bounds), as the schedule's do.
+//
+// The state outlives a listener's restart (a reload, a reconnection), so
+// that no path starts with a fresh allowance.
+const (
+	// MemberInterval and MemberBurst pace the change-driven loads of one
+	// member: a member changing over and over is loaded MemberBurst times at
+	// once, then once per MemberInterval. A change to a member not loaded in
+	// the last seconds waits for nothing but the coalescing window.
+	MemberInterval = time.Second
+	MemberBurst    = 3
+)
+
+// pacer is a token bucket per key in its GCRA form: tat is the theoretical
+// arrival time of the next load; a key may go when now ≥ tat − (burst−1)·every.
+type pacer struct {
+	every time.Duration
+	burst int
+	tat   map[string]time.Time // absent: a full bucket
+	swept time.Time
+}
+
+func newPacer(every time.Duration, burst int) *pacer {
+	return &pacer{every: every, burst: max(1, burst), tat: map[string]time.Time{}}
+}
+
+// due is when key may go next; the zero time (or a past one) is now.
+func (p *pacer) due(key string) time.Time {
+	tat, ok := p.tat[key]
+	if !ok {
+		return time.Time{}
+	}
+	return tat.Add(-time.Duration(p.burst-1) * p.every)
+}
+
+// take spends key's token for a load starting at now.
+func (p *pacer) take(key string, now time.Time) {
+	tat := p.tat[key]
+	if tat.Before(now) {
+		tat = now
+	}
+	p.tat[key] = tat.Add(p.every)
+}
+
+// sweep forgets the keys whose bucket is full again, at most once per
+// bucket's length, so that the map holds only what was loaded lately.
+func (p *pacer) sweep(now time.Time) {
+	if now.Sub(p.swept) < time.Duration(p.burst)*p.every {
+		return
+	}
+	p.swept = now
+	for k, tat := range p.tat {
+		if !tat.After(now) {
+			delete(p.tat, k)
+		}
+	}
+}
+
+// pacing is one declaration's pacing state, kept by Changes across listener
+// restarts. Only the declaration's queue uses it, and two queues of one
+// declaration never run at once (Apply stops the old listeners first).
+type pacing struct {
+	full    *pacer // key "": the declaration's change-driven full refreshes
+	members *pacer
+}
+
+func newPacing(minFull time.Duration) *pacing {
+	return &pacing{full: newPacer(minFull, 1), members: newPacer(MemberInterval, MemberBurst)}
+}
+
 // queue gathers one declaration's changed members over its coalescing
-// window; at most one refresh of it runs at a time.
+// window and refreshes them from its own goroutine: at most one refresh of
+// the declaration runs at a time, and what arrives meanwhile waits for it.
 type queue struct {
 	name     string
 	coalesce time.Duration
-	minFull  time.Duration
 	batch    int
 	l        *listener
+	pace     *pacing
+	wake     chan struct{} // something was queued: recompute the deadline
 
 	mu      sync.Mutex
 	pending map[string]int64 // member → earliest change time (unix µs)
-	all     bool
+	all     bool             // a full refresh is wanted
 	allTS   int64
-	armed   bool
-	running bool
-	// lastFull is when the last full refresh started.
-	lastFull time.Time
+	allAt   time.Time // when it was asked for
+	// ready is when the first pending member that may be loaded at once
+	// arrived (zero: none); held is the earliest time a pending member whose
+	// pacing holds it back may go (zero: none).
+	ready, held time.Time
+	// waiting is the deadline the run loop sleeps until (zero: none) and
+	// busy whether it is refreshing: the loop is woken only when what was
+	// queued needs an earlier deadline, so that a flood of notifications
+	// for what is already pending costs no goroutine switch each.
+	waiting time.Time
+	busy    bool
+}
+
+func newQueue(name string, coalesce time.Duration, batch int, l *listener, pace *pacing) *queue {
+	return &queue{name: name, coalesce: coalesce, batch: max(1, batch), l: l, pace: pace,
+		wake: make(chan struct{}, 1), pending: map[string]int64{}}
 }
 
 func (q *queue) add(p payload, ts time.Time) {
@@ -433,52 +557,85 @@ func (q *queue) add(p payload, ts time.Time) {
 	}
 	m := q.l.m
 	us := ts.UnixMicro()
+	now := q.l.now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	defer q.signalLocked()
 	switch {
-	case p.All || !spec.Template.IsFamily():
+	case p.All:
 		m.members.WithLabelValues(q.name, "full").Inc()
-		q.markAll(us)
+		q.markAll(us, now)
+	case !spec.Template.IsFamily():
+		// The one key: a member like any other, paced like one.
+		q.queueLocked("", us, now)
 	default:
 		for _, id := range p.IDs {
 			if err := spec.Template.ValidateMember(id); err != nil {
 				m.members.WithLabelValues(q.name, "invalid").Inc()
 				continue
 			}
-			if q.all {
-				m.members.WithLabelValues(q.name, "coalesced").Inc()
-				continue
-			}
-			if old, dup := q.pending[id]; dup {
-				m.members.WithLabelValues(q.name, "coalesced").Inc()
-				q.pending[id] = min(old, us)
-				continue
-			}
-			if len(q.pending) >= MaxPendingChanges {
-				m.overflows.WithLabelValues(q.name).Inc()
-				q.l.log.Warn().Str("family", q.name).Int("pending", len(q.pending)).Msg("too many pending changes: one full refresh instead")
-				q.markAll(us)
-				continue
-			}
-			m.members.WithLabelValues(q.name, "queued").Inc()
-			q.pending[id] = us
+			q.queueLocked(id, us, now)
 		}
 	}
-	q.armLocked()
 }
 
-// markAll replaces the pending members with one full refresh; us is the
-// earliest change it stands for (0: none, nothing to measure). Call with q.mu
-// held.
-func (q *queue) markAll(us int64) {
-	for _, t := range q.pending {
-		us = earliest(us, t)
+// queueLocked queues one changed member. Call with q.mu held.
+func (q *queue) queueLocked(id string, us int64, now time.Time) {
+	m := q.l.m
+	if q.all && !q.fullHeld(now) {
+		// A full refresh about to run reads this change too.
+		m.members.WithLabelValues(q.name, "coalesced").Inc()
+		return
+	}
+	if old, dup := q.pending[id]; dup {
+		m.members.WithLabelValues(q.name, "coalesced").Inc()
+		q.pending[id] = min(old, us)
+		return
+	}
+	if len(q.pending) >= MaxPendingChanges {
+		m.overflows.WithLabelValues(q.name).Inc()
+		if !q.all {
+			q.l.log.Warn().Str("family", q.name).Int("pending", len(q.pending)).Msg("too many pending changes: one full refresh instead")
+		}
+		q.markAll(us, now)
+		return
+	}
+	m.members.WithLabelValues(q.name, "queued").Inc()
+	q.pending[id] = us
+	if due := q.pace.members.due(id); due.After(now) {
+		if q.held.IsZero() || due.Before(q.held) {
+			q.held = due
+		}
+	} else if q.ready.IsZero() {
+		q.ready = now
+	}
+}
+
+// fullHeld reports whether a wanted full refresh must wait for its pacing
+// longer than the coalescing window. Call with q.mu held.
+func (q *queue) fullHeld(now time.Time) bool {
+	return q.pace.full.due("").After(now.Add(q.coalesce))
+}
+
+// markAll asks for one full refresh; us is the earliest change it stands for
+// (0: none, nothing to measure). When it can run soon it replaces the
+// pending members; when its pacing holds it back they are still loaded
+// meanwhile. Call with q.mu held.
+func (q *queue) markAll(us int64, now time.Time) {
+	if !q.all {
+		q.allAt = now
+	}
+	if !q.fullHeld(now) {
+		for _, t := range q.pending {
+			us = earliest(us, t)
+		}
+		clear(q.pending)
+		q.ready, q.held = time.Time{}, time.Time{}
 	}
 	if q.all {
 		us = earliest(us, q.allTS)
 	}
 	q.all, q.allTS = true, us
-	clear(q.pending)
 }
 
 // earliest is the earlier of two change times, 0 meaning none.
@@ -494,82 +651,164 @@ func earliest(a, b int64) int64 {
 func (q *queue) full() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.markAll(0)
-	q.armLocked()
+	q.markAll(0, q.l.now())
+	q.signalLocked()
 }
 
-// armLocked starts the coalescing timer unless it runs or a refresh does (it
-// re-arms when it finishes). Call with q.mu held.
-func (q *queue) armLocked() {
-	if q.armed || q.running || (!q.all && len(q.pending) == 0) {
+// signalLocked wakes the run loop if it sleeps past the deadline now due (a
+// busy loop recomputes it when its refresh ends). Call with q.mu held.
+func (q *queue) signalLocked() {
+	if q.busy {
 		return
 	}
-	q.armed = true
-	wait := q.coalesce
-	if q.all && !q.lastFull.IsZero() {
-		wait = max(wait, q.minFull-q.l.now().Sub(q.lastFull))
+	if at, ok := q.deadline(); !ok || (!q.waiting.IsZero() && !at.Before(q.waiting)) {
+		return
 	}
-	q.l.refreshes.Go(func() {
-		if sleep(q.l.ctx, wait) {
-			q.fire()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deadline is when the queue should refresh next (ok false: nothing
+// pending). Call with q.mu held.
+func (q *queue) deadline() (at time.Time, ok bool) {
+	consider := func(t time.Time) {
+		if !ok || t.Before(at) {
+			at, ok = t, true
+		}
+	}
+	if q.all {
+		due := q.allAt.Add(q.coalesce)
+		if d := q.pace.full.due(""); d.After(due) {
+			due = d
+		}
+		consider(due)
+	}
+	if !q.ready.IsZero() {
+		consider(q.ready.Add(q.coalesce))
+	}
+	if !q.held.IsZero() {
+		consider(q.held)
+	}
+	return at, ok
+}
+
+// run refreshes what the queue gathers, each at its deadline, until ctx ends.
+func (q *queue) run(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		q.mu.Lock()
+		at, ok := q.deadline()
+		q.waiting, q.busy = time.Time{}, false
+		if ok {
+			q.waiting = at
+			t.Reset(max(0, at.Sub(q.l.now())))
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
 			return
+		case <-q.wake:
+			t.Stop()
+			continue
+		case <-t.C:
 		}
 		q.mu.Lock()
-		q.armed = false
+		q.waiting, q.busy = time.Time{}, true
 		q.mu.Unlock()
-	})
+		q.fire(ctx)
+	}
 }
 
-// fire refreshes what is pending, then re-arms if more came meanwhile.
-func (q *queue) fire() {
+// fire runs the refresh that is due: the full refresh if its pacing allows,
+// else the pending members that theirs allows.
+func (q *queue) fire(ctx context.Context) {
+	now := q.l.now()
 	q.mu.Lock()
-	q.armed, q.running = false, true
-	all, allTS := q.all, q.allTS
-	if all {
-		q.lastFull = q.l.now()
+	p := q.pace
+	if q.all && !p.full.due("").After(now) {
+		p.full.take("", now)
+		allTS := q.allTS
+		// The members pending now changed before the full refresh reads.
+		q.all, q.allTS = false, 0
+		clear(q.pending)
+		q.ready, q.held = time.Time{}, time.Time{}
+		q.mu.Unlock()
+		q.refreshFull(ctx, allTS)
+		return
 	}
-	pending := q.pending
-	q.pending, q.all = map[string]int64{}, false
+	if q.ready.IsZero() && (q.held.IsZero() || q.held.After(now)) {
+		q.mu.Unlock()
+		return // woken early: nothing is due yet
+	}
+	due := make([]string, 0, len(q.pending))
+	q.held = time.Time{}
+	for id := range q.pending {
+		if d := p.members.due(id); d.After(now) {
+			if q.held.IsZero() || d.Before(q.held) {
+				q.held = d
+			}
+			continue
+		}
+		due = append(due, id)
+	}
+	q.ready = time.Time{}
 	q.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
 
-	q.refresh(all, allTS, pending)
-
+	// Only members the declaration keeps warm are loaded, and only they
+	// spend a token: the pacing state stays as small as what is loaded.
+	hot, ok := q.l.w.Hot(q.name, due)
 	q.mu.Lock()
-	q.running = false
-	if q.l.ctx.Err() == nil {
-		q.armLocked()
+	pending := make(map[string]int64, len(hot))
+	if ok {
+		for _, id := range hot {
+			if ts, ok := q.pending[id]; ok {
+				pending[id] = ts
+				p.members.take(id, now)
+			}
+		}
 	}
+	for _, id := range due {
+		delete(q.pending, id)
+	}
+	p.members.sweep(now)
 	q.mu.Unlock()
+	if n := len(due) - len(pending); n > 0 {
+		q.l.m.members.WithLabelValues(q.name, "not_declared").Add(float64(n))
+	}
+	q.refreshMembers(ctx, pending)
 }
 
-func (q *queue) refresh(all bool, allTS int64, pending map[string]int64) {
-	ctx := q.l.ctx
+func (q *queue) refreshFull(ctx context.Context, allTS int64) {
 	if ctx.Err() != nil || !q.l.leading() {
 		return
 	}
 	m, log := q.l.m, q.l.log
-	if all {
-		m.refreshes.WithLabelValues(q.name, "full").Inc()
-		out, err := q.l.w.Refresh(ctx, q.name, warmer.RunOptions{})
-		if err != nil {
-			log.Warn().Str("family", q.name).Err(err).Int("failed", out.Failed).Msg("change-driven full refresh incomplete")
-			return
-		}
-		if allTS != 0 {
-			m.lag.WithLabelValues(q.name).Observe(q.since(allTS))
-		}
+	m.refreshes.WithLabelValues(q.name, "full").Inc()
+	out, err := q.l.w.Refresh(ctx, q.name, warmer.RunOptions{})
+	if err != nil {
+		log.Warn().Str("family", q.name).Err(err).Int("failed", out.Failed).Msg("change-driven full refresh incomplete")
 		return
 	}
-	members := make([]string, 0, len(pending))
+	if allTS != 0 {
+		m.lag.WithLabelValues(q.name).Observe(q.since(allTS))
+	}
+}
+
+func (q *queue) refreshMembers(ctx context.Context, pending map[string]int64) {
+	if len(pending) == 0 || ctx.Err() != nil || !q.l.leading() {
+		return
+	}
+	m, log := q.l.m, q.l.log
+	hot := make([]string, 0, len(pending))
 	for id := range pending {
-		members = append(members, id)
-	}
-	hot, ok := q.l.w.Hot(q.name, members)
-	if !ok {
-		return
-	}
-	if n := len(members) - len(hot); n > 0 {
-		m.members.WithLabelValues(q.name, "not_declared").Add(float64(n))
+		hot = append(hot, id)
 	}
 	sort.Strings(hot)
 	for len(hot) > 0 && ctx.Err() == nil {

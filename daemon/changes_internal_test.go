@@ -3,13 +3,15 @@ package daemon
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 
-	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -34,10 +36,8 @@ func TestQueueOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newChangeMetrics(prometheus.NewRegistry())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: m, ctx: ctx, leading: func() bool { return false }, now: time.Now}
-	q := &queue{name: "p", coalesce: time.Hour, batch: 100, l: l, pending: map[string]int64{}}
+	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: m, leading: func() bool { return false }, now: time.Now}
+	q := newQueue("p", time.Hour, 100, l, newPacing(DefaultMinFullInterval))
 	ids := make([]string, MaxPendingChanges+500)
 	for i := range ids {
 		ids[i] = strconv.Itoa(i)
@@ -61,6 +61,242 @@ func TestQueueOverflow(t *testing.T) {
 	}
 }
 
+// recorder is a ChangeRefresher that records every refresh it is asked for,
+// each taking loadTime.
+type recorder struct {
+	spec     *warmer.Spec
+	loadTime time.Duration
+	mu       sync.Mutex
+	fulls    []time.Time
+	loads    map[string][]time.Time // member → when a load of it started
+	inFlight map[string]bool
+	overlap  int // loads of a member started while one of it ran
+}
+
+func newRecorder(t *testing.T, key string) *recorder {
+	t.Helper()
+	tmpl, err := warmer.ParseTemplate(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &recorder{spec: &warmer.Spec{Name: "p", Template: tmpl}, loadTime: 5 * time.Millisecond,
+		loads: map[string][]time.Time{}, inFlight: map[string]bool{}}
+}
+
+func (r *recorder) Hot(_ string, members []string) ([]string, bool) { return members, true }
+func (r *recorder) Spec(string) (*warmer.Spec, bool)                { return r.spec, true }
+func (r *recorder) Refresh(context.Context, string, warmer.RunOptions) (warmer.Outcome, error) {
+	r.mu.Lock()
+	r.fulls = append(r.fulls, time.Now())
+	r.mu.Unlock()
+	time.Sleep(r.loadTime)
+	return warmer.Outcome{}, nil
+}
+func (r *recorder) RefreshMembers(_ context.Context, _ string, members []string) (warmer.Outcome, error) {
+	r.mu.Lock()
+	for _, m := range members {
+		if r.inFlight[m] {
+			r.overlap++
+		}
+		r.inFlight[m] = true
+		r.loads[m] = append(r.loads[m], time.Now())
+	}
+	r.mu.Unlock()
+	time.Sleep(r.loadTime)
+	r.mu.Lock()
+	for _, m := range members {
+		r.inFlight[m] = false
+	}
+	r.mu.Unlock()
+	return warmer.Outcome{Written: len(members)}, nil
+}
+
+// runQueue starts a queue on r (coalescing window 20 ms) in the synctest
+// bubble; it stops at the test's end.
+func runQueue(t *testing.T, r *recorder, pace *pacing) *queue {
+	t.Helper()
+	l := &listener{w: r, m: newChangeMetrics(prometheus.NewRegistry()), leading: func() bool { return true }, now: time.Now, log: zerolog.Nop()}
+	q := newQueue("p", 20*time.Millisecond, 100, l, pace)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); q.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return q
+}
+
+// spacedAtLeast fails unless consecutive times are at least d apart.
+func spacedAtLeast(t *testing.T, what string, ts []time.Time, d time.Duration) {
+	t.Helper()
+	for i := 1; i < len(ts); i++ {
+		if gap := ts[i].Sub(ts[i-1]); gap < d {
+			t.Errorf("%s %d started %v after the one before, want >= %v", what, i, gap, d)
+		}
+	}
+}
+
+// TestPacingIDsThenAll: anyone who can NOTIFY sends {"ids":["1"]} then
+// {"all":true} 5 ms later, 50 times (before, a members refresh that was
+// already armed turned into a full refresh each time: 50 in 5.5 s). Full
+// refreshes stay MinFullInterval apart, and the changed member is still
+// loaded at once rather than behind the waiting full refresh.
+func TestPacingIDsThenAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t, "p:{id}")
+		q := runQueue(t, r, newPacing(DefaultMinFullInterval))
+		q.full() // the session's opening full refresh
+		time.Sleep(time.Second)
+		start := time.Now()
+		for range 50 {
+			q.add(payload{Hearth: 1, IDs: []string{"1"}}, time.Now())
+			time.Sleep(5 * time.Millisecond)
+			q.add(payload{Hearth: 1, All: true}, time.Now())
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		spacedAtLeast(t, "full refresh", r.fulls, DefaultMinFullInterval)
+		if n := len(r.fulls); n != 2 {
+			t.Errorf("%d full refreshes in 31 s, want 2 (the session's, then one for the flood's 50 'all' 10 s after it)", n)
+		}
+		if l := r.loads["1"]; len(l) == 0 || l[0].Sub(start) > 100*time.Millisecond {
+			t.Errorf("member 1 loads %v: want the first within the coalescing window of its change, not behind the full refresh", l)
+		}
+	})
+}
+
+// TestPacingOneMember: 20,000 notifications for one member over 4 s cost at
+// most MemberBurst loads at once, then one per MemberInterval, never two of
+// it at a time; a change to another member meanwhile is loaded within the
+// coalescing window as if nothing else happened.
+func TestPacingOneMember(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t, "p:{id}")
+		q := runQueue(t, r, newPacing(DefaultMinFullInterval))
+		const n, over = 20_000, 4 * time.Second
+		start := time.Now()
+		var other time.Time
+		for i := range n {
+			q.add(payload{Hearth: 1, IDs: []string{"1"}}, time.Now())
+			if i == n/2 {
+				other = time.Now()
+				q.add(payload{Hearth: 1, IDs: []string{"2"}}, other)
+			}
+			time.Sleep(over / n)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		loads := r.loads["1"]
+		// Allowed in [start, last change + one interval]: the burst plus one
+		// per interval.
+		bound := MemberBurst + int(over/MemberInterval) + 1
+		if len(loads) == 0 || len(loads) > bound {
+			t.Errorf("member 1 loaded %d times for %d notifications over %v, want 1..%d", len(loads), n, over, bound)
+		}
+		if r.overlap != 0 {
+			t.Errorf("%d loads of a member started while one of it was in flight", r.overlap)
+		}
+		if l := r.loads["2"]; len(l) != 1 || l[0].Sub(other) > 50*time.Millisecond {
+			t.Errorf("member 2 (changed once) loaded at %v after its change, want once within the coalescing window", l)
+		}
+		t.Logf("member 1: %d loads, first %v, last %v after the first notification", len(loads), loads[0].Sub(start), loads[len(loads)-1].Sub(start))
+	})
+}
+
+// TestPacingIsolatedChangeAtOnce: a member not loaded lately waits only for
+// the coalescing window; a second and third change right after its load
+// are loaded right after it too (the burst), with no extra wait.
+func TestPacingIsolatedChangeAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t, "p:{id}")
+		q := runQueue(t, r, newPacing(DefaultMinFullInterval))
+		var sent []time.Time
+		for range MemberBurst {
+			sent = append(sent, time.Now())
+			q.add(payload{Hearth: 1, IDs: []string{"7"}}, time.Now())
+			time.Sleep(100 * time.Millisecond)
+		}
+		synctest.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.loads["7"]) != MemberBurst {
+			t.Fatalf("%d loads for %d spaced changes, want one each", len(r.loads["7"]), MemberBurst)
+		}
+		for i, at := range r.loads["7"] {
+			if d := at.Sub(sent[i]); d != 20*time.Millisecond {
+				t.Errorf("change %d loaded %v after it, want the 20 ms coalescing window", i, d)
+			}
+		}
+	})
+}
+
+// TestPacingSurvivesRestart: the listeners a reload starts build new queues;
+// the declaration's pacing carries over, so the new session's full refresh
+// waits for the rest of MinFullInterval instead of running at once.
+func TestPacingSurvivesRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t, "p:{id}")
+		c := &Changes{w: r, m: newChangeMetrics(prometheus.NewRegistry()), paces: map[string]*pacing{},
+			opts: ChangeOptions{MinFullInterval: DefaultMinFullInterval, DSNs: map[string]string{"db": "postgres://u@127.0.0.1/db"},
+				Leading: func() bool { return true }, Now: time.Now}}
+		specs := []*warmer.Spec{{Name: "p", Template: r.spec.Template, Source: "db", Notify: "ch", Coalesce: 20 * time.Millisecond}}
+		for range 3 { // three sessions, a second apart
+			ls, err := c.build(specs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := ls[0].queues[0]
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); q.run(ctx) }()
+			q.full()
+			time.Sleep(time.Second)
+			cancel()
+			<-done
+		}
+		ls, err := c.build(specs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := ls[0].queues[0]
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go q.run(ctx)
+		q.full()
+		time.Sleep(15 * time.Second)
+		synctest.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		spacedAtLeast(t, "full refresh", r.fulls, DefaultMinFullInterval)
+		if len(r.fulls) != 2 {
+			t.Errorf("%d full refreshes over four sessions in 18 s, want 2", len(r.fulls))
+		}
+	})
+}
+
+// TestPacerGCRA: the bucket admits burst loads at once, then one per
+// interval, and forgets a key once its bucket is full again.
+func TestPacerGCRA(t *testing.T) {
+	p := newPacer(time.Second, 3)
+	t0 := time.Unix(1000, 0)
+	for i := range 3 {
+		if d := p.due("k"); d.After(t0) {
+			t.Fatalf("load %d of the burst due at %v, want now", i, d)
+		}
+		p.take("k", t0)
+	}
+	if d := p.due("k"); !d.Equal(t0.Add(time.Second)) {
+		t.Errorf("after the burst due at %v, want one interval later", d.Sub(t0))
+	}
+	p.sweep(t0.Add(10 * time.Second))
+	if len(p.tat) != 0 {
+		t.Errorf("a full bucket still kept: %v", p.tat)
+	}
+}
+
 func TestParsePayload(t *testing.T) {
 	for _, tc := range []struct {
 		in string
@@ -80,37 +316,6 @@ func TestParsePayload(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("parsePayload(%q) error %v, want ok %v", tc.in, err, tc.ok)
 		}
-	}
-}
-
-// TestFullRefreshesSpaced: a full refresh asked for sooner than
-// MinFullInterval after the last one waits for the rest of the interval (a
-// flapping connection must not reload the origin back to back).
-func TestFullRefreshesSpaced(t *testing.T) {
-	tmpl, err := warmer.ParseTemplate("p:{id}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	now := time.Unix(1000, 0)
-	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: newChangeMetrics(prometheus.NewRegistry()), ctx: ctx,
-		leading: func() bool { return false }, now: func() time.Time { return now }}
-	q := &queue{name: "p", coalesce: 20 * time.Millisecond, minFull: time.Hour, batch: 100, l: l, pending: map[string]int64{}}
-	q.full()
-	testenv.Eventually(t, 10*time.Second, "the first full refresh done", func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return !q.armed && !q.running && !q.lastFull.IsZero()
-	})
-	now = now.Add(time.Minute)
-	q.full() // an hour's spacing: waits ~59 minutes
-	q.add(payload{Hearth: 1, IDs: []string{"1"}}, now)
-	time.Sleep(100 * time.Millisecond)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.armed || !q.all || q.lastFull != time.Unix(1000, 0) {
-		t.Errorf("armed %v, all %v, last full %v: want the second full refresh still waiting", q.armed, q.all, q.lastFull)
 	}
 }
 

@@ -66,6 +66,12 @@ func notifyFunctionSQL(t *testing.T) string {
 // the listener connects to (a proxy in the fault tests).
 func newChangeEnv(t *testing.T, pool *pgxpool.Pool, loadDSN, listenDSN string, rows int) *changeEnv {
 	t.Helper()
+	return newChangeEnvSpaced(t, pool, loadDSN, listenDSN, rows, 300*time.Millisecond)
+}
+
+// newChangeEnvSpaced is newChangeEnv with change-driven full refreshes minFull apart.
+func newChangeEnvSpaced(t *testing.T, pool *pgxpool.Pool, loadDSN, listenDSN string, rows int, minFull time.Duration) *changeEnv {
+	t.Helper()
 	ctx := context.Background()
 	r := testenv.Redis(t)
 	channel := "hearth_test_" + strconv.FormatUint(rand.Uint64()%1e12, 10)
@@ -136,7 +142,7 @@ FROM products WHERE id = ANY($1::bigint[])`,
 	e.chg, err = daemon.OpenChanges(cctx, e.w, daemon.ChangeOptions{
 		Specs: cfg.Specs(), DSNs: map[string]string{"db": listenDSN},
 		Leading:         func() bool { return e.term.Valid() && !e.standby.Load() },
-		MinFullInterval: 300 * time.Millisecond, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		MinFullInterval: minFull, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -568,5 +574,51 @@ func TestChangesFollowReload(t *testing.T) {
 	}
 	if got := fulls(); got != before+1 {
 		t.Errorf("%g full refreshes since the first session, want 1: only the move restarted the listener", got-before)
+	}
+}
+
+// TestChangesReloadPaced: reloads that move the declaration between two
+// channels ten times in a second each start a new session, and each new
+// session asks for its opening full refresh; before, each got one at once.
+// The declaration's pacing outlives the sessions: one full refresh per
+// MinFullInterval (5 s here), whatever the reloads.
+func TestChangesReloadPaced(t *testing.T) {
+	pg := testenv.Postgres(t)
+	const minFull = 5 * time.Second
+	e := newChangeEnvSpaced(t, pg.Pool, pg.DSN, pg.DSN, 20, minFull)
+	spec, ok := e.w.Spec("product")
+	if !ok {
+		t.Fatal("no product declaration")
+	}
+	fulls := func() float64 { return e.metric("hearth_change_refreshes_total", "family=product", "kind=full") }
+	testenv.Eventually(t, 20*time.Second, "the first session's full refresh", func() bool { return fulls() == 1 })
+	first := time.Now()
+	moved := *spec
+	moved.Notify = e.channel + "_moved"
+	for i := range 10 {
+		next := spec
+		if i%2 == 0 {
+			next = &moved
+		}
+		if err := e.chg.Apply([]*warmer.Spec{next}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitConnected(1)
+		time.Sleep(50 * time.Millisecond)
+	}
+	toggled := time.Since(first)
+	if toggled < minFull {
+		if got := fulls(); got != 1 {
+			t.Errorf("%g full refreshes within %v of the first, over 10 reloads; want 1 (the next is due %v after it)", got, toggled.Round(time.Millisecond), minFull)
+		}
+	}
+	// The reloads' sessions asked for one: it runs once the interval has passed.
+	testenv.Eventually(t, 20*time.Second, "one more full refresh after the interval", func() bool { return fulls() == 2 })
+	if since := time.Since(first); since < minFull-100*time.Millisecond {
+		t.Errorf("the second full refresh seen %v after the first, want >= %v", since, minFull)
+	}
+	time.Sleep(time.Second)
+	if got := fulls(); got != 2 {
+		t.Errorf("%g full refreshes, want 2", got)
 	}
 }

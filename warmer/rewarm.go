@@ -27,6 +27,12 @@ func MarkerKey(namespace string) string { return namespace + ":warm" }
 // are counted as suppressed, and one re-warm runs once the gap has passed.
 const DefaultRewarmMinGap = 10 * time.Second
 
+// MinCheckGap is the least time between the starts of two checks, whatever
+// asks for them (the poll, a push, a reconnection): at most 10 checks a
+// second. A trigger that comes sooner is covered by one check once the gap
+// has passed.
+const MinCheckGap = 100 * time.Millisecond
+
 // markerScript checks the marker and writes it back when it is absent or
 // foreign (not the decimal unix seconds Hearth writes, at most hstate.MaxEpochAhead
 // ahead of Redis TIME; another Redis type; a TTL, which no Hearth sets),
@@ -87,9 +93,9 @@ type RewarmOptions struct {
 	Warmer *Warmer
 	// NoPush turns the push watch off: losses are then seen by the periodic
 	// check only. With it on (the default), Open also keeps one connection
-	// per master subscribed to client-tracking invalidations of the markers
-	// (CLIENT TRACKING … BCAST PREFIX <namespace>:warm): a flush, a change of
-	// a marker or a dropped connection (a restart, a failover) makes the
+	// per master subscribed to client-tracking invalidations of its marker
+	// (CLIENT TRACKING ON REDIRECT, the marker key alone): a flush, a change
+	// of the marker or a dropped connection (a restart, a failover) makes the
 	// check run at once instead of at the next Interval.
 	NoPush bool
 	// Prewarm shapes the pre-warm a re-warm runs (its Reason is replaced).
@@ -108,6 +114,7 @@ type Rewarmer struct {
 	rewarms    *prometheus.CounterVec
 	suppressed *prometheus.CounterVec
 	errors     prometheus.Counter
+	ignored    prometheus.Counter
 	repairs    *hstate.Repairs
 
 	detections *prometheus.CounterVec
@@ -166,6 +173,10 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 		Name: "hearth_prewarm_rewarm_detections_total",
 		Help: "Losses of Redis data detected, by how: push (a client-tracking invalidation or a dropped watch connection made the check run at once) or poll (the periodic check).",
 	}, []string{"via"})
+	r.ignored = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hearth_prewarm_rewarm_ignored_invalidations_total",
+		Help: "Invalidations the re-warm push watch received that were not of its marker key (another client's PUBLISH on __redis__:invalidate): dropped without a check.",
+	})
 	r.detections.WithLabelValues(DetectPush)
 	r.detections.WithLabelValues(DetectPoll)
 	r.kick = make(chan string, 1)
@@ -173,7 +184,7 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 	r.rewarms.WithLabelValues(RewarmFlush)
 	r.suppressed.WithLabelValues(RewarmRestart)
 	r.suppressed.WithLabelValues(RewarmFlush)
-	opts.Registerer.MustRegister(r.rewarms, r.suppressed, r.errors, r.detections)
+	opts.Registerer.MustRegister(r.rewarms, r.suppressed, r.errors, r.detections, r.ignored)
 	return r, nil
 }
 
@@ -406,6 +417,7 @@ func (r *Rewarmer) Open(ctx context.Context) error {
 	r.g.Go(func() error {
 		t := time.NewTicker(r.opts.Interval)
 		defer t.Stop()
+		var last time.Time
 		for {
 			via := DetectPoll
 			select {
@@ -414,6 +426,21 @@ func (r *Rewarmer) Open(ctx context.Context) error {
 			case <-t.C:
 			case via = <-r.kick:
 			}
+			// Paced whatever arrives: what asks for a check during the gap
+			// is covered by the one that follows it.
+			if wait := MinCheckGap - time.Since(last); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+				select {
+				case v := <-r.kick:
+					via = v
+				default:
+				}
+			}
+			last = time.Now()
 			if _, err := r.check(ctx, via); err != nil && ctx.Err() == nil {
 				r.log.Warn().Err(err).Str("via", via).Msg("rewarm check failed")
 			}

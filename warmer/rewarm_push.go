@@ -19,20 +19,37 @@ import (
 const invalidateChannel = "__redis__:invalidate"
 
 // pushWatch keeps, per master, a subscriber connection that receives
-// client-tracking invalidations of the markers (BCAST PREFIX <ns>:warm): a
-// write or delete of a marker, and a FLUSHDB/FLUSHALL (an invalidation with no
-// keys), make the Rewarmer check at once. A dropped connection (a restart, a
-// failover, a network cut) does too, once the watch reconnects; the periodic
-// check stays the fallback for everything the watch cannot see.
+// client-tracking invalidations of that master's marker: a write or delete of
+// the marker, and a FLUSHDB/FLUSHALL (an invalidation with no keys), make the
+// Rewarmer check at once. A dropped connection (a restart, a failover, a
+// network cut) does too, once the watch reconnects; the periodic check stays
+// the fallback for everything the watch cannot see.
+//
+// Tracking is in its default mode on the marker alone (the watch reads it
+// after every invalidation), not BCAST on a prefix: BCAST PREFIX <ns>:warm
+// also matched <ns>:warmX, and anyone writing such keys 7,400 times a second
+// made as many checks. Redis sends nothing for other keys; whatever still
+// arrives that is not the marker's invalidation (anyone may PUBLISH on
+// __redis__:invalidate) is counted, logged once per ignoredLogEvery and
+// dropped, and the checks a push asks for are paced by the Rewarmer's loop.
 type pushWatch struct {
 	r        *Rewarmer
 	ctx      context.Context
 	cancel   context.CancelFunc
 	mu       sync.Mutex
-	sessions map[string]context.CancelFunc // by master address ("" single node)
+	sessions map[string]context.CancelFunc // by master address and marker
 	refused  bool                          // tracking was refused once (ACL, old Redis): logged
 	wg       sync.WaitGroup
+
+	// ignored counts invalidations that were not the marker's since the
+	// last log line about them, at ignoredLogged.
+	ignoredMu     sync.Mutex
+	ignored       int
+	ignoredLogged time.Time
 }
+
+// ignoredLogEvery is how often ignored invalidations are logged, with their count.
+const ignoredLogEvery = time.Minute
 
 func newPushWatch(ctx context.Context, r *Rewarmer) *pushWatch {
 	ctx, cancel := context.WithCancel(ctx)
@@ -62,8 +79,10 @@ func (p *pushWatch) sync(sites []site) {
 	}
 	want := map[string]bool{}
 	for _, st := range sites {
-		want[st.addr] = true
-		if _, ok := p.sessions[st.addr]; ok {
+		// A master whose marker moved (a reshard) gets a new session.
+		id := st.addr + " " + st.marker
+		want[id] = true
+		if _, ok := p.sessions[id]; ok {
 			continue
 		}
 		c, ok := st.node.(*redis.Client)
@@ -71,8 +90,8 @@ func (p *pushWatch) sync(sites []site) {
 			continue // not a plain connection: the poll alone watches it
 		}
 		ctx, cancel := context.WithCancel(p.ctx)
-		p.sessions[st.addr] = cancel
-		p.wg.Go(func() { p.run(ctx, c, st.addr) })
+		p.sessions[id] = cancel
+		p.wg.Go(func() { p.run(ctx, c, st.addr, st.marker) })
 	}
 	for addr, cancel := range p.sessions {
 		if !want[addr] {
@@ -93,12 +112,12 @@ var errTrackingRefused = errors.New("client tracking refused")
 // run keeps one master's session up until ctx ends, reconnecting with
 // backoff; every reconnection is followed by a check (the connection may have
 // dropped because the master restarted or was replaced).
-func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr string) {
+func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr, marker string) {
 	log := p.r.log.With().Str("master", addr).Logger()
 	backoff := 100 * time.Millisecond
 	for first := true; ctx.Err() == nil; first = false {
 		t0 := time.Now()
-		err := p.session(ctx, c, !first)
+		err := p.session(ctx, c, marker, !first)
 		if ctx.Err() != nil {
 			return
 		}
@@ -126,10 +145,10 @@ func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr string) {
 	}
 }
 
-// session subscribes to the invalidations, turns tracking on for the markers
+// session subscribes to the invalidations, turns tracking on for the marker
 // on a second connection, and waits for pushes. It returns on a flush (after
 // kicking a check), or when a connection fails.
-func (p *pushWatch) session(ctx context.Context, base *redis.Client, kick bool) error {
+func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker string, kick bool) error {
 	opts := *base.Options()
 	name := "hearth-rewarm-" + randHex(6)
 	opts.ClientName = name
@@ -153,13 +172,37 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, kick bool) 
 	}
 	conn := cl.Conn()
 	defer conn.Close()
-	err = conn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id, "BCAST", "PREFIX", MarkerKey(p.r.opts.Namespace)).Err()
+	err = conn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id).Err()
 	var rerr redis.Error
 	if errors.As(err, &rerr) && (strings.HasPrefix(err.Error(), "ERR") || strings.HasPrefix(err.Error(), "NOPERM")) {
 		return fmt.Errorf("%w: %v", errTrackingRefused, err)
 	}
 	if err != nil {
 		return fmt.Errorf("client tracking: %w", err)
+	}
+	// Reading the marker is what makes Redis track it for this connection,
+	// once: it is read again after each of its invalidations. On a Cluster
+	// the marker's slot may have moved (a reshard): the session goes on
+	// (a flush still reaches every tracking connection), asks for a check,
+	// which moves the watch to the master's new marker, and retries when idle.
+	tracked, moved := false, false
+	track := func() error {
+		err := conn.Get(ctx, marker).Err()
+		switch {
+		case err == nil || errors.Is(err, redis.Nil):
+			tracked, moved = true, false
+			return nil
+		case movedError(err):
+			if !moved {
+				p.r.kickNow() // once per move, not per retry
+			}
+			tracked, moved = false, true
+			return nil
+		}
+		return fmt.Errorf("track %s: %w", marker, err)
+	}
+	if err := track(); err != nil {
+		return err
 	}
 	if kick {
 		// Reconnected: whatever dropped the connection may have lost data.
@@ -175,6 +218,12 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, kick bool) 
 			if err := conn.Ping(ctx).Err(); err != nil {
 				return fmt.Errorf("tracking connection: %w", err)
 			}
+			p.ignore(0)
+			if !tracked {
+				if err := track(); err != nil {
+					return err
+				}
+			}
 			continue
 		case strings.Contains(err.Error(), "unsupported pubsub message payload"):
 			// An invalidation with a null key list: FLUSHDB or FLUSHALL.
@@ -183,10 +232,61 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, kick bool) 
 		default:
 			return err
 		}
-		if m, ok := msg.(*redis.Message); ok && m.Channel == invalidateChannel {
+		m, ok := msg.(*redis.Message)
+		if !ok || m.Channel != invalidateChannel {
+			continue
+		}
+		// A real invalidation is a list of keys; a plain string is
+		// someone's PUBLISH on the channel.
+		mine, foreign := false, 0
+		for _, k := range m.PayloadSlice {
+			if k == marker {
+				mine = true
+			} else {
+				foreign++
+			}
+		}
+		if m.PayloadSlice == nil {
+			foreign++
+		}
+		if foreign > 0 {
+			p.ignore(foreign)
+		}
+		if mine {
 			p.r.kickNow()
+			if err := track(); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// ignore counts n invalidations that were not the marker's, and logs their
+// count at most once per ignoredLogEvery (n = 0 only logs what is due).
+func (p *pushWatch) ignore(n int) {
+	if n > 0 {
+		p.r.ignored.Add(float64(n))
+	}
+	p.ignoredMu.Lock()
+	p.ignored += n
+	now := time.Now()
+	logIt := p.ignored > 0 && now.Sub(p.ignoredLogged) >= ignoredLogEvery
+	count := p.ignored
+	if logIt {
+		p.ignored, p.ignoredLogged = 0, now
+	}
+	p.ignoredMu.Unlock()
+	if logIt {
+		p.r.log.Warn().Int("ignored", count).Str("marker_prefix", MarkerKey(p.r.opts.Namespace)).Dur("log_every", ignoredLogEvery).
+			Msg("re-warm push watch ignored invalidations that were not of its marker (published on __redis__:invalidate by another client)")
+	}
+}
+
+// movedError reports a Cluster redirection (MOVED, ASK): the key's slot is
+// served elsewhere now.
+func movedError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && (strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK "))
 }
 
 // subscriberID finds the client id of the connection named name that is

@@ -2,10 +2,13 @@ package warmer_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
@@ -171,4 +174,131 @@ func seriesValue(t *testing.T, g prometheus.Gatherer, name, label, value string)
 		t.Fatalf("%d series %s{%s=%q}, want exactly one", n, name, label, value)
 	}
 	return v
+}
+
+// commandCalls is how many times Redis ran each command, from INFO commandstats.
+func commandCalls(t *testing.T, rdb *redis.Client, cmds ...string) map[string]int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		for _, c := range cmds {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+c+":calls="); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				out[c] = n
+			}
+		}
+	}
+	return out
+}
+
+// hammer runs fn(i) perSecond times a second, pipelined in 10 ms rounds, for
+// d, and returns how many times it ran.
+func hammer(t *testing.T, rdb *redis.Client, perSecond int, d time.Duration, fn func(p redis.Pipeliner, i int)) int {
+	t.Helper()
+	ctx := context.Background()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	n := 0
+	for end := time.Now().Add(d); time.Now().Before(end); <-tick.C {
+		p := rdb.Pipeline()
+		for range perSecond / 100 {
+			fn(p, n)
+			n++
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// TestRewarmPushIgnoresLookalikes: 7,400 writes a second to keys that only
+// share the marker's prefix (<ns>:warmX), and a flood of foreign PUBLISHes
+// on __redis__:invalidate naming the marker, make no check at all (before,
+// BCAST PREFIX matched them: 21,547 INFO and 22,441 EVALSHA in 8 s); the
+// foreign messages are counted, and a real FLUSHDB afterwards is still seen
+// by push and re-warmed.
+func TestRewarmPushIgnoresLookalikes(t *testing.T) {
+	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	waitTracking(t, e)
+	time.Sleep(200 * time.Millisecond) // the opening check and its marker write settle
+	marker := warmer.MarkerKey(rewarmNS)
+	before := commandCalls(t, e.rdb, "info", "evalsha")
+	writes := hammer(t, e.rdb, 7400, 3*time.Second, func(p redis.Pipeliner, i int) {
+		p.Set(ctx, marker+"X"+strconv.Itoa(i%100), i, 0)
+	})
+	published := hammer(t, e.rdb, 1000, time.Second, func(p redis.Pipeliner, _ int) {
+		p.Publish(ctx, "__redis__:invalidate", marker)
+	})
+	time.Sleep(200 * time.Millisecond)
+	after := commandCalls(t, e.rdb, "info", "evalsha")
+	if d := after["info"] - before["info"]; d > 2 {
+		t.Errorf("%d INFO calls during %d writes to look-alike keys and %d foreign publishes, want none (checks)", d, writes, published)
+	}
+	if d := after["evalsha"] - before["evalsha"]; d > 2 {
+		t.Errorf("%d EVALSHA calls during the flood, want none", d)
+	}
+	testenv.Eventually(t, 10*time.Second, "the foreign publishes counted as ignored", func() bool {
+		return counterValue(t, e.reg, "hearth_prewarm_rewarm_ignored_invalidations_total") == float64(published)
+	})
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, e, 10*time.Second)
+	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush); got != 1 {
+		t.Errorf("detections{via=push} = %g after the flush, want 1", got)
+	}
+}
+
+// TestRewarmChecksPaced: a DEL of the marker 1,000 times a second (each a
+// real invalidation of it) makes at most one check per MinCheckGap, and the
+// losses are still re-warmed.
+func TestRewarmChecksPaced(t *testing.T) {
+	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	waitTracking(t, e)
+	marker := warmer.MarkerKey(rewarmNS)
+	const d = 3 * time.Second
+	before := commandCalls(t, e.rdb, "info")
+	t0 := time.Now()
+	hammer(t, e.rdb, 1000, d, func(p redis.Pipeliner, _ int) { p.Del(ctx, marker) })
+	elapsed := time.Since(t0)
+	checks := commandCalls(t, e.rdb, "info")["info"] - before["info"]
+	if limit := int64(elapsed/warmer.MinCheckGap) + 2; checks > limit {
+		t.Errorf("%d checks (INFO) in %v of marker deletions, want at most %d (one per %v)", checks, elapsed, limit, warmer.MinCheckGap)
+	}
+	if checks == 0 {
+		t.Errorf("no check at all while the marker was deleted: the push watch saw nothing")
+	}
+	waitWarm(t, e, 10*time.Second)
+	t.Logf("%d checks in %v", checks, elapsed)
+}
+
+// counterValue is the value of the unlabelled counter name.
+func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }

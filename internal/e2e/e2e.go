@@ -38,6 +38,21 @@ func Binary(t testing.TB) string {
 	return Build(t, "./cmd/hearth")
 }
 
+// CPUTime is the user plus system CPU time process pid has used (Linux /proc).
+func CPUTime(t testing.TB, pid int) time.Duration {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration((utime + stime) / ticks * float64(time.Second))
+}
+
 type build struct {
 	once sync.Once
 	path string
@@ -118,8 +133,8 @@ func Start(t testing.TB, args []string, env ...string) *Proc {
 }
 
 // PlainBinary is $HEARTH_BIN when set, else cmd/hearth built without the race
-// detector: for tests that bound latency from outside, which the detector's
-// 5-10x slowdown would measure instead of Hearth.
+// detector: for tests that bound latency or the daemon's own CPU from outside,
+// which the detector's 5-10x slowdown would measure instead of Hearth.
 func PlainBinary(t testing.TB) string {
 	t.Helper()
 	if bin := os.Getenv("HEARTH_BIN"); bin != "" {
