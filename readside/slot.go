@@ -6,9 +6,9 @@ import (
 	"sync"
 )
 
-// A copy of the daemon's internal/slot: this module imports nothing of the
-// daemon's. The daemon module's internal/slot test compares the two for
-// every slot tag and many keys, so that they cannot drift apart.
+// The one implementation of Redis Cluster slots and slot tags: this module
+// imports nothing of the daemon's, and the daemon's internal/slot calls these,
+// so the fences and the read side's lock and δ keys cannot disagree.
 
 // SlotCount is the number of hash slots of a Redis Cluster.
 const SlotCount = 16384
