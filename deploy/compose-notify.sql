@@ -1,6 +1,6 @@
 -- Generated: hearth notify-sql product --table products -c deploy/config.compose.yaml
 -- (TestComposeFile checks that it matches). Applied by docker-compose.yml's notify-triggers service.
--- Change notifications of products for declaration product (channel hearth_products, member column id).
+-- Change notifications of "products" for declaration "product" (channel 'hearth_products', member column "id").
 BEGIN;
 DROP TRIGGER IF EXISTS "hearth_product_ins" ON "products";
 CREATE TRIGGER "hearth_product_ins" AFTER INSERT ON "products" REFERENCING NEW TABLE AS hearth_new

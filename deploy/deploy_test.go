@@ -259,7 +259,7 @@ keys:
     key: "%sproduct"
     source: api
     path: /product
-    ttl: 4s
+    ttl: 5s
     interval: 1s
 `, rd.Addr, e2e.Namespace(t, rd.Client), proxy.Addr, rd.Prefix)
 	cfgPath := filepath.Join(dir, "hearth.yaml")

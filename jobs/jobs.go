@@ -273,7 +273,7 @@ func (s *Scheduler) Close(ctx context.Context) error {
 	case err := <-done:
 		return errors.Join(drain, err)
 	case <-t.C:
-		s.log.Error().Dur("grace", shutdownGrace).Msg("scheduler did not stop: abandoned")
+		s.log.Error().Dur("grace_ms", shutdownGrace).Msg("scheduler did not stop: abandoned")
 		return errors.Join(drain, fmt.Errorf("scheduler shutdown abandoned: %w", context.DeadlineExceeded))
 	}
 }

@@ -77,7 +77,7 @@ keys:
   - name: product
     key: "%sproduct:{id}"
     source: db
-    ttl: 8s
+    ttl: 12s
     interval: %s
     param_pattern: "[0-9]{1,6}"
     members_query: "SELECT id::text FROM products ORDER BY id"
