@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -188,9 +189,12 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 	if err != nil {
 		return nil, err
 	}
-	var sources *Sources
+	var (
+		sources *Sources
+		logErr  error // the access log's source could not be opened
+	)
 	if from != nil && fromOnly {
-		sources = openAccessLogOnly(ctx, cfg, log)
+		sources, logErr = openAccessLogOnly(ctx, cfg, log)
 	} else {
 		sources, err = OpenSources(ctx, cfg, prometheus.NewRegistry(), log)
 		if err != nil {
@@ -219,6 +223,10 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 		po.Copy = &warmer.CopySource{Client: from, FromOnly: fromOnly,
 			RecordKey:   func(key string) string { return leader.VersionKey(ns, key) },
 			ParseRecord: leader.ParseCopiedRecord}
+		if logErr != nil {
+			// Read as a failing access log: the run selects by a scan of the source.
+			po.AccessLog = unreadableLog{logErr}
+		}
 	}
 	return &Prewarm{w: w, al: al, po: po, sources: sources, fence: fence}, nil
 }
@@ -237,7 +245,8 @@ func (noOrigin) Ping(context.Context) error { return errFromOnly }
 // openAccessLogOnly is a --from-only pre-warm's sources: none to load from,
 // and the access log's postgres source when it answers (the ranking is read
 // through it; nothing is loaded from it).
-func openAccessLogOnly(ctx context.Context, cfg *config.Config, log zerolog.Logger) *Sources {
+func openAccessLogOnly(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*Sources, error) {
+	var logErr error
 	out := &Sources{Guarded: make(map[string]warmer.Source, len(cfg.Sources)), postgres: map[string]*postgres.Source{}}
 	for _, sc := range cfg.Sources {
 		out.Guarded[sc.Name] = noOrigin{}
@@ -254,14 +263,20 @@ func openAccessLogOnly(ctx context.Context, cfg *config.Config, log zerolog.Logg
 			}
 		}
 		if err != nil {
-			log.Warn().Err(err).Str("source", sc.Name).
-				Msg("--from-only: the access log cannot be read; pre-warming the declared single keys only")
+			logErr = fmt.Errorf("access log source %s: %w", sc.Name, err)
 			continue
 		}
 		out.closers = append(out.closers, s)
 		out.postgres[sc.Name] = s
 	}
-	return out
+	return out, logErr
+}
+
+// unreadableLog is an access log whose source could not be opened.
+type unreadableLog struct{ err error }
+
+func (u unreadableLog) EachTopKey(context.Context, time.Duration, int, func(string)) error {
+	return u.err
 }
 
 // Fence is the leader state the pre-warm found: whether its writes are fenced, and by which epoch.

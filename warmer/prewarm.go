@@ -111,6 +111,9 @@ type PrewarmReport struct {
 	SourceMissing int            `json:"source_missing,omitempty"`
 	SourceSkipped map[string]int `json:"source_skipped,omitempty"`
 	RecordsCopied int            `json:"records_copied,omitempty"`
+	// SourceScanned: the access log could not be read and the keys were
+	// selected by a SCAN of the source (declared members first).
+	SourceScanned bool `json:"source_scanned,omitempty"`
 	// Coverage is (Written + Negative + Present) / Wanted, 1 when nothing was wanted.
 	// When the access log could not be read (AccessLogFailed), the keys it did
 	// not deliver are wanted and not loaded: Coverage is (Written + Negative) /
@@ -292,6 +295,8 @@ type prewarmReader struct {
 	// Counted since they were last added to the report (flushLocked).
 	candidates int
 	skipped    map[string]int
+	// scanning: keys come from a scan of a copy's source, not the ranking.
+	scanning bool
 }
 
 type pendingBatch struct {
@@ -330,6 +335,19 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 			logErr = fmt.Errorf("pre-warm: %w", err)
 			w.pw.metrics.accessLogErrors.Inc()
 			w.log.Error().Err(err).Msg("pre-warm: access log unreadable; loading the declared single keys and the keys read so far")
+		}
+	}
+	if po.Copy != nil && po.TopN > 0 && logErr != nil {
+		// The access log is unreadable (often so during a cutover): the
+		// source itself says which keys are cached.
+		if err := r.scanSource(ctx, po.TopN); err != nil {
+			w.log.Error().Err(err).Msg("pre-warm: the source redis could not be scanned either")
+		} else {
+			w.log.Warn().Err(logErr).Msg("pre-warm: access log unreadable; the keys were selected by a scan of the source redis")
+			logErr = nil
+			r.mu.Lock()
+			r.rep.SourceScanned = true
+			r.mu.Unlock()
 		}
 	}
 	reading := w.now().Sub(t0)
@@ -430,7 +448,9 @@ func (r *prewarmRun) add(key string) {
 		rd.seed = maphash.MakeSeed()
 	}
 	if !rd.seen.add(maphash.String(rd.seed, key)) {
-		rd.skipped[SkipDuplicate]++
+		if !rd.scanning { // a scan finds the declared members again: not a repeat
+			rd.skipped[SkipDuplicate]++
+		}
 		return
 	}
 	if b.members == nil && spec.BatchSize > 0 {

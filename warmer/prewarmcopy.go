@@ -221,3 +221,90 @@ func sha1Hex(v []byte) string {
 	h := sha1.Sum(v) // a content check, not a security boundary
 	return hex.EncodeToString(h[:])
 }
+
+// scanCount is the COUNT hint of the source SCAN.
+const scanCount = 1000
+
+// scanSource is the selection of a copy whose access log could not be read:
+// each family's declared members, then the keys the source holds under the
+// family's template (one SCAN per declaration, its MATCH pattern built from
+// the template's literal parts, escaped), each matched and validated like an
+// access-log key, at most n keys in all. On a Cluster every master is scanned.
+func (r *prewarmRun) scanSource(ctx context.Context, n int) error {
+	src := r.po.Copy
+	r.reader.scanning = true
+	defer func() { r.reader.scanning = false }()
+	added := 0
+	add := func(key string) bool {
+		if added >= n {
+			return false
+		}
+		added++
+		r.add(key)
+		return true
+	}
+	for _, s := range r.specs {
+		if s.Template.IsFamily() {
+			for _, m := range s.Members {
+				if !add(s.Template.Key(m)) {
+					return nil
+				}
+			}
+		}
+	}
+	for _, s := range r.specs {
+		if !s.Template.IsFamily() {
+			continue
+		}
+		match := globEscape(s.Template.prefix) + "*" + globEscape(s.Template.suffix)
+		scan := func(ctx context.Context, c redis.UniversalClient) error {
+			it := c.ScanType(ctx, 0, match, scanCount, "string").Iterator()
+			for it.Next(ctx) {
+				if !add(it.Val()) {
+					return nil
+				}
+			}
+			return it.Err()
+		}
+		var err error
+		if cc, ok := src.Client.(*redis.ClusterClient); ok {
+			// The reader's state is not shared: the masters are scanned one by one.
+			var masters []*redis.Client
+			err = cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+				r.mu.Lock()
+				masters = append(masters, m)
+				r.mu.Unlock()
+				return nil
+			})
+			for _, m := range masters {
+				if err == nil {
+					err = scan(ctx, m)
+				}
+			}
+		} else {
+			err = scan(ctx, src.Client)
+		}
+		if err != nil {
+			return fmt.Errorf("scan the source redis for %s: %w", s.Name, err)
+		}
+		if added >= n {
+			return nil
+		}
+	}
+	return nil
+}
+
+// globEscape escapes the characters a Redis MATCH pattern gives a meaning to.
+func globEscape(s string) string {
+	var b bytes.Buffer
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', ']', '\\', '^', '-':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}

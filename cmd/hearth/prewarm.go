@@ -268,8 +268,15 @@ func printSummary(w io.Writer, target, from string, r warmer.PrewarmReport, rk a
 		mode += fmt.Sprintf(", fenced by epoch %d (no leader now)", fence.Epoch)
 	}
 	fmt.Fprintf(w, "  mode                  %s\n", mode)
-	fmt.Fprintf(w, "  access-log keys read  %d\n", r.Candidates)
+	if r.SourceScanned {
+		fmt.Fprintf(w, "  source keys scanned   %d\n", r.Candidates)
+	} else {
+		fmt.Fprintf(w, "  access-log keys read  %d\n", r.Candidates)
+	}
 	fmt.Fprintf(w, "  ranking               %s\n", rk.String())
+	if r.SourceScanned {
+		fmt.Fprintf(w, "  selection             scan of the source (the access log could not be read)\n")
+	}
 	fmt.Fprintf(w, "  wanted                %d\n", r.Wanted)
 	fmt.Fprintf(w, "  written               %d\n", r.Written)
 	fmt.Fprintf(w, "  negative              %d\n", r.Negative)

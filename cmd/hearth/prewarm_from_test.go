@@ -99,8 +99,14 @@ func newBlueGreen(t *testing.T) *blueGreen {
 	return b
 }
 
-// config writes a config whose origin is dsn; the access log is always readable.
+// config writes a config whose origin is dsn; the access log is readable.
 func (b *blueGreen) config(t *testing.T, dsn string) string {
+	t.Helper()
+	return b.configLog(t, dsn, b.pg.DSN)
+}
+
+// configLog writes a config whose origin is dsn and whose access log is in logDSN.
+func (b *blueGreen) configLog(t *testing.T, dsn, logDSN string) string {
 	t.Helper()
 	path := filepath.Join(b.dir, fmt.Sprintf("config-%d.yaml", time.Now().UnixNano()))
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
@@ -125,7 +131,7 @@ keys:
     members: ["1"]
     version_column: ver
     query: "SELECT id::text, v, ver FROM items WHERE id = ANY($1::bigint[])"
-`, b.srv.Addr, b.ns, dsn, b.pg.DSN)), 0o600); err != nil {
+`, b.srv.Addr, b.ns, dsn, logDSN)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -262,4 +268,28 @@ func TestPrewarmFromForeign(t *testing.T) {
 		}
 	}
 	b.checkCopied(t, b.itemKeys[4:])
+}
+
+// TestPrewarmFromScanWithoutAccessLog: origin and access log both
+// unreachable, `--from-only` selects the keys by a SCAN of blue under each
+// family's template: every item and the sentinel are copied, a key of blue
+// that fails the member rules is skipped and counted, an undeclared one is
+// never looked at.
+func TestPrewarmFromScanWithoutAccessLog(t *testing.T) {
+	b := newBlueGreen(t)
+	ctx := context.Background()
+	b.blue.Set(ctx, "bg:item:x1", "planted", time.Hour) // fails param_pattern
+	closed := b.closedDSN(t)
+	code, out := runHearth(t, "prewarm", "--config", b.configLog(t, closed, closed), "--redis", b.greenURL, "--from", b.blueURL, "--from-only", "--top", "100")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, out)
+	}
+	wantSummary(t, out, "selection             scan of the source", "wanted                22", "copied                22 (with version record 20)",
+		"skipped               1 (invalid_member 1)", "coverage              100.000%")
+	b.checkCopied(t, append([]string{"bg:top", b.sentinelKey}, b.itemKeys...))
+	for _, k := range []string{"bg:item:x1", b.undeclared} {
+		if n := b.green.Exists(ctx, k).Val(); n != 0 {
+			t.Errorf("green holds %s", k)
+		}
+	}
 }
