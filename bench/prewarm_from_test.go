@@ -21,8 +21,8 @@ import (
 )
 
 // BenchmarkPrewarmFrom measures a blue-green pre-warm of 100,000 keys of 512
-// bytes (BENCH_FROM_KEYS to change the count) into an empty Redis database,
-// on one private Redis server (source database 0, target database 1):
+// bytes (BENCH_FROM_KEYS to change the count) into an empty Redis, from
+// another (two private Redis servers, blue and green):
 //
 //	(o) today's `hearth prewarm` from the origin (PostgreSQL), which also
 //	    fills the source the way a leader would;
@@ -44,10 +44,9 @@ func BenchmarkPrewarmFrom(b *testing.B) {
 		n = v
 	}
 	pg := testenv.Postgres(b)
-	srv := testenv.PrivateRedis(b)
-	src := srv.Client(b)
-	dst := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 1})
-	defer dst.Close()
+	// Blue and green are two servers, as in a cutover.
+	srv, green := testenv.PrivateRedis(b), testenv.PrivateRedis(b)
+	src, dst := srv.Client(b), green.Client(b)
 	ctx := context.Background()
 	prefix := "bg:"
 	setupPrewarmData(b, pg.Pool, prefix)
@@ -83,7 +82,7 @@ func BenchmarkPrewarmFrom(b *testing.B) {
 		}
 		return summaryDuration(b, string(out))
 	}
-	srcURL, dstURL := fmt.Sprintf("redis://%s/0", srv.Addr), fmt.Sprintf("redis://%s/1", srv.Addr)
+	srcURL, dstURL := fmt.Sprintf("redis://%s/0", srv.Addr), fmt.Sprintf("redis://%s/0", green.Addr)
 	for b.Loop() {
 		var origin, from, raw time.Duration
 		best := func(cur *time.Duration, d time.Duration) {
@@ -117,7 +116,7 @@ func BenchmarkPrewarmFrom(b *testing.B) {
 		}
 		rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
 		o, f, r := rate(origin), rate(from), rate(raw)
-		fmt.Printf("\nblue-green pre-warm of %d keys x %d-byte values into an empty Redis database (GOMAXPROCS %d)\n", n, prewarmValue, runtime.GOMAXPROCS(0))
+		fmt.Printf("\nblue-green pre-warm of %d keys x %d-byte values into an empty Redis from another (GOMAXPROCS %d)\n", n, prewarmValue, runtime.GOMAXPROCS(0))
 		fmt.Printf("  (o) hearth prewarm from the origin        %7.0f keys/s  %s\n", o, origin.Round(time.Millisecond))
 		fmt.Printf("  (f) hearth prewarm --from --from-only     %7.0f keys/s  %s (origin unreachable: 0 origin queries)\n", f, from.Round(time.Millisecond))
 		fmt.Printf("  (r) raw pipelined GET+PTTL / SET copy     %7.0f keys/s  %s\n", r, raw.Round(time.Millisecond))
