@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +20,14 @@ import (
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// blueGreen is a serving ("blue") Redis database written by a Hearth leader
-// and an empty "green" one on the same private server, with a config whose
+// blueGreen is a serving ("blue") Redis written by a Hearth leader and an
+// empty "green" one (two private servers), with a config whose
 // origin is a postgres table (version 10 of every row) and whose access log
 // lives in a second source, so that the origin can be made unreachable while
 // the access log is read.
 type blueGreen struct {
-	srv          *testenv.RedisServer
+	srv, gsrv    *testenv.RedisServer
+	slow         bool // configs pace the pre-warm: batches of 2, 4 a second
 	blue, green  *redis.Client
 	ns, dir      string
 	pgDSN        string
@@ -43,12 +45,12 @@ const bgItems = 20
 
 func newBlueGreen(t *testing.T) *blueGreen {
 	t.Helper()
-	srv := testenv.PrivateRedis(t)
-	b := &blueGreen{srv: srv, blue: srv.Client(t), pg: testenv.Postgres(t),
-		blueURL: fmt.Sprintf("redis://%s/0", srv.Addr), greenURL: fmt.Sprintf("redis://%s/1", srv.Addr),
+	srv, gsrv := testenv.PrivateRedis(t), testenv.PrivateRedis(t)
+	b := &blueGreen{srv: srv, gsrv: gsrv, blue: srv.Client(t), pg: testenv.Postgres(t),
+		blueURL: fmt.Sprintf("redis://%s/0", srv.Addr), greenURL: fmt.Sprintf("redis://%s/1", gsrv.Addr),
 		// jitter 0.2 on 10m: the longest value TTL is 11m, records live twice that.
 		itemVTTL: 22 * time.Minute, sentinelKey: "bg:item:21", undeclared: "bg:other:1", blueVersions: map[string]int64{}}
-	b.green = redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 1})
+	b.green = redis.NewClient(&redis.Options{Addr: gsrv.Addr, DB: 1})
 	t.Cleanup(func() { b.green.Close() })
 	b.ns = e2e.Namespace(t, b.blue)
 	b.pgDSN = b.pg.DSN
@@ -109,6 +111,10 @@ func (b *blueGreen) config(t *testing.T, dsn string) string {
 func (b *blueGreen) configLog(t *testing.T, dsn, logDSN string) string {
 	t.Helper()
 	path := filepath.Join(b.dir, fmt.Sprintf("config-%d.yaml", time.Now().UnixNano()))
+	pace, batch := "", ""
+	if b.slow {
+		pace, batch = "prewarm: {rate: 4, concurrency: 1}", "batch_size: 2"
+	}
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
 redis: {addrs: [%q], namespace: %q}
 log: {level: warn, format: json}
@@ -116,6 +122,7 @@ sources:
   - {name: db, type: postgres, dsn: %q}
   - {name: logs, type: postgres, dsn: %q}
 access_log: {source: logs}
+%s
 keys:
   - name: top
     key: "bg:top"
@@ -130,8 +137,9 @@ keys:
     param_pattern: "[0-9]{1,9}"
     members: ["1"]
     version_column: ver
+    %s
     query: "SELECT id::text, v, ver FROM items WHERE id = ANY($1::bigint[])"
-`, b.srv.Addr, b.ns, dsn, logDSN)), 0o600); err != nil {
+`, b.srv.Addr, b.ns, dsn, logDSN, pace, batch)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -291,5 +299,88 @@ func TestPrewarmFromScanWithoutAccessLog(t *testing.T) {
 		if n := b.green.Exists(ctx, k).Val(); n != 0 {
 			t.Errorf("green holds %s", k)
 		}
+	}
+}
+
+// summaryCount reads one count line of the summary ("copied   22 (...)" -> 22).
+func summaryCount(t *testing.T, out, name string) int {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(name) + ` +(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("summary has no %q count:\n%s", name, out)
+	}
+	var n int
+	fmt.Sscan(m[1], &n)
+	return n
+}
+
+// greenItems is how many of the wanted keys green holds.
+func (b *blueGreen) greenItems(t *testing.T) int {
+	n := 0
+	for _, k := range append([]string{"bg:top", b.sentinelKey}, b.itemKeys...) {
+		n += int(b.green.Exists(context.Background(), k).Val())
+	}
+	return n
+}
+
+// TestPrewarmFromFencedMidCopy: a leader takes green over while the copy runs
+// (green already held a leader's epoch counter, so the copy writes fenced):
+// its fence refuses every later write of the copy, counted as fenced, exit 3;
+// what was written before stays, and nothing lands after.
+func TestPrewarmFromFencedMidCopy(t *testing.T) {
+	b := newBlueGreen(t)
+	b.slow = true
+	ctx := context.Background()
+	if err := b.green.Set(ctx, b.ns+":{lease}:epoch", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := e2e.Start(t, []string{"prewarm", "--config", b.config(t, b.closedDSN(t)), "--redis", b.greenURL, "--from", b.blueURL, "--from-only", "--top", "100"})
+	testenv.Eventually(t, 20*time.Second, "the copy has written a few keys", func() bool { return b.greenItems(t) >= 4 })
+	in := leadertest.On(t, b.green, b.ns).Instance(time.Minute, 50*time.Millisecond, false)
+	leadertest.Campaign(t, in.Lease, 5*time.Second)
+	atTakeover := b.greenItems(t)
+	code := p.Wait(t, 30*time.Second)
+	out := p.Output()
+	if code != 3 {
+		t.Fatalf("exit %d, want 3 (the leader's fence refused the rest)\n%s", code, out)
+	}
+	copied, fenced := summaryCount(t, out, "copied"), 0
+	if m := regexp.MustCompile(`failed +(\d+) \(fenced (\d+)\)`).FindStringSubmatch(out); m != nil {
+		fmt.Sscan(m[2], &fenced)
+	}
+	if fenced == 0 || copied+fenced != 22 {
+		t.Errorf("copied %d + fenced %d, want 22 with some fenced:\n%s", copied, fenced, out)
+	}
+	got := b.greenItems(t)
+	if got != copied {
+		t.Errorf("green holds %d of the wanted keys, the summary says %d copied", got, copied)
+	}
+	// A write or two may have been in flight when the leader took over.
+	if got > atTakeover+2 {
+		t.Errorf("green held %d keys at the takeover and %d after: the copy wrote past the fence", atTakeover, got)
+	}
+}
+
+// TestPrewarmFromSourceDies: blue dies mid-copy: the run ends with exit 3
+// and the error named, and what was copied stays in green.
+func TestPrewarmFromSourceDies(t *testing.T) {
+	b := newBlueGreen(t)
+	b.slow = true
+	p := e2e.Start(t, []string{"prewarm", "--config", b.config(t, b.closedDSN(t)), "--redis", b.greenURL, "--from", b.blueURL, "--from-only", "--top", "100"})
+	testenv.Eventually(t, 20*time.Second, "the copy has written a few keys", func() bool { return b.greenItems(t) >= 4 })
+	b.srv.Kill(t)
+	t.Cleanup(func() { b.srv.Start(t) }) // for the namespace's cleanup, which runs after
+	code := p.Wait(t, 60*time.Second)
+	out := p.Output()
+	if code != 3 {
+		t.Fatalf("exit %d, want 3\n%s", code, out)
+	}
+	wantSummary(t, out, "error                 ", "from the source redis")
+	copied := summaryCount(t, out, "copied")
+	if copied < 4 || copied >= 22 {
+		t.Errorf("copied %d, want some but not all", copied)
+	}
+	if got := b.greenItems(t); got != copied {
+		t.Errorf("green holds %d of the wanted keys after blue died, the summary says %d copied", got, copied)
 	}
 }
