@@ -139,6 +139,9 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 			return fail(exitConfig, err)
 		}
 		defer from.Close()
+		if fromName == target {
+			return fail(exitConfig, fmt.Errorf("--from %s: names the Redis being warmed", fromName))
+		}
 		if err := daemon.PingRedis(ctx, from, fromName); err != nil {
 			return fail(exitFail, fmt.Errorf("--from: %w", err))
 		}

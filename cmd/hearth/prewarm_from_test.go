@@ -265,6 +265,9 @@ func TestPrewarmFromForeign(t *testing.T) {
 	b.blue.Del(ctx, b.itemKeys[2])
 	b.blue.HSet(ctx, b.itemKeys[2], "f", "v")
 	b.blue.Persist(ctx, b.itemKeys[3])
+	// A planted record claiming version 99 for item 5, which its value does
+	// not back: the value is copied, the version is not.
+	b.blue.Set(ctx, leader.VersionKey(b.ns, b.itemKeys[4]), "1:1:"+leader.EncodeVersion(99)+":"+strings.Repeat("ab", 20), time.Hour)
 	code, out := runHearth(t, "prewarm", "--config", b.config(t, b.closedDSN(t)), "--redis", b.greenURL, "--from", b.blueURL, "--from-only", "--top", "100")
 	if code != 3 {
 		t.Fatalf("exit %d, want 3 (two keys could not be copied)\n%s", code, out)
@@ -276,6 +279,10 @@ func TestPrewarmFromForeign(t *testing.T) {
 		}
 	}
 	b.checkCopied(t, b.itemKeys[4:])
+	wantSummary(t, out, "(with version record 17)")
+	if v, ok := leader.ParseVersionRecord(b.green.Get(ctx, leader.VersionKey(b.ns, b.itemKeys[4])).Val()); ok {
+		t.Errorf("green's record of %s carries version %d from a record its value did not back", b.itemKeys[4], v)
+	}
 }
 
 // TestPrewarmFromScanWithoutAccessLog: origin and access log both
