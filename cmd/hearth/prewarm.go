@@ -52,6 +52,16 @@ counter, fence) is in that Redis, every write is fenced by the newest epoch
 issued there: if a leader takes over during the run, its fence refuses the
 pre-warm's later writes (counted as failed, fenced).
 
+--from <redis> copies the same keys from another Redis, the one serving
+(blue-green from the live cache): pipelined GET + PTTL, written with the
+source's remaining TTL (never longer) and, for a declaration with a
+version_column, the origin version of the key's version record there, so the
+target's leader never replaces a copy with an older row. Keys the source does
+not hold, and foreign ones (another type, no TTL, too large: skipped and
+counted), are loaded from the origin; --from-only never reads the origin (no
+source is opened for loading) and counts them failed. When the access log
+cannot be read, the keys are selected by a SCAN of the source.
+
 --ranking chooses where the top keys come from: "auto" (the default) reads the
 ranking the leader stores every access_log.rank_interval only when it holds
 keys, covers the window and top_n, and was computed after the newest closed
@@ -66,7 +76,8 @@ sentinels, over keys wanted) reached --min-coverage; 3 when it did not (also whe
 --timeout cut the run short); 1 on an error (Redis or a source unreachable, the
 access log unreadable); 2 for a bad config or flag.`,
 		Example: `  hearth prewarm --config config.yaml --redis redis://green-redis:6379/0
-  hearth prewarm -c config.yaml --top 50000 --min-coverage 0.95 --timeout 5m`,
+  hearth prewarm -c config.yaml --top 50000 --min-coverage 0.95 --timeout 5m
+  hearth prewarm -c config.yaml --redis redis://green:6379/0 --from redis://blue:6379/0 --from-only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch ranking {
