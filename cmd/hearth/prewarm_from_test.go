@@ -253,6 +253,11 @@ func TestPrewarmFromMixed(t *testing.T) {
 		if got, want := b.green.Get(ctx, k).Val(), fmt.Sprintf("old%d", i+11); got != want {
 			t.Errorf("green %s = %q, want the origin's %q", k, got, want)
 		}
+		// Loaded from the origin into a green Redis with no leader yet: the
+		// row's version is recorded too.
+		if v, ok := leader.ParseVersionRecord(b.green.Get(ctx, leader.VersionKey(b.ns, k)).Val()); !ok || v != 10 {
+			t.Errorf("green's record of %s: version %d (ok %v), want the origin's 10", k, v, ok)
+		}
 	}
 }
 
