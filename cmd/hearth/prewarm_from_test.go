@@ -29,6 +29,7 @@ type blueGreen struct {
 	srv, gsrv    *testenv.RedisServer
 	slow         bool // configs pace the pre-warm: batches of 2, 4 a second
 	blue, green  *redis.Client
+	from         redis.UniversalClient // what checkCopied compares green with (default blue)
 	ns, dir      string
 	pgDSN        string
 	pg           *testenv.PostgresEnv
@@ -51,6 +52,7 @@ func newBlueGreen(t *testing.T) *blueGreen {
 		// jitter 0.2 on 10m: the longest value TTL is 11m, records live twice that.
 		itemVTTL: 22 * time.Minute, sentinelKey: "bg:item:21", undeclared: "bg:other:1", blueVersions: map[string]int64{}}
 	b.green = redis.NewClient(&redis.Options{Addr: gsrv.Addr, DB: 1})
+	b.from = b.blue
 	t.Cleanup(func() { b.green.Close() })
 	b.ns = e2e.Namespace(t, b.blue)
 	b.pgDSN = b.pg.DSN
@@ -166,11 +168,11 @@ func (b *blueGreen) checkCopied(t *testing.T, keys []string) {
 	t.Helper()
 	ctx := context.Background()
 	for _, k := range keys {
-		bv, err := b.blue.Get(ctx, k).Result()
+		bv, err := b.from.Get(ctx, k).Result()
 		if err != nil {
 			t.Fatalf("blue %s: %v", k, err)
 		}
-		bt := b.blue.PTTL(ctx, k).Val()
+		bt := b.from.PTTL(ctx, k).Val()
 		gv, err := b.green.Get(ctx, k).Result()
 		if err != nil {
 			t.Errorf("green %s: %v, want blue's value", k, err)
@@ -394,5 +396,37 @@ func TestPrewarmFromSourceDies(t *testing.T) {
 	}
 	if got := b.greenItems(t); got != copied {
 		t.Errorf("green holds %d of the wanted keys after blue died, the summary says %d copied", got, copied)
+	}
+}
+
+// TestPrewarmFromCluster: the source is a Redis Cluster (redis+cluster://,
+// as --redis takes), filled by an origin pre-warm: --from-only copies every
+// key with its record from the masters that hold them, and, with the access
+// log down too, finds them by a SCAN of every master.
+func TestPrewarmFromCluster(t *testing.T) {
+	b := newBlueGreen(t)
+	cl := testenv.RedisCluster(t)
+	cc := cl.Client(t)
+	b.from = cc
+	clusterURL := "redis+cluster://" + strings.Join(cl.Addrs()[:2], ",")
+	if code, out := runHearth(t, "prewarm", "--config", b.config(t, b.pgDSN), "--redis", clusterURL, "--top", "100"); code != 0 {
+		t.Fatalf("filling the cluster from the origin: exit %d\n%s", code, out)
+	}
+	closed := b.closedDSN(t)
+	for _, tc := range []struct{ name, config, want string }{
+		{"access log", b.config(t, closed), "access-log keys read"},
+		{"scan", b.configLog(t, closed, closed), "selection             scan of the source"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := b.green.FlushDB(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			code, out := runHearth(t, "prewarm", "--config", tc.config, "--redis", b.greenURL, "--from", clusterURL, "--from-only", "--top", "100")
+			if code != 0 {
+				t.Fatalf("exit %d, want 0\n%s", code, out)
+			}
+			wantSummary(t, out, tc.want, "wanted                22", "copied                22 (with version record 20)", "negative              1", "coverage              100.000%")
+			b.checkCopied(t, append([]string{"bg:top", b.sentinelKey}, b.itemKeys...))
+		})
 	}
 }
