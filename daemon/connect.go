@@ -141,6 +141,12 @@ func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 // RedisURL returns the Redis a URL or a host:port names (`hearth prewarm --redis`), or the
 // config's if the URL is empty, and a name for it that holds no password.
 func RedisURL(c config.Redis, rawURL string) (redis.UniversalClient, string, error) {
+	return RedisURLFlag(c, rawURL, "--redis")
+}
+
+// RedisURLFlag is RedisURL for the URL of the named flag (`hearth prewarm
+// --from` takes what --redis takes); errors name the flag.
+func RedisURLFlag(c config.Redis, rawURL, flag string) (redis.UniversalClient, string, error) {
 	if rawURL == "" {
 		return NewRedis(c), strings.Join(c.Addrs, ",") + fmt.Sprintf(" db %d", c.DB), nil
 	}
@@ -149,13 +155,13 @@ func RedisURL(c config.Redis, rawURL string) (redis.UniversalClient, string, err
 	}
 	if rdb, ok, err := multiHostURL(rawURL); ok {
 		if err != nil {
-			return nil, "", fmt.Errorf("--redis: %w", redact.URLError(err, rawURL))
+			return nil, "", fmt.Errorf("%s: %w", flag, redact.URLError(err, rawURL))
 		}
 		return rdb, redact.URL(rawURL), nil
 	}
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, "", fmt.Errorf("--redis: %w", redact.URLError(err, rawURL))
+		return nil, "", fmt.Errorf("%s: %w", flag, redact.URLError(err, rawURL))
 	}
 	if opts.DialTimeout == 0 { // not in the URL: take the config's
 		opts.DialTimeout = c.DialTimeout

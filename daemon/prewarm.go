@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -11,6 +13,7 @@ import (
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -168,15 +171,35 @@ type Prewarm struct {
 // leader state of rdb (see warmer.PrewarmStore.Prepare) and builds the warmer
 // that pre-warms rdb; overwrite replaces present values. Close closes the sources.
 func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool, log zerolog.Logger) (*Prewarm, error) {
+	return OpenPrewarmFrom(ctx, cfg, rdb, overwrite, nil, false, log)
+}
+
+// OpenPrewarmFrom is OpenPrewarm copying from the Redis from (blue-green from
+// the live cache, `hearth prewarm --from`) when it is not nil: the wanted
+// keys are read from it with their remaining TTLs and version records, and
+// only those it cannot give are loaded from the origin. fromOnly never loads
+// from the origin: no source is opened for loading; the access log's
+// postgres source is opened for the access log alone, and when it cannot be
+// reached the selection is the declared single keys (a warning says so).
+func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool,
+	from redis.UniversalClient, fromOnly bool, log zerolog.Logger) (*Prewarm, error) {
 	store := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
 		Versioned: leader.NewPrewarmVersioned(rdb, cfg.Redis.Namespace, log), Logger: log})
 	fence, err := store.Prepare(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sources, err := OpenSources(ctx, cfg, prometheus.NewRegistry(), log)
-	if err != nil {
-		return nil, err
+	var (
+		sources *Sources
+		logErr  error // the access log's source could not be opened
+	)
+	if from != nil && fromOnly {
+		sources, logErr = openAccessLogOnly(ctx, cfg, log)
+	} else {
+		sources, err = OpenSources(ctx, cfg, prometheus.NewRegistry(), log)
+		if err != nil {
+			return nil, err
+		}
 	}
 	w, err := warmer.New(warmer.Options{
 		Store: store, Sources: sources.Guarded, Specs: cfg.Specs(),
@@ -187,12 +210,73 @@ func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalCli
 		sources.Close()
 		return nil, err
 	}
-	al, err := AccessLog(cfg, sources)
-	if err != nil {
-		sources.Close()
-		return nil, err
+	var al *accesslog.Log
+	if _, open := sources.postgres[cfg.AccessLog.Source]; open || !fromOnly || from == nil {
+		if al, err = AccessLog(cfg, sources); err != nil {
+			sources.Close()
+			return nil, err
+		}
 	}
-	return &Prewarm{w: w, al: al, po: PrewarmOptions(cfg, al, "cli"), sources: sources, fence: fence}, nil
+	po := PrewarmOptions(cfg, al, "cli")
+	if from != nil {
+		ns := cfg.Redis.Namespace
+		po.Copy = &warmer.CopySource{Client: from, FromOnly: fromOnly,
+			RecordKey:   func(key string) string { return leader.VersionKey(ns, key) },
+			ParseRecord: leader.ParseCopiedRecord}
+		if logErr != nil {
+			// Read as a failing access log: the run selects by a scan of the source.
+			po.AccessLog = unreadableLog{logErr}
+		}
+	}
+	return &Prewarm{w: w, al: al, po: po, sources: sources, fence: fence}, nil
+}
+
+// errFromOnly is what a --from-only pre-warm's origins answer: never asked.
+var errFromOnly = errors.New("--from-only: the origin is not read")
+
+// noOrigin stands for every source of a --from-only pre-warm, which opens none.
+type noOrigin struct{}
+
+func (noOrigin) Load(context.Context, *warmer.Spec, []string) ([]warmer.Result, error) {
+	return nil, errFromOnly
+}
+func (noOrigin) Ping(context.Context) error { return errFromOnly }
+
+// openAccessLogOnly is a --from-only pre-warm's sources: none to load from,
+// and the access log's postgres source when it answers (the ranking is read
+// through it; nothing is loaded from it).
+func openAccessLogOnly(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*Sources, error) {
+	var logErr error
+	out := &Sources{Guarded: make(map[string]warmer.Source, len(cfg.Sources)), postgres: map[string]*postgres.Source{}}
+	for _, sc := range cfg.Sources {
+		out.Guarded[sc.Name] = noOrigin{}
+		if sc.Name != cfg.AccessLog.Source || sc.Type != "postgres" {
+			continue
+		}
+		s, err := postgres.New(postgres.Config{Name: sc.Name, DSN: sc.DSN, MaxConns: sc.MaxConns, StatementTimeout: sc.StatementTimeout, Log: log})
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+			err = s.Ping(pctx)
+			cancel()
+			if err != nil {
+				s.Close()
+			}
+		}
+		if err != nil {
+			logErr = fmt.Errorf("access log source %s: %w", sc.Name, err)
+			continue
+		}
+		out.closers = append(out.closers, s)
+		out.postgres[sc.Name] = s
+	}
+	return out, logErr
+}
+
+// unreadableLog is an access log whose source could not be opened.
+type unreadableLog struct{ err error }
+
+func (u unreadableLog) EachTopKey(context.Context, time.Duration, int, func(string)) error {
+	return u.err
 }
 
 // Fence is the leader state the pre-warm found: whether its writes are fenced, and by which epoch.

@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"sync/atomic"
 
@@ -98,4 +99,28 @@ func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwr
 		}
 	}
 	return out, nil
+}
+
+// recordFormat is a version record as versionLua writes it (a 40-digit SHA-1:
+// the 32-digit records of earlier releases prove no value).
+var recordFormat = regexp.MustCompile(`^([0-9]{1,16}):([0-9]{1,16}):([0-9]{20})?:([0-9a-f]{40})$`)
+
+// ParseCopiedRecord decodes a version record read from a Redis (a blue-green
+// copy's source, untrusted): the origin version it holds (versioned false when
+// it holds none) and the SHA-1 of the value it was written with; ok is false
+// for anything Hearth does not write, a version above the encoding's range
+// included.
+func ParseCopiedRecord(rec string) (version int64, versioned bool, hash string, ok bool) {
+	m := recordFormat.FindStringSubmatch(rec)
+	if m == nil {
+		return 0, false, "", false
+	}
+	if m[3] == "" {
+		return 0, false, m[4], true
+	}
+	u, err := strconv.ParseUint(m[3], 10, 64)
+	if err != nil {
+		return 0, false, "", false
+	}
+	return int64(u ^ (1 << 63)), true, m[4], true
 }

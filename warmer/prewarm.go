@@ -45,6 +45,10 @@ type PrewarmOptions struct {
 	// Progress, when set, is called once the keys are known and after every
 	// batch, never concurrently.
 	Progress func(PrewarmProgress)
+	// Copy, when set, copies the wanted keys from another Redis (blue-green
+	// from the live cache) instead of loading them from the origin; keys it
+	// cannot give are loaded from the origin unless Copy.FromOnly.
+	Copy *CopySource
 }
 
 // Reasons an access-log key is skipped, never loaded.
@@ -94,6 +98,22 @@ type PrewarmReport struct {
 	Fenced  int `json:"fenced,omitempty"`
 	// Skipped counts access-log keys not loaded, by reason.
 	Skipped map[string]int `json:"skipped"`
+	// A copy from a source Redis (PrewarmOptions.Copy): Copied keys were
+	// written from it (values and sentinels, counted in Written and
+	// Negative too), FromOrigin were loaded from the origin because the
+	// source could not give them, SourceMissing is how many it could not
+	// give (absent, expired or skipped; with --from-only they failed),
+	// SourceSkipped counts the skipped by reason (CopySkip*) and
+	// RecordsCopied the copies that carried their version record.
+	Copy          bool           `json:"copy,omitempty"`
+	Copied        int            `json:"copied,omitempty"`
+	FromOrigin    int            `json:"from_origin,omitempty"`
+	SourceMissing int            `json:"source_missing,omitempty"`
+	SourceSkipped map[string]int `json:"source_skipped,omitempty"`
+	RecordsCopied int            `json:"records_copied,omitempty"`
+	// SourceScanned: the access log could not be read and the keys were
+	// selected by a SCAN of the source (declared members first).
+	SourceScanned bool `json:"source_scanned,omitempty"`
 	// Coverage is (Written + Negative + Present) / Wanted, 1 when nothing was wanted.
 	// When the access log could not be read (AccessLogFailed), the keys it did
 	// not deliver are wanted and not loaded: Coverage is (Written + Negative) /
@@ -275,6 +295,8 @@ type prewarmReader struct {
 	// Counted since they were last added to the report (flushLocked).
 	candidates int
 	skipped    map[string]int
+	// scanning: keys come from a scan of a copy's source, not the ranking.
+	scanning bool
 }
 
 type pendingBatch struct {
@@ -286,7 +308,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	start := w.now()
 	r := &prewarmRun{
 		w: w, po: po, specs: w.Specs(),
-		rep:    PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}},
+		rep:    PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}, Copy: po.Copy != nil},
 		prog:   PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now(), Reading: true},
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
@@ -315,6 +337,19 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 			w.log.Error().Err(err).Msg("pre-warm: access log unreadable; loading the declared single keys and the keys read so far")
 		}
 	}
+	if po.Copy != nil && po.TopN > 0 && logErr != nil {
+		// The access log is unreadable (often so during a cutover): the
+		// source itself says which keys are cached.
+		if err := r.scanSource(ctx, po.TopN); err != nil {
+			w.log.Error().Err(err).Msg("pre-warm: the source redis could not be scanned either")
+		} else {
+			w.log.Warn().Err(logErr).Msg("pre-warm: access log unreadable; the keys were selected by a scan of the source redis")
+			logErr = nil
+			r.mu.Lock()
+			r.rep.SourceScanned = true
+			r.mu.Unlock()
+		}
+	}
 	reading := w.now().Sub(t0)
 	r.finishReading()
 	_ = loads.Wait()
@@ -324,6 +359,13 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	r.mu.Unlock()
 	for reason, n := range rep.Skipped {
 		w.pw.metrics.keys.WithLabelValues("skipped_" + reason).Add(float64(n))
+	}
+	for reason, n := range rep.SourceSkipped {
+		w.pw.metrics.keys.WithLabelValues("source_skipped_" + reason).Add(float64(n))
+	}
+	if rep.Copy {
+		w.pw.metrics.keys.WithLabelValues("copied").Add(float64(rep.Copied))
+		w.pw.metrics.keys.WithLabelValues("from_origin").Add(float64(rep.FromOrigin))
 	}
 	rep.Failed = rep.Wanted - rep.Written - rep.Negative - rep.Present
 	rep.AccessLogFailed = logErr != nil
@@ -406,7 +448,9 @@ func (r *prewarmRun) add(key string) {
 		rd.seed = maphash.MakeSeed()
 	}
 	if !rd.seen.add(maphash.String(rd.seed, key)) {
-		rd.skipped[SkipDuplicate]++
+		if !rd.scanning { // a scan finds the declared members again: not a repeat
+			rd.skipped[SkipDuplicate]++
+		}
 		return
 	}
 	if b.members == nil && spec.BatchSize > 0 {
@@ -531,7 +575,23 @@ func (r *prewarmRun) dispatch(ctx context.Context, loads *errgroup.Group) {
 
 // load loads and writes one batch and adds its outcome to the run.
 func (r *prewarmRun) load(ctx context.Context, j prewarmJob) {
-	o, err := r.w.RefreshMembers(ctx, j.spec.Name, j.members)
+	var (
+		o   Outcome
+		err error
+	)
+	if r.po.Copy != nil {
+		var c copyOutcome
+		c, err = r.copyBatch(ctx, j)
+		o = c.Outcome
+		r.mu.Lock()
+		r.rep.Copied += c.Copied
+		r.rep.FromOrigin += c.FromOrigin
+		r.rep.SourceMissing += c.SourceMissing
+		r.rep.RecordsCopied += c.RecordsCopied
+		r.mu.Unlock()
+	} else {
+		o, err = r.w.RefreshMembers(ctx, j.spec.Name, j.members)
+	}
 	r.mu.Lock()
 	if err != nil && r.firstErr == nil {
 		r.firstErr = err
@@ -670,7 +730,7 @@ func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
 		}, []string{"result"}),
 		keys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_keys_total",
-			Help: "Keys handled by pre-warms, by outcome (written, negative, present: left alone by a set-if-absent pre-warm, failed, skipped_<reason>).",
+			Help: "Keys handled by pre-warms, by outcome (written, negative, present: left alone by a set-if-absent pre-warm, failed, skipped_<reason>; a copy from a source Redis also copied, from_origin, source_skipped_<reason>).",
 		}, []string{"outcome"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hearth_prewarm_duration_seconds",
@@ -687,7 +747,8 @@ func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
 		}),
 	}
 	for _, o := range []string{"written", "negative", "present", "failed", "skipped_" + SkipTooLong, "skipped_" + SkipMalformed,
-		"skipped_" + SkipUnknown, "skipped_" + SkipInvalidMember, "skipped_" + SkipNamespace, "skipped_" + SkipDuplicate} {
+		"skipped_" + SkipUnknown, "skipped_" + SkipInvalidMember, "skipped_" + SkipNamespace, "skipped_" + SkipDuplicate,
+		"copied", "from_origin", "source_skipped_" + CopySkipWrongType, "source_skipped_" + CopySkipNoTTL, "source_skipped_" + CopySkipTooLarge} {
 		m.keys.WithLabelValues(o)
 	}
 	for _, r := range []string{"ok", "partial", "error"} {

@@ -273,6 +273,23 @@ func (s *PrewarmStore) SetEach(ctx context.Context, entries []Entry) ([]SetOutco
 	}
 	out := make([]SetOutcome, len(entries))
 	if !s.fenced {
+		if s.versioned != nil {
+			// No leader here yet (a green Redis): entries that carry an
+			// origin version (copied from a serving Redis with their
+			// record) still get their record, so that the leader that
+			// starts here never replaces them with an older row.
+			var versioned, plain []int
+			for i, e := range entries {
+				if e.Seq > 0 && e.Versioned {
+					versioned = append(versioned, i)
+				} else {
+					plain = append(plain, i)
+				}
+			}
+			if len(versioned) > 0 {
+				return s.setSplit(ctx, entries, out, versioned, plain)
+			}
+		}
 		return out, s.setPlain(ctx, entries, out)
 	}
 	if s.versioned != nil {
@@ -310,7 +327,11 @@ func (s *PrewarmStore) setSplit(ctx context.Context, entries []Entry, out []SetO
 	}
 	if len(plain) > 0 {
 		rest := make([]SetOutcome, len(plain))
-		if err := s.setFenced(ctx, pick(plain), rest); err != nil {
+		write := s.setFenced
+		if !s.fenced {
+			write = s.setPlain
+		}
+		if err := write(ctx, pick(plain), rest); err != nil {
 			return nil, err
 		}
 		for j, i := range plain {

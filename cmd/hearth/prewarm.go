@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -31,6 +32,8 @@ func newPrewarmCmd(g *globals) *cobra.Command {
 		timeout     time.Duration
 		overwrite   bool
 		ranking     string
+		fromURL     string
+		fromOnly    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "prewarm",
@@ -49,6 +52,16 @@ counter, fence) is in that Redis, every write is fenced by the newest epoch
 issued there: if a leader takes over during the run, its fence refuses the
 pre-warm's later writes (counted as failed, fenced).
 
+--from <redis> copies the same keys from another Redis, the one serving
+(blue-green from the live cache): pipelined GET + PTTL, written with the
+source's remaining TTL (never longer) and, for a declaration with a
+version_column, the origin version of the key's version record there, so the
+target's leader never replaces a copy with an older row. Keys the source does
+not hold, and foreign ones (another type, no TTL, too large: skipped and
+counted), are loaded from the origin; --from-only never reads the origin (no
+source is opened for loading) and counts them failed. When the access log
+cannot be read, the keys are selected by a SCAN of the source.
+
 --ranking chooses where the top keys come from: "auto" (the default) reads the
 ranking the leader stores every access_log.rank_interval only when it holds
 keys, covers the window and top_n, and was computed after the newest closed
@@ -63,7 +76,8 @@ sentinels, over keys wanted) reached --min-coverage; 3 when it did not (also whe
 --timeout cut the run short); 1 on an error (Redis or a source unreachable, the
 access log unreadable); 2 for a bad config or flag.`,
 		Example: `  hearth prewarm --config config.yaml --redis redis://green-redis:6379/0
-  hearth prewarm -c config.yaml --top 50000 --min-coverage 0.95 --timeout 5m`,
+  hearth prewarm -c config.yaml --top 50000 --min-coverage 0.95 --timeout 5m
+  hearth prewarm -c config.yaml --redis redis://green:6379/0 --from redis://blue:6379/0 --from-only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch ranking {
@@ -87,7 +101,10 @@ access log unreadable); 2 for a bad config or flag.`,
 			if timeout < 0 {
 				return fail(exitConfig, fmt.Errorf("--timeout must be >= 0 (got %s)", timeout))
 			}
-			return prewarmOnce(cmd.Context(), g, cfg, redisURL, minCoverage, timeout, overwrite, ranking)
+			if fromOnly && fromURL == "" {
+				return fail(exitConfig, errors.New("--from-only needs --from"))
+			}
+			return prewarmOnce(cmd.Context(), g, cfg, redisURL, minCoverage, timeout, overwrite, ranking, fromURL, fromOnly)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
@@ -97,6 +114,8 @@ access log unreadable); 2 for a bad config or flag.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: no limit); what was loaded stays loaded")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace values already present (default: fill absent keys only)")
 	cmd.Flags().StringVar(&ranking, "ranking", accesslog.ModeAuto, "where the top keys come from: auto (the stored ranking when fresh, else live), live, or stored (exit 1 when it is not fresh)")
+	cmd.Flags().StringVar(&fromURL, "from", "", "copy the wanted keys from this Redis (the one serving; as --redis takes) with their remaining TTLs and version records; keys it lacks are loaded from the origin")
+	cmd.Flags().BoolVar(&fromOnly, "from-only", false, "with --from: never load from the origin (no source is opened for loading); keys the source lacks are not loaded")
 	_ = cmd.RegisterFlagCompletionFunc("ranking", cobra.FixedCompletions([]string{accesslog.ModeAuto, accesslog.ModeLive, accesslog.ModeStored}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
@@ -106,7 +125,7 @@ const prewarmGCPercent = 400
 
 // prewarmOnce is `hearth prewarm`: connect, pre-warm, print the summary, map
 // the coverage to the exit code.
-func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration, overwrite bool, ranking string) error {
+func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration, overwrite bool, ranking, fromURL string, fromOnly bool) error {
 	log := newLogger(g.stderr, cfg.Log)
 	if os.Getenv("GOGC") == "" {
 		// A one-shot pre-warm keeps little alive (the batches in flight and
@@ -123,7 +142,22 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 	if err := daemon.PingRedis(ctx, rdb, target); err != nil {
 		return fail(exitFail, err)
 	}
-	pw, err := daemon.OpenPrewarm(ctx, cfg, rdb, overwrite, log)
+	var from redis.UniversalClient
+	fromName := ""
+	if fromURL != "" {
+		from, fromName, err = daemon.RedisURLFlag(cfg.Redis, fromURL, "--from")
+		if err != nil {
+			return fail(exitConfig, err)
+		}
+		defer from.Close()
+		if fromName == target {
+			return fail(exitConfig, fmt.Errorf("--from %s: names the Redis being warmed", fromName))
+		}
+		if err := daemon.PingRedis(ctx, from, fromName); err != nil {
+			return fail(exitFail, fmt.Errorf("--from: %w", err))
+		}
+	}
+	pw, err := daemon.OpenPrewarmFrom(ctx, cfg, rdb, overwrite, from, fromOnly, log)
 	if err != nil {
 		return fail(exitFail, err)
 	}
@@ -141,7 +175,7 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 	progress := newProgress(g.stderr, log)
 	rep, err := pw.Run(runCtx, progress.update)
 	progress.finish()
-	printSummary(g.stdout, target, rep, pw.Ranking(), minCoverage, pw.Fence(), overwrite)
+	printSummary(g.stdout, target, fromName, rep, pw.Ranking(), minCoverage, pw.Fence(), overwrite)
 
 	timedOut := timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	if err != nil && !timedOut {
@@ -224,7 +258,7 @@ func (p *progress) finish() {
 	}
 }
 
-func printSummary(w io.Writer, target string, r warmer.PrewarmReport, rk accesslog.Ranking, minCoverage float64, fence warmer.PrewarmFence, overwrite bool) {
+func printSummary(w io.Writer, target, from string, r warmer.PrewarmReport, rk accesslog.Ranking, minCoverage float64, fence warmer.PrewarmFence, overwrite bool) {
 	reasons := make([]string, 0, len(r.Skipped))
 	for k, n := range r.Skipped {
 		if n > 0 {
@@ -248,11 +282,28 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, rk accessl
 		mode += fmt.Sprintf(", fenced by epoch %d (no leader now)", fence.Epoch)
 	}
 	fmt.Fprintf(w, "  mode                  %s\n", mode)
-	fmt.Fprintf(w, "  access-log keys read  %d\n", r.Candidates)
+	if r.SourceScanned {
+		fmt.Fprintf(w, "  source keys scanned   %d\n", r.Candidates)
+	} else {
+		fmt.Fprintf(w, "  access-log keys read  %d\n", r.Candidates)
+	}
 	fmt.Fprintf(w, "  ranking               %s\n", rk.String())
+	if r.SourceScanned {
+		fmt.Fprintf(w, "  selection             scan of the source (the access log could not be read)\n")
+	}
 	fmt.Fprintf(w, "  wanted                %d\n", r.Wanted)
 	fmt.Fprintf(w, "  written               %d\n", r.Written)
 	fmt.Fprintf(w, "  negative              %d\n", r.Negative)
+	if r.Copy {
+		fmt.Fprintf(w, "  copied from           %s\n", from)
+		fmt.Fprintf(w, "  copied                %d (with version record %d)\n", r.Copied, r.RecordsCopied)
+		fmt.Fprintf(w, "  loaded from origin    %d\n", r.FromOrigin)
+		src := fmt.Sprint(r.SourceMissing)
+		if reasons := countList(r.SourceSkipped); reasons != "" {
+			src += " (skipped " + reasons + ")"
+		}
+		fmt.Fprintf(w, "  not in source         %s\n", src)
+	}
 	fmt.Fprintf(w, "  already present       %d\n", r.Present)
 	if r.Fenced > 0 {
 		fmt.Fprintf(w, "  failed                %d (fenced %d)\n", r.Failed, r.Fenced)
@@ -266,6 +317,18 @@ func printSummary(w io.Writer, target string, r warmer.PrewarmReport, rk accessl
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error                 %s\n", r.Error)
 	}
+}
+
+// countList is "a 1, b 2" of the non-zero counts, sorted.
+func countList(m map[string]int) string {
+	var out []string
+	for k, n := range m {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.3f%%", 100*f) }
