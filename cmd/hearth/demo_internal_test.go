@@ -31,6 +31,7 @@ func summaryRow(t *testing.T, out, name string) (without, with int64) {
 var liveLine = regexp.MustCompile(`(?m)^ +\d+s +\d+ +\d+ +\d+ `)
 
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	t.Run("stampede without Hearth, no miss with it", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		code := run(t.Context(), []string{"demo", "--duration", "4s", "--ttl", "3s", "--readers", "8", "--keys", "10", "--origin-latency", "20ms"}, &stdout, &stderr)

@@ -35,6 +35,7 @@ func writeConfig(t *testing.T, body string) string {
 // be missing at any moment after ready, and every TTL stays within its jittered
 // bounds.
 func TestKeysStayWarm(t *testing.T) {
+	t.Parallel()
 	rd := testenv.Redis(t)
 	pg := testenv.Postgres(t)
 	ctx := context.Background()

@@ -23,6 +23,7 @@ import (
 // reach Redis by notification (the schedule's interval is 30 s, far longer
 // than the test waits).
 func TestFreshnessAsANewUser(t *testing.T) {
+	t.Parallel()
 	rd := testenv.Redis(t)
 	pg := testenv.Postgres(t)
 	ctx := context.Background()

@@ -43,6 +43,7 @@ const (
 // start-up load: its horizon must reach this instance's own next write of
 // each batch, and cover the batches the old leader skipped.
 func TestHandoverNoGap(t *testing.T) {
+	t.Parallel()
 	rd := testenv.Redis(t)
 	pg := testenv.Postgres(t)
 	ctx := context.Background()

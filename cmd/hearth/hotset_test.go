@@ -22,6 +22,7 @@ import (
 // and lets the old ones expire. The standby never ranks. A separate client
 // watches Redis.
 func TestHotSetFollowsTrafficOnTheLeader(t *testing.T) {
+	t.Parallel()
 	rd := testenv.Redis(t)
 	pg := testenv.Postgres(t)
 	ctx := context.Background()

@@ -114,6 +114,7 @@ func (d *notifyDaemon) cpu() time.Duration { return e2e.CPUTime(d.t, d.proc.Cmd.
 // a full one and skipped the spacing); now full refreshes stay 10 s apart:
 // the opening one, then one for the whole flood.
 func TestNotifyFloodIDsThenAll(t *testing.T) {
+	t.Parallel()
 	d := startNotifyDaemon(t, "100")
 	opened := time.Now() // the opening full refresh ran before this
 	before := d.notified()
@@ -147,6 +148,7 @@ func TestNotifyFloodIDsThenAll(t *testing.T) {
 // second); now it is loaded at most MemberBurst (3) times at once, then once
 // a second, and every load stays within the source's rate.
 func TestNotifyFloodOneMember(t *testing.T) {
+	t.Parallel()
 	const rate = 20.0
 	d := startNotifyDaemon(t, "20")
 	loads0 := d.loadsOf1()
@@ -209,6 +211,7 @@ func commandCalls(t *testing.T, rdb *redis.Client, cmds ...string) map[string]in
 // INFO and EVALSHA than in as long a quiet spell, and a real FLUSHDB
 // afterwards is still seen by push and re-warmed.
 func TestMarkerLookalikeFlood(t *testing.T) {
+	t.Parallel()
 	srv := testenv.PrivateRedis(t)
 	rdb := srv.Client(t)
 	pg := testenv.Postgres(t)

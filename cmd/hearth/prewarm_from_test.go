@@ -195,6 +195,7 @@ func (b *blueGreen) checkCopied(t *testing.T, keys []string) {
 // records travel: green's first leader cannot replace a copied version 50
 // with the origin's version 10.
 func TestPrewarmFromOnlyOriginDown(t *testing.T) {
+	t.Parallel()
 	b := newBlueGreen(t)
 	ctx := context.Background()
 	down := b.config(t, b.closedDSN(t))
@@ -239,6 +240,7 @@ func TestPrewarmFromOnlyOriginDown(t *testing.T) {
 // TestPrewarmFromMixed: keys blue lacks are loaded from the origin, counted
 // apart from the copied; the copied ones are blue's values, not the origin's.
 func TestPrewarmFromMixed(t *testing.T) {
+	t.Parallel()
 	b := newBlueGreen(t)
 	ctx := context.Background()
 	if err := b.blue.Del(ctx, b.itemKeys[10:]...).Err(); err != nil {
@@ -267,6 +269,7 @@ func TestPrewarmFromMixed(t *testing.T) {
 // and an undeclared one are never copied; the first two are counted by
 // reason and, with --from-only, fail the coverage (exit 3).
 func TestPrewarmFromForeign(t *testing.T) {
+	t.Parallel()
 	b := newBlueGreen(t)
 	ctx := context.Background()
 	b.blue.Del(ctx, b.itemKeys[2])
@@ -298,6 +301,7 @@ func TestPrewarmFromForeign(t *testing.T) {
 // that fails the member rules is skipped and counted, an undeclared one is
 // never looked at.
 func TestPrewarmFromScanWithoutAccessLog(t *testing.T) {
+	t.Parallel()
 	b := newBlueGreen(t)
 	ctx := context.Background()
 	b.blue.Set(ctx, "bg:item:x1", "planted", time.Hour) // fails param_pattern
@@ -342,6 +346,7 @@ func (b *blueGreen) greenItems(t *testing.T) int {
 // its fence refuses every later write of the copy, counted as fenced, exit 3;
 // what was written before stays, and nothing lands after.
 func TestPrewarmFromFencedMidCopy(t *testing.T) {
+	t.Parallel()
 	b := newBlueGreen(t)
 	b.slow = true
 	ctx := context.Background()
@@ -378,6 +383,7 @@ func TestPrewarmFromFencedMidCopy(t *testing.T) {
 // TestPrewarmFromSourceDies: blue dies mid-copy: the run ends with exit 3
 // and the error named, and what was copied stays in green.
 func TestPrewarmFromSourceDies(t *testing.T) {
+	t.Parallel()
 	b := newBlueGreen(t)
 	b.slow = true
 	p := e2e.Start(t, []string{"prewarm", "--config", b.config(t, b.closedDSN(t)), "--redis", b.greenURL, "--from", b.blueURL, "--from-only", "--top", "100"})
@@ -404,6 +410,7 @@ func TestPrewarmFromSourceDies(t *testing.T) {
 // key with its record from the masters that hold them, and, with the access
 // log down too, finds them by a SCAN of every master.
 func TestPrewarmFromCluster(t *testing.T) {
+	t.Parallel()
 	b := newBlueGreen(t)
 	cl := testenv.RedisCluster(t)
 	cc := cl.Client(t)

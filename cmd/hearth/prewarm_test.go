@@ -148,6 +148,7 @@ func seq(from, to int) []int {
 // TestPrewarmCommand runs `hearth prewarm` against an empty second Redis
 // database, as before a blue-green cutover.
 func TestPrewarmCommand(t *testing.T) {
+	t.Parallel()
 	green := testenv.PrivateRedis(t)
 	const db = 1
 	target := fmt.Sprintf("redis://%s/%d", green.Addr, db)
@@ -470,6 +471,7 @@ keys:
 // its coverage counts the new keys; --ranking stored refuses such a ranking
 // (exit 1, naming why); a fresh one is read as stored.
 func TestPrewarmRankingFreshness(t *testing.T) {
+	t.Parallel()
 	green := testenv.PrivateRedis(t)
 	gc := green.Client(t)
 	ctx := context.Background()

@@ -148,6 +148,7 @@ var fieldNamed = regexp.MustCompile(`config\.yaml(:[0-9]+)?: [a-z_]+(\[[^\]]*\])
 // present (an outside client polls them all) and exits within 2s of SIGTERM.
 // A fixed seed and a random one (logged) run; HEARTH_PROPERTY_SEED replays one.
 func TestPropertyEdgeConfigs(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{propSeed}
 	if s := os.Getenv("HEARTH_PROPERTY_SEED"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)

@@ -57,6 +57,7 @@ func get(t *testing.T, u string) string {
 // every failure mode it can be driven into, and greps everything it printed,
 // /metrics and /readyz for the secrets.
 func TestSecretsNeverLeak(t *testing.T) {
+	t.Parallel()
 	rs := testenv.PrivateRedis(t)
 	if err := rs.Client(t).ConfigSet(context.Background(), "requirepass", redisSecret).Err(); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 // ever goes back to an older one, and at the end one instance leads and the
 // other writes nothing.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
 	const members = 1000
 	s := testenv.RedisSentinel(t)
 	pg := heldItems(t, members)

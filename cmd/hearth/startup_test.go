@@ -110,6 +110,7 @@ func boundaryAfter(t time.Time, name string, interval time.Duration) time.Time {
 // after the release of the load, and that no single origin request is held
 // near the load timeout (each is held at most about 2s of 4s).
 func TestStartupLoadSlowFirstBatchNoGap(t *testing.T) {
+	t.Parallel()
 	const (
 		name     = "slowload"
 		interval = 6 * time.Second

@@ -36,6 +36,7 @@ import (
 //
 // Each is counted in hearth_version_repairs_total and logged naming the key.
 func TestVersionedValuesRepairedE2E(t *testing.T) {
+	t.Parallel()
 	rd := testenv.Redis(t)
 	pg := testenv.Postgres(t)
 	ctx := context.Background()
