@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -214,5 +215,61 @@ keys:
 	two := strings.Replace(one, "ttl: 4s,", "ttl: 4s, batch_size: 1,", 1)
 	if _, err := config.Parse("two.yaml", []byte("refresh: {spread: 0.5, load_timeout: 1s, jitter: 0.2}\n"+two)); err != nil {
 		t.Errorf("a two-batch family inside the rule was refused: %v", err)
+	}
+}
+
+// A source's rate bound is part of the timing: the warmer never plans two
+// batches closer than the rate admits, so a rate too low for the loads its
+// declarations schedule let every key expire while the origin was healthy
+// (rate 0.05 with a family listed by a query, interval 4s: every poll found
+// keys missing for 45 s). It is refused, naming the rate and the loads.
+func TestRateTiming(t *testing.T) {
+	const base = `sources:
+  - {name: db, type: postgres, dsn: "postgres://u@127.0.0.1/test", rate: RATE}
+keys:
+  - {name: p, key: "p:{id}", source: db, ttl: 20s, interval: 4s, members_query: "SELECT id FROM t", query: "SELECT id, v FROM t WHERE id = ANY($1)"}
+  - {name: q, key: "q:{id}", source: db, ttl: 20s, interval: 4s, batch_size: 10, members: [MEMBERS], query: "SELECT id, v FROM t WHERE id = ANY($1)"}
+`
+	var members []string
+	for i := range 40 {
+		members = append(members, fmt.Sprintf(`"%d"`, i))
+	}
+	cfg := strings.Replace(base, "MEMBERS", strings.Join(members, ", "), 1)
+	for _, tc := range []struct {
+		rate, want string
+	}{
+		// p: 2 calls / 4s, q: 4 batches / 4s = 1.5 calls/s, planned at 80%.
+		// (q's own timing fails too: 4 batches 25s apart.)
+		{"0.05", "x.yaml: sources[db].rate: 0.05 calls/s cannot carry the scheduled loads of its declarations (keys[p] at least 1 batch + members_query every 4s: 0.5 calls/s, planned at 80% of the rate): keys would expire while the origin is healthy; raise rate to at least 0.625"},
+		{"1.8", "sources[db].rate: 1.8 calls/s cannot carry the scheduled loads of its declarations (keys[p] at least 1 batch + members_query every 4s, keys[q] 4 loads every 4s: 1.5 calls/s"},
+		{"1.875", ""},
+		{"0", ""}, // unlimited
+	} {
+		_, err := config.Parse("x.yaml", []byte(strings.Replace(cfg, "RATE", tc.rate, 1)))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("rate %s: refused: %v", tc.rate, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("rate %s: err = %v, want %q", tc.rate, err, tc.want)
+		}
+	}
+	// Within the rate as a whole, a listed family's run is still stretched
+	// by it: 4 batches 1.25s apart (rate 1, 80%) take 3.75s of a 4s
+	// interval, more than the spread, and a 9s ttl no longer outlives the
+	// longest gap between two writes.
+	one := `sources:
+  - {name: db, type: postgres, dsn: "postgres://u@127.0.0.1/test", rate: 2}
+keys:
+  - {name: q, key: "q:{id}", source: db, ttl: TTL, jitter: 0, interval: 4s, batch_size: 10, members: [MEMBERS], query: "SELECT id, v FROM t WHERE id = ANY($1)"}
+`
+	one = strings.Replace(one, "MEMBERS", strings.Join(members, ", "), 1)
+	// rate 2 → gap 626ms, pace 1.878s > spread 0.5 × 4s × 3/4 = 1.5s:
+	// run = 1.878 + 5 + 0.05 = 6.928s, skips 1 tick: gap 8s + 6.925s.
+	_, err := config.Parse("x.yaml", []byte(strings.Replace(one, "TTL", "14.5s", 1)))
+	if want := "keys[q].ttl: smallest jittered ttl 14.5s is not longer than 2 × interval 4s (a run of up to 6.928s skips 1 ticks) + spread 1.878s"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("listed family against its rate: err = %v, want %q", err, want)
+	}
+	if _, err := config.Parse("x.yaml", []byte(strings.Replace(one, "TTL", "15s", 1))); err != nil {
+		t.Errorf("listed family inside the rule: %v", err)
 	}
 }

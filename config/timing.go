@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/hearth-dev/hearth/warmer"
@@ -78,19 +80,9 @@ func (t Timing) Margin() time.Duration { return t.MinTTL - t.Gap }
 // is still within Gap of t: an out-of-phase write only ever pushes an expiry
 // later, never the next scheduled write. So a key written once stays alive
 // while MinTTL > Gap, whatever mix of writes it gets.
-func refreshTiming(s *warmer.Spec, k Key, spread float64) Timing {
+func refreshTiming(s *warmer.Spec, k Key, spread, rate float64) Timing {
 	t := Timing{MinTTL: s.MinTTL()}
-	n := 1 // batches, 0 when a query lists the members (how many is unknown)
-	if s.Template.IsFamily() {
-		n = 0
-		members := len(k.Members)
-		if s.HotSet != nil {
-			members += s.HotSet.Limit() // the hot set holds at most this many more
-		}
-		if k.MembersQuery == "" && (k.MembersFrom == nil || s.HotSet != nil) && s.BatchSize > 0 {
-			n = max(1, (members+s.BatchSize-1)/s.BatchSize)
-		}
-	}
+	n := runBatches(s, k)
 	if n == 1 {
 		t.Gap = s.Interval + s.LoadTimeout + writeSlack
 		t.Terms = fmt.Sprintf("interval %s + load_timeout %s + slack %s", s.Interval, s.LoadTimeout, writeSlack)
@@ -99,6 +91,11 @@ func refreshTiming(s *warmer.Spec, k Key, spread float64) Timing {
 	pace := time.Duration(float64(s.Interval) * spread)
 	if n > 1 {
 		pace = pace / time.Duration(n) * time.Duration(n-1)
+		// The warmer never plans batches closer than the source's rate
+		// admits (warmer.paceGap), so a low rate stretches the run.
+		if g := rateGap(rate); g > 0 {
+			pace = max(pace, g*time.Duration(n-1))
+		}
 	}
 	run := pace + s.LoadTimeout + writeSlack
 	skipped := run / s.Interval
@@ -111,6 +108,34 @@ func refreshTiming(s *warmer.Spec, k Key, spread float64) Timing {
 	return t
 }
 
+// runBatches is how many batched loads one run of a declaration makes: 1 for
+// a single key, 0 when a query lists the members (how many is unknown).
+func runBatches(s *warmer.Spec, k Key) int {
+	if !s.Template.IsFamily() {
+		return 1
+	}
+	members := len(k.Members)
+	if s.HotSet != nil {
+		members += s.HotSet.Limit() // the hot set holds at most this many more
+	}
+	if k.MembersQuery == "" && (k.MembersFrom == nil || s.HotSet != nil) && s.BatchSize > 0 {
+		return max(1, (members+s.BatchSize-1)/s.BatchSize)
+	}
+	return 0
+}
+
+// rateGap is the least time the warmer plans between two batches of a run
+// against a source bounded to rate calls per second (0: none).
+func rateGap(rate float64) time.Duration {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return 0
+	}
+	// Rounded up to a millisecond, for readable messages; the difference
+	// from the warmer's own figure is within writeSlack.
+	g := time.Duration(float64(time.Second) / (rate * warmer.RateHeadroom))
+	return g.Truncate(time.Millisecond) + time.Millisecond
+}
+
 // checkTiming reports a declaration whose keys could expire between two
 // writes (see refreshTiming).
 func checkTiming(t Timing, ttl time.Duration, jitter float64) (Problem, bool) {
@@ -120,4 +145,59 @@ func checkTiming(t Timing, ttl time.Duration, jitter float64) (Problem, bool) {
 	return Problem{Path: "ttl", Msg: fmt.Sprintf(
 		"smallest jittered ttl %s is not longer than %s = %s: a key could expire between two refreshes (ttl %s, jitter %g); lengthen the ttl or shorten the interval",
 		t.MinTTL.Round(time.Millisecond), t.Terms, t.Gap, ttl, jitter)}, true
+}
+
+// sourceRate is the calls per second the named source admits, its default
+// applied (0: no bound, or no such source).
+func (cfg *Config) sourceRate(name string) float64 {
+	for _, src := range cfg.Sources {
+		if src.Name == name {
+			return src.Protection.resolved().Rate
+		}
+	}
+	return 0
+}
+
+// validateRates refuses a source whose rate bound cannot carry the scheduled
+// loads of the declarations it serves: the warmer paces every run to the
+// rate (with warmer.RateHeadroom), so a run that needs more calls than an
+// interval admits falls further behind at every tick, and keys expire while
+// the origin is healthy. Each run makes its batches (one at least, when a
+// query lists the members) plus the listing query itself.
+func (cfg *Config) validateRates(c *checker, specs []*warmer.Spec) {
+	for _, src := range cfg.Sources {
+		rate := src.Protection.resolved().Rate
+		if !(rate > 0) || math.IsInf(rate, 0) || math.IsNaN(rate) {
+			continue
+		}
+		var (
+			need  float64
+			terms []string
+		)
+		for i, s := range specs {
+			if s == nil || s.Source != src.Name || s.Interval <= 0 {
+				continue
+			}
+			k := cfg.Keys[i]
+			calls := runBatches(s, k)
+			what := fmt.Sprintf("%d loads", calls)
+			switch {
+			case calls == 0:
+				calls, what = 1, "at least 1 batch"
+			case calls == 1:
+				what = "1 load"
+			}
+			if k.MembersQuery != "" {
+				calls++
+				what += " + members_query"
+			}
+			need += float64(calls) / s.Interval.Seconds()
+			terms = append(terms, fmt.Sprintf("keys[%s] %s every %s", k.Name, what, s.Interval))
+		}
+		if need <= rate*warmer.RateHeadroom || !nameRe.MatchString(src.Name) {
+			continue // fits, or the source has a problem of its own
+		}
+		c.add("sources["+src.Name+"].rate", "%g calls/s cannot carry the scheduled loads of its declarations (%s: %.3g calls/s, planned at %g%% of the rate): keys would expire while the origin is healthy; raise rate to at least %.3g, or batch_size or the intervals",
+			rate, strings.Join(terms, ", "), need, warmer.RateHeadroom*100, need/warmer.RateHeadroom)
+	}
 }

@@ -102,6 +102,7 @@ func (cfg *Config) Validate() error {
 	}
 	types := cfg.validateSources(c)
 	perKey := cfg.validateKeys(c, types)
+	cfg.validateRates(c, perKey)
 	lease := cfg.leaseTiming(perKey)
 	cfg.validateLeader(c, lease)
 	cfg.validatePrewarm(c, types)
@@ -402,7 +403,7 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 		s.HotSet = cfg.hotSet(k.MembersFrom, s, add)
 	}
 	if timeable(s, r.Spread) {
-		if p, bad := checkTiming(refreshTiming(s, k, r.Spread), k.TTL, s.Jitter); bad {
+		if p, bad := checkTiming(refreshTiming(s, k, r.Spread, cfg.sourceRate(k.Source)), k.TTL, s.Jitter); bad {
 			ps = append(ps, p)
 		}
 	}
