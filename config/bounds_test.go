@@ -159,6 +159,41 @@ func TestBareNumbersRefused(t *testing.T) {
 	})
 }
 
+// TestWholeNumbers: the weakly typed decoder truncated a fraction in a
+// whole-number field (batch_size: 1.5 ran as 1, max_concurrent_loads: 0.9
+// was refused as "got 0") and read true as 1, where the same values from the
+// environment were refused. Both are refused, naming the field and the value.
+func TestWholeNumbers(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"refresh: {batch_size: 1.5}", "refresh.batch_size: must be a whole number (got 1.5)"},
+		{"refresh: {max_concurrent_loads: 0.9}", "refresh.max_concurrent_loads: must be a whole number (got 0.9)"},
+		{"refresh: {batch_size: true}", "refresh.batch_size: must be a whole number (got true)"},
+		{"redis: {db: 1e-9}", "redis.db: must be a whole number (got 1e-09)"},
+		{"prewarm: {top_n: .inf}", "prewarm.top_n: must be a whole number (got +Inf)"},
+		{"prewarm: {rate: true}", "prewarm.rate: must be a number (got true)"},
+	} {
+		_, err := config.Parse("whole.yaml", []byte(tc.yaml+"\n"+base))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	t.Run("in a list item, by name and line", func(t *testing.T) {
+		_, err := config.Parse("whole.yaml", []byte(strings.Replace(base, "    ttl: 60s\n", "    ttl: 60s\n    batch_size: 2.5\n", 1)))
+		if want := "whole.yaml:11: keys[p].batch_size: must be a whole number (got 2.5)"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
+	})
+	t.Run("whole values in any spelling pass", func(t *testing.T) {
+		cfg, err := config.Parse("whole.yaml", []byte("refresh: {batch_size: 1e3, max_concurrent_loads: \"4\"}\nprewarm: {rate: 2.5}\n"+base))
+		if err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		if cfg.Refresh.BatchSize != 1000 || cfg.Refresh.MaxConcurrentLoads != 4 {
+			t.Errorf("batch_size %d, max_concurrent_loads %d, want 1000 and 4", cfg.Refresh.BatchSize, cfg.Refresh.MaxConcurrentLoads)
+		}
+	})
+}
+
 // TestEdgeDurations: the values that used to pass validation and then spin a
 // loop or switch a timeout off are each refused with their field.
 func TestEdgeDurations(t *testing.T) {

@@ -93,6 +93,7 @@ func decode(name string, data []byte) (*Config, error) {
 	hook := mapstructure.ComposeDecodeHookFunc(
 		expandHook(&expandErrs),
 		unitHook,
+		numberHook,
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 	)
@@ -140,6 +141,35 @@ func unitHook(from, to reflect.Type, data any) (any, error) {
 		suggest = "1s"
 	}
 	return nil, fmt.Errorf("%s, e.g. %q (got %v)", errNoUnit, suggest, data)
+}
+
+// numberHook refuses what the weakly typed decoder would otherwise turn into
+// a different number without a word: a fraction in a whole-number field
+// (batch_size: 1.5 was 1, max_concurrent_loads: 0.9 was 0 and then refused
+// as "got 0"), and a boolean in any number field (true was 1). The same
+// values from the environment were refused already, as strings.
+func numberHook(from, to reflect.Type, data any) (any, error) {
+	if to == durationType {
+		return data, nil
+	}
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		switch v := data.(type) {
+		case bool:
+			return nil, fmt.Errorf("must be a whole number (got %v)", v)
+		case float32, float64:
+			x := reflect.ValueOf(v).Float()
+			if x != math.Trunc(x) || math.IsInf(x, 0) || math.IsNaN(x) {
+				return nil, fmt.Errorf("must be a whole number (got %v)", v)
+			}
+		}
+	case reflect.Float32, reflect.Float64:
+		if v, ok := data.(bool); ok {
+			return nil, fmt.Errorf("must be a number (got %v)", v)
+		}
+	}
+	return data, nil
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
