@@ -308,3 +308,36 @@ keys:
 		t.Errorf("listed family inside the rule: %v", err)
 	}
 }
+
+// TestSlotWarnings: load slots too few for the loads the declarations
+// schedule, each taking up to its load_timeout, are named with the field and
+// the least that fits (10 single keys of up to 2s every 3s on one load slot
+// had keys missing in 286 of 417 polls, with no word in the log).
+func TestSlotWarnings(t *testing.T) {
+	var keys strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&keys, "  - {name: s%d, key: \"s:%d\", source: db, ttl: 14s, interval: 3s, query: \"SELECT 1\"}\n", i, i)
+	}
+	cfgText := func(extra string) string {
+		return "refresh: {load_timeout: 2s, max_concurrent_loads: SLOTS}\nsources:\n  - {name: db, type: postgres, dsn: \"postgres://u@127.0.0.1/test\"" + extra + "}\nkeys:\n" + keys.String()
+	}
+	warnings := func(t *testing.T, text string) []string {
+		t.Helper()
+		cfg, err := config.Parse("w.yaml", []byte(text))
+		if err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		return cfg.Warnings()
+	}
+	got := warnings(t, strings.Replace(cfgText(", max_in_flight: 7"), "SLOTS", "1", 1))
+	if want := "refresh.max_concurrent_loads: 1 loads at a time cannot carry the scheduled loads of the declarations if each takes up to its load_timeout (keys[s0] 1 load of up to 2s every 3s, keys[s1] 1 load of up to 2s every 3s, keys[s2] 1 load of up to 2s every 3s, keys[s3] 1 load of up to 2s every 3s and 6 more: 6.67 loads in flight on average)"; len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Errorf("one load slot: warnings %q, want one starting %q", got, want)
+	}
+	got = warnings(t, strings.Replace(cfgText(", max_in_flight: 1"), "SLOTS", "8", 1))
+	if want := "sources[db].max_in_flight: 1 calls in flight cannot carry"; len(got) != 1 || !strings.HasPrefix(got[0], want) || !strings.Contains(got[0], "raise max_in_flight to at least 7") {
+		t.Errorf("one call slot: warnings %q, want one starting %q", got, want)
+	}
+	if got := warnings(t, strings.Replace(cfgText(", max_in_flight: 7"), "SLOTS", "7", 1)); len(got) != 0 {
+		t.Errorf("enough slots: warnings %q", got)
+	}
+}
