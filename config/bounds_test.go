@@ -341,3 +341,28 @@ func TestSlotWarnings(t *testing.T) {
 		t.Errorf("enough slots: warnings %q", got)
 	}
 }
+
+// TestDurationMessages: a duration the decoder cannot read is named with its
+// value (the decoder's own message was "unknown unit" for "1s ", and
+// `invalid duration "` for " 1s"), and true is not read as 1ns.
+func TestDurationMessages(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{`leader: {retry_period: "1s "}`, `leader.retry_period: invalid duration "1s " (write it like 500ms, 30s or 5m)`},
+		{`leader: {retry_period: " 1s"}`, `leader.retry_period: invalid duration " 1s" (write it like 500ms, 30s or 5m)`},
+		{`leader: {retry_period: "0x10s"}`, `leader.retry_period: invalid duration "0x10s"`},
+		{`leader: {retry_period: "1e3s"}`, `leader.retry_period: invalid duration "1e3s"`},
+		{`leader: {retry_period: true}`, `leader.retry_period: must be a duration with a unit, e.g. "1s" (got true)`},
+	} {
+		_, err := config.Parse("d.yaml", []byte(tc.yaml+"\n"+base))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	t.Run("from the environment", func(t *testing.T) {
+		t.Setenv("HEARTH_LEADER_RETRY_PERIOD", "1s ")
+		_, err := config.Parse("env.yaml", []byte(base))
+		if want := `leader.retry_period: invalid duration "1s " (write it like 500ms, 30s or 5m) (from environment variable HEARTH_LEADER_RETRY_PERIOD)`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
+	})
+}

@@ -94,7 +94,7 @@ func decode(name string, data []byte) (*Config, error) {
 		expandHook(&expandErrs),
 		unitHook,
 		numberHook,
-		mapstructure.StringToTimeDurationHookFunc(),
+		durationHook,
 		mapstructure.StringToSliceHookFunc(","),
 	)
 	if err := v.UnmarshalExact(&cfg, viper.DecodeHook(hook)); err != nil {
@@ -141,6 +141,27 @@ func unitHook(from, to reflect.Type, data any) (any, error) {
 		suggest = "1s"
 	}
 	return nil, fmt.Errorf("%s, e.g. %q (got %v)", errNoUnit, suggest, data)
+}
+
+// durationHook parses a duration written with a unit, naming the value when
+// it is not one: the decoder's own hook says only "unknown unit" or
+// `invalid duration "`, without the value ("1s ", "0x10s", "1e3s"). A
+// boolean is refused too (the decoder read true as 1ns).
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != durationType {
+		return data, nil
+	}
+	switch v := data.(type) {
+	case bool:
+		return nil, fmt.Errorf("must be a duration with a unit, e.g. \"1s\" (got %v)", v)
+	case string:
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("invalid duration %q (write it like 500ms, 30s or 5m)", v)
+		}
+		return d, nil
+	}
+	return data, nil
 }
 
 // numberHook refuses what the weakly typed decoder would otherwise turn into
@@ -216,9 +237,6 @@ func decodeProblems(err error) []Problem {
 		}
 		if m := fieldErr.FindStringSubmatch(line); m != nil {
 			msg := strings.TrimPrefix(m[2], "time: ")
-			if msg == "invalid duration" {
-				msg = "invalid duration (write it like 500ms, 30s or 5m)"
-			}
 			out = append(out, Problem{Path: m[1], Msg: msg})
 			continue
 		}
