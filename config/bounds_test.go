@@ -366,3 +366,21 @@ func TestDurationMessages(t *testing.T) {
 		}
 	})
 }
+
+// TestRedisAddrRedacted: a Redis URL pasted into redis.addrs is refused, and
+// its password is not printed (it was: `must be host:port (got
+// "redis://:hunter2@127.0.0.1:6379")`).
+func TestRedisAddrRedacted(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"redis://:hunter2@127.0.0.1:6379", `redis.addrs[0]: must be host:port (got "redis://xxxxx@127.0.0.1:6379")`},
+		{"rediss://bob:hunter2@cache:6380/0", `redis.addrs[0]: must be host:port (got "rediss://xxxxx@cache:6380/0")`},
+		{"bob:hunter2@127.0.0.1:6379", `redis.addrs[0]: must be host:port (got "xxxxx@127.0.0.1:6379")`},
+		{"redis://127.0.0.1:6379?password=hunter2", `redis.addrs[0]: must be host:port (got "redis://127.0.0.1:6379?password=xxxxx")`},
+		{"cache", `redis.addrs[0]: must be host:port (got "cache")`},
+	} {
+		_, err := config.Parse("r.yaml", []byte(fmt.Sprintf("redis: {addrs: [%q]}\n", tc.addr)+base))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: err = %v, want %q and no password", tc.addr, err, tc.want)
+		}
+	}
+}
