@@ -384,3 +384,33 @@ func TestRedisAddrRedacted(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvWarnings: a HEARTH_… variable that overrides nothing (a typo, an
+// item of a list) was ignored without a word, the file's value kept; it is
+// named in a warning. The variables of real fields, and the admin token, are
+// not.
+func TestEnvWarnings(t *testing.T) {
+	t.Setenv("HEARTH_KEYS_0_TTL", "1s")
+	t.Setenv("HEARTH_REFRESH_BATCHSIZE", "7")
+	t.Setenv("HEARTH_REFRESH_BATCH_SIZE", "7")
+	t.Setenv("HEARTH_ACCESS_LOG_ROLLUP_INTERVAL", "1m")
+	t.Setenv("HEARTH_ADMIN_TOKEN", "t")
+	cfg, err := config.Parse("env.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named []string
+	for _, w := range cfg.Warnings() {
+		for _, v := range []string{"HEARTH_KEYS_0_TTL", "HEARTH_REFRESH_BATCHSIZE", "HEARTH_REFRESH_BATCH_SIZE", "HEARTH_ACCESS_LOG_ROLLUP_INTERVAL", "HEARTH_ADMIN_TOKEN"} {
+			if strings.HasPrefix(w, "environment variable "+v+" ") {
+				named = append(named, v)
+			}
+		}
+	}
+	if want := []string{"HEARTH_KEYS_0_TTL", "HEARTH_REFRESH_BATCHSIZE"}; !reflect.DeepEqual(named, want) {
+		t.Errorf("warnings name %q, want %q", named, want)
+	}
+	if cfg.Refresh.BatchSize != 7 {
+		t.Errorf("batch_size %d, want 7 from HEARTH_REFRESH_BATCH_SIZE", cfg.Refresh.BatchSize)
+	}
+}

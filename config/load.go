@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -364,4 +365,59 @@ func lookup(n *yaml.Node, name string) (key, value *yaml.Node) {
 		}
 	}
 	return nil, nil
+}
+
+// envOthers are the HEARTH_… variables that set no config field on purpose:
+// the admin API's token, and what the tests and benchmarks read.
+var envOthers = []string{"HEARTH_ADMIN_TOKEN", "HEARTH_TEST_", "HEARTH_BENCH_", "HEARTH_BIN", "HEARTH_PROPERTY_SEED", "HEARTH_UPDATE_DOCS"}
+
+// envFields is every HEARTH_… variable that overrides a field: each field
+// outside the lists sources and keys (whose items cannot be overridden).
+var envFields = func() map[string]bool {
+	m := map[string]bool{}
+	var walk func(t reflect.Type, path string)
+	walk = func(t reflect.Type, path string) {
+		if t.Kind() == reflect.Struct && t != durationType {
+			for i := range t.NumField() {
+				f := t.Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+				switch {
+				case !f.IsExported() || name == "-":
+				case opts == "squash":
+					walk(f.Type, path)
+				default:
+					walk(f.Type, join(path, name))
+				}
+			}
+			return
+		}
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct {
+			return // sources, keys: not from the environment
+		}
+		m[EnvVar(path)] = true
+	}
+	walk(reflect.TypeFor[Config](), "")
+	return m
+}()
+
+// envWarnings names the HEARTH_… variables set in the environment that
+// override nothing: a typo (HEARTH_REFRESH_BATCHSIZE) or an item of a list
+// (HEARTH_KEYS_0_TTL) was ignored without a word, the file's value kept.
+func envWarnings() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix+"_") || envFields[name] {
+			continue
+		}
+		other := false
+		for _, o := range envOthers {
+			other = other || name == o || (strings.HasSuffix(o, "_") && strings.HasPrefix(name, o))
+		}
+		if !other {
+			out = append(out, fmt.Sprintf("environment variable %s overrides no field and is ignored (a list item, such as keys[0].ttl, cannot be set from the environment; names are the field's path in upper case, e.g. HEARTH_REFRESH_BATCH_SIZE)", name))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
