@@ -87,7 +87,7 @@ func (cfg *Config) leaseTiming(specs []*warmer.Spec) LeaseTiming {
 			continue
 		}
 		k := cfg.Keys[i]
-		rt := refreshTiming(s, k, cfg.Refresh.Spread)
+		rt := refreshTiming(s, k, cfg.Refresh.Spread, cfg.sourceRate(s.Source))
 		m := rt.Margin() - s.LoadTimeout - catchUpSlack
 		if t.MarginPath == "" || m < t.Margin {
 			t.Margin = m

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -93,7 +94,8 @@ func decode(name string, data []byte) (*Config, error) {
 	hook := mapstructure.ComposeDecodeHookFunc(
 		expandHook(&expandErrs),
 		unitHook,
-		mapstructure.StringToTimeDurationHookFunc(),
+		numberHook,
+		durationHook,
 		mapstructure.StringToSliceHookFunc(","),
 	)
 	if err := v.UnmarshalExact(&cfg, viper.DecodeHook(hook)); err != nil {
@@ -142,6 +144,56 @@ func unitHook(from, to reflect.Type, data any) (any, error) {
 	return nil, fmt.Errorf("%s, e.g. %q (got %v)", errNoUnit, suggest, data)
 }
 
+// durationHook parses a duration written with a unit, naming the value when
+// it is not one: the decoder's own hook says only "unknown unit" or
+// `invalid duration "`, without the value ("1s ", "0x10s", "1e3s"). A
+// boolean is refused too (the decoder read true as 1ns).
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != durationType {
+		return data, nil
+	}
+	switch v := data.(type) {
+	case bool:
+		return nil, fmt.Errorf("must be a duration with a unit, e.g. \"1s\" (got %v)", v)
+	case string:
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("invalid duration %q (write it like 500ms, 30s or 5m)", v)
+		}
+		return d, nil
+	}
+	return data, nil
+}
+
+// numberHook refuses what the weakly typed decoder would otherwise turn into
+// a different number without a word: a fraction in a whole-number field
+// (batch_size: 1.5 was 1, max_concurrent_loads: 0.9 was 0 and then refused
+// as "got 0"), and a boolean in any number field (true was 1). The same
+// values from the environment were refused already, as strings.
+func numberHook(from, to reflect.Type, data any) (any, error) {
+	if to == durationType {
+		return data, nil
+	}
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		switch v := data.(type) {
+		case bool:
+			return nil, fmt.Errorf("must be a whole number (got %v)", v)
+		case float32, float64:
+			x := reflect.ValueOf(v).Float()
+			if x != math.Trunc(x) || math.IsInf(x, 0) || math.IsNaN(x) {
+				return nil, fmt.Errorf("must be a whole number (got %v)", v)
+			}
+		}
+	case reflect.Float32, reflect.Float64:
+		if v, ok := data.(bool); ok {
+			return nil, fmt.Errorf("must be a number (got %v)", v)
+		}
+	}
+	return data, nil
+}
+
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
 // expandHook replaces ${VAR} and ${VAR:-default} in string values. Only the braced
@@ -186,9 +238,6 @@ func decodeProblems(err error) []Problem {
 		}
 		if m := fieldErr.FindStringSubmatch(line); m != nil {
 			msg := strings.TrimPrefix(m[2], "time: ")
-			if msg == "invalid duration" {
-				msg = "invalid duration (write it like 500ms, 30s or 5m)"
-			}
 			out = append(out, Problem{Path: m[1], Msg: msg})
 			continue
 		}
@@ -316,4 +365,59 @@ func lookup(n *yaml.Node, name string) (key, value *yaml.Node) {
 		}
 	}
 	return nil, nil
+}
+
+// envOthers are the HEARTH_… variables that set no config field on purpose:
+// the admin API's token, and what the tests and benchmarks read.
+var envOthers = []string{"HEARTH_ADMIN_TOKEN", "HEARTH_TEST_", "HEARTH_BENCH_", "HEARTH_BIN", "HEARTH_PROPERTY_SEED", "HEARTH_UPDATE_DOCS"}
+
+// envFields is every HEARTH_… variable that overrides a field: each field
+// outside the lists sources and keys (whose items cannot be overridden).
+var envFields = func() map[string]bool {
+	m := map[string]bool{}
+	var walk func(t reflect.Type, path string)
+	walk = func(t reflect.Type, path string) {
+		if t.Kind() == reflect.Struct && t != durationType {
+			for i := range t.NumField() {
+				f := t.Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+				switch {
+				case !f.IsExported() || name == "-":
+				case opts == "squash":
+					walk(f.Type, path)
+				default:
+					walk(f.Type, join(path, name))
+				}
+			}
+			return
+		}
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct {
+			return // sources, keys: not from the environment
+		}
+		m[EnvVar(path)] = true
+	}
+	walk(reflect.TypeFor[Config](), "")
+	return m
+}()
+
+// envWarnings names the HEARTH_… variables set in the environment that
+// override nothing: a typo (HEARTH_REFRESH_BATCHSIZE) or an item of a list
+// (HEARTH_KEYS_0_TTL) was ignored without a word, the file's value kept.
+func envWarnings() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix+"_") || envFields[name] {
+			continue
+		}
+		other := false
+		for _, o := range envOthers {
+			other = other || name == o || (strings.HasSuffix(o, "_") && strings.HasPrefix(name, o))
+		}
+		if !other {
+			out = append(out, fmt.Sprintf("environment variable %s overrides no field and is ignored (a list item, such as keys[0].ttl, cannot be set from the environment; names are the field's path in upper case, e.g. HEARTH_REFRESH_BATCH_SIZE)", name))
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -111,9 +111,11 @@ func (p Protection) validate(c *checker, path string) {
 // origin's return (a probe every breaker.probe_interval, or the trial call
 // after breaker.open_for, whichever comes first) less often than one of its
 // declarations is refreshed, so that after an outage that declaration's
-// values stay stale for longer than one refresh interval.
+// values stay stale for longer than one refresh interval; and load slots too
+// few for the scheduled loads (slotWarnings); HEARTH_… variables that
+// override nothing (envWarnings).
 func (cfg *Config) Warnings() []string {
-	var out []string
+	out := append(envWarnings(), cfg.slotWarnings()...)
 	for _, src := range cfg.Sources {
 		g := src.Protection.resolved()
 		if g.BreakerFailures == 0 {

@@ -109,6 +109,7 @@ func (cfg *Config) Validate() error {
 	}
 	types := cfg.validateSources(c)
 	perKey := cfg.validateKeys(c, types)
+	cfg.validateRates(c, perKey)
 	lease := cfg.leaseTiming(perKey)
 	cfg.validateLeader(c, lease)
 	cfg.validatePrewarm(c, types)
@@ -127,7 +128,7 @@ func (cfg *Config) validateRedis(c *checker) {
 	}
 	for i, a := range r.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			c.add(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port (got %q)", a)
+			c.add(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port (got %q)", redactAddr(a))
 		}
 	}
 	if r.DB != 0 && len(r.Addrs) > 1 && r.MasterName == "" {
@@ -193,6 +194,25 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 
 // redactURL masks the password and every query value (an api_key=…).
 func redactURL(s string) string { return redact.URL(s) }
+
+// redactAddr masks what may be a password in an address that is not
+// host:port: a Redis URL pasted where an address belongs
+// (redis://:PASSWORD@host:6379), or user:PASSWORD@host:6379, which no URL
+// parser reads as userinfo. Everything before the last '@' goes, the scheme
+// excepted, and the rest is masked as a URL.
+func redactAddr(a string) string {
+	scheme, rest := "", a
+	if i := strings.Index(a, "://"); i >= 0 {
+		scheme, rest = a[:i+3], a[i+3:]
+	}
+	user := ""
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		user, rest = "xxxxx@", rest[at+1:]
+	}
+	// As a URL's host and what follows, so that a query's values are masked
+	// too; a bare host:port parses only with a scheme in front.
+	return scheme + user + strings.TrimPrefix(redactURL("x://"+rest), "x://")
+}
 
 // validateKeys checks every declaration and returns the specs it built, one
 // per key, nil where a key has problems.
@@ -409,7 +429,7 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 		s.HotSet = cfg.hotSet(k.MembersFrom, s, add)
 	}
 	if timeable(s, r.Spread) {
-		if p, bad := checkTiming(refreshTiming(s, k, r.Spread), k.TTL, s.Jitter); bad {
+		if p, bad := checkTiming(refreshTiming(s, k, r.Spread, cfg.sourceRate(k.Source)), k.TTL, s.Jitter); bad {
 			ps = append(ps, p)
 		}
 	}

@@ -73,7 +73,7 @@ func New(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registere
 
 // Start runs the campaign in a goroutine of its own until ctx ends; Wait
 // waits for it. prewarm (if not nil) runs after the start-up load of the first
-// term, before ready.
+// term and the schedule's opening, before ready.
 func (l *Leadership) Start(ctx context.Context, w *warmer.Warmer, sched *jobs.Scheduler, srv Status, prewarm func(context.Context)) {
 	go l.run(ctx, w, sched, srv, prewarm)
 }
@@ -150,11 +150,15 @@ func (l *Leadership) openJobs(ctx context.Context, sched *jobs.Scheduler) bool {
 }
 
 // becomeLeader is what a new leader does before it reports ready: in its
-// first term the start-up load, then the pre-warm from the access log
-// (prewarm, if not nil), then the schedule opens (open) and a catch-up
-// rewrites every key that would expire before its first scheduled write; in
-// later terms (the schedule already open) the takeover catch-up. ctx ends with
-// the term.
+// first term the start-up load, then the schedule opens (open) and a catch-up
+// rewrites every key that would expire before its first scheduled write, then
+// the pre-warm from the access log (prewarm, if not nil); in later terms (the
+// schedule already open) the takeover catch-up. ctx ends with the term.
+//
+// The schedule opens before the pre-warm, whose length nothing bounds (its
+// rate, top_n, a slow access log): opened after it, the declared keys the
+// start-up load wrote expired while it ran (prewarm.rate 0.05 with a 3 s TTL:
+// absent in 121 of 179 polls). The pre-warm still comes before ready.
 //
 // The start-up catch-up matters for large declarations: a start-up load that
 // takes a while leaves the keys it wrote first waiting for their batch of the
@@ -170,9 +174,6 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp war
 			log.Error().Err(err).Msg("start-up load incomplete; the failed declarations are retried on schedule")
 		}
 		log.Info().Dur("took_ms", time.Since(t0)).Msg("start-up load finished")
-		if prewarm != nil {
-			prewarm(ctx)
-		}
 		if !open() || ctx.Err() != nil {
 			return
 		}
@@ -186,6 +187,9 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp war
 	ev.Int("checked", res.Checked).Int("due", res.Due).Int("refreshed", res.Refreshed).Int("failed", res.Failed).
 		Int("unscheduled", res.Unscheduled).Dur("horizon_ms", res.Horizon).
 		Dur("took_ms", time.Since(t0)).Msg(what)
+	if first && prewarm != nil && ctx.Err() == nil {
+		prewarm(ctx)
+	}
 }
 
 // termContext is ctx, also cancelled when the term ends.

@@ -494,9 +494,10 @@ func (s *FencedStore) repairAbove(ctx context.Context, epoch int64, refused []in
 	return nil
 }
 
-// epochValue parses an epoch as the scripts store it (decimal digits, at most 16).
+// epochValue parses an epoch as the scripts store it (decimal digits, at most
+// 16, no leading zero: see hstate's canonical form).
 func epochValue(s string) (int64, bool) {
-	if s == "" || len(s) > 16 || strings.Trim(s, "0123456789") != "" {
+	if s == "" || len(s) > 16 || strings.Trim(s, "0123456789") != "" || (len(s) > 1 && s[0] == '0') {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(s, 10, 64)

@@ -439,3 +439,41 @@ func TestForeignLeaseReplanted(t *testing.T) {
 		t.Errorf("%g new terms, %g lease repairs: want every takeover to be a counted repair", newTerms, in.repairs(t, "lease"))
 	}
 }
+
+// TestForeignFenceNonCanonical: a fence within the minute ahead, written
+// in a form Hearth never writes (leading zeros, the number a decimal
+// integer still reads as), was taken for a valid epoch by the check but never
+// matched by the repair's compare-and-set, which compares the canonical
+// decimal: writes were refused until Redis TIME passed it (29.5 s for TIME +
+// 30 s, against 0.7 s for the same number written plainly). Any form but
+// Hearth's own is foreign: repaired at the next write, counted and logged.
+func TestForeignFenceNonCanonical(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	for i, form := range []string{"0%d", "000%d"} {
+		t.Run(form, func(t *testing.T) {
+			env := newTamperEnv(t, client, fmt.Sprintf("fnc%d", i))
+			const lease = time.Second
+			in := env.instance(lease, 100*time.Millisecond)
+			key := env.ns + ":value"
+			fence := in.Store.FenceKey(key)
+			in.leadStamped(t, key, 20*time.Millisecond)
+			testenv.Eventually(t, 5*time.Second, "first write", func() bool { return client.Exists(ctx, key).Val() == 1 })
+
+			var planted string
+			took := repairedWrite(t, client, key, fence, time.Minute, func() {
+				planted = fmt.Sprintf(form, client.Time(ctx).Val().UnixMilli()+30_000)
+				client.Set(ctx, fence, planted, 0)
+			})
+			t.Logf("fence %q: a write %s after the planting", planted, took.Round(time.Millisecond))
+			if took > 2*lease {
+				t.Errorf("writes resumed %s after the planted fence %q, want ≤ 2 × lease = %s", took, planted, 2*lease)
+			}
+			testenv.Eventually(t, 5*time.Second, "repair counted", func() bool { return in.repairs(t, "fence") >= 1 })
+			if logs := in.logs.String(); !strings.Contains(logs, `"found":"`+planted+`"`) {
+				t.Errorf("no repair log naming %q in:\n%s", planted, logs)
+			}
+		})
+	}
+}

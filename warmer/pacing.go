@@ -10,14 +10,14 @@ type callRater interface {
 	CallRate() float64
 }
 
-// rateHeadroom is the share of an origin's rate bound a paced run plans to
+// RateHeadroom is the share of an origin's rate bound a paced run plans to
 // use: a plan at the bound itself has no slack, and a batch delayed once (a
 // slow query, a GC pause, a starved CPU) leaves every later one as late.
-const rateHeadroom = 0.8
+const RateHeadroom = 0.8
 
 // paceGap is the gap between a paced run's batches: the spread left divided
 // among them, but never less than the origin admits between two calls (with
-// rateHeadroom to catch up). A plan
+// RateHeadroom to catch up). A plan
 // faster than the origin's rate bound cannot be kept: every batch would wait
 // for the limiter longer than the last, and the lag would grow through the
 // whole run (2,000 batches of a million members planned over 15 s against
@@ -29,7 +29,7 @@ func (w *Warmer) paceGap(spec *Spec, left time.Duration, batches int) time.Durat
 	gap := left / time.Duration(batches)
 	if r, ok := w.sources[spec.Source].(callRater); ok {
 		if cr := r.CallRate(); cr > 0 {
-			gap = max(gap, time.Duration(float64(time.Second)/(cr*rateHeadroom)))
+			gap = max(gap, time.Duration(float64(time.Second)/(cr*RateHeadroom)))
 		}
 	}
 	return gap

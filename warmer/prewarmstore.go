@@ -120,11 +120,11 @@ type PrewarmFence struct {
 }
 
 // leaseValue is what a lease holds: <epoch>:<instance id>/<attempt>.
-var leaseValue = regexp.MustCompile(`^([0-9]{1,16}):([^:/]+)/[0-9]+$`)
+var leaseValue = regexp.MustCompile(`^(0|[1-9][0-9]{0,15}):([^:/]+)/[0-9]+$`)
 
-// epochValue is a valid epoch: digits only (no sign, exponent, nan, inf), at
-// most 16 of them, as the leader's scripts accept.
-var epochValue = regexp.MustCompile(`^[0-9]{1,16}$`)
+// epochValue is a valid epoch: digits only (no sign, exponent, nan, inf, no
+// leading zero), at most 16 of them, as the leader's scripts accept.
+var epochValue = regexp.MustCompile(`^(0|[1-9][0-9]{0,15})$`)
 
 // Prepare reads the lease, the epoch counter and (on a single node) the fence
 // to decide whether writes are fenced and with which epoch. Values that are
@@ -225,7 +225,8 @@ func (s *PrewarmStore) fenceKey(key string) string {
 // ("1" or "0"). Replies 1 written, 2 present (left alone), 0 fenced; {code,
 // found} when the fence held a foreign value, which counts as absent (as in
 // the leader's scripts) and is left for the leader to repair. A fence is a
-// newer epoch only when it is digits only: NaN, inf or 1e999 never compare.
+// newer epoch only when it is written as Hearth writes one (digits only, no
+// leading zero): NaN, inf, 1e999 or a padded 0<epoch> never compare.
 var prewarmSetScript = redis.NewScript(`
 local e = tonumber(ARGV[1])
 local f = redis.pcall('GET', KEYS[2])
@@ -233,7 +234,7 @@ local bad = nil
 if type(f) == 'table' and f.err then
   bad = 'wrong type'
 elseif f then
-  if string.len(f) > 16 or not string.match(f, '^%d+$') then
+  if string.len(f) > 16 or not (f == '0' or string.match(f, '^[1-9]%d*$')) then
     bad = string.sub(f, 1, 64)
   elseif tonumber(f) > e then
     return 0

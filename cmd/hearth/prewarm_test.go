@@ -564,3 +564,59 @@ func TestPrewarmRankingFreshness(t *testing.T) {
 		}
 	})
 }
+
+// TestScheduleRunsDuringSlowPrewarm: a start-up pre-warm that takes long (a
+// low prewarm.rate, a large top_n, a slow access log) must not hold the
+// schedule off. The schedule opened only after the pre-warm, so with
+// prewarm.rate 0.05 (one batch every 20 s) every declared key, written by the
+// start-up load, expired 3 s later while the origin was healthy. Now the
+// schedule opens after the start-up load and its catch-up; /readyz still
+// waits for the pre-warm.
+func TestScheduleRunsDuringSlowPrewarm(t *testing.T) {
+	rd := testenv.Redis(t)
+	c := newCatalogue(t, rd.Client, rd.Prefix, 60, 0, "refresh: {load_timeout: 500ms, batch_size: 2}\nprewarm: {concurrency: 1, rate: 0.05}\n")
+	data, err := os.ReadFile(c.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.ReplaceAll(string(data), "    ttl: 60s\n", "    ttl: 3s\n    interval: 1s\n")
+	if err := os.WriteFile(c.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.record(t, products(seq(20, 50)...)...)
+	p := e2e.Start(t, []string{"run", "--config", c.config})
+	url := c.listen(t)
+	ctx := context.Background()
+	declared := []string{rd.Prefix + "top", rd.Prefix + "product:1"}
+	testenv.Eventually(t, 15*time.Second, "declared keys written", func() bool {
+		if p.Exited() {
+			t.Fatalf("hearth exited:\n%s", p.Output())
+		}
+		return rd.Client.Exists(ctx, declared...).Val() == int64(len(declared))
+	})
+	// Three TTLs of polling, all of them within the pre-warm (31 keys in
+	// batches of 2 at 0.05 batches/s: over 5 minutes).
+	polls, absent := 0, 0
+	for end := time.Now().Add(9 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		n, err := rd.Client.Exists(ctx, declared...).Result()
+		if err != nil {
+			continue
+		}
+		polls++
+		if n != int64(len(declared)) {
+			absent++
+		}
+	}
+	resp, err := http.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	t.Logf("%d of %d polls found a declared key absent; /readyz %d", absent, polls, resp.StatusCode)
+	if absent > 0 {
+		t.Errorf("%d of %d polls over 9s found a declared key (ttl 3s, interval 1s) absent during the pre-warm", absent, polls)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d during the pre-warm, want 503", resp.StatusCode)
+	}
+}

@@ -41,8 +41,12 @@ const (
 )
 
 // luaState is prepended to every script that reads Hearth's own keys. An epoch
-// is valid when it is a decimal integer (digits only: no sign, exponent, nan,
-// inf) of at most 16 digits, no later than Redis TIME + MaxEpochAhead.
+// is valid when it is written as Hearth writes it, a decimal integer in its
+// one canonical form (digits only, no leading zero: no sign, exponent, nan,
+// inf, padding), of at most 16 digits, no later than Redis TIME +
+// MaxEpochAhead. Another form of the same number is foreign too: the
+// repairs compare-and-set against the canonical form, so a fence planted as
+// 0<epoch> was never matched and held writes off until TIME passed it.
 //
 // hearth_epoch(key, e, now) returns the epoch a key holds (0 when absent) and,
 // when the key holds anything else (a foreign value or another Redis type), a
@@ -63,15 +67,18 @@ local function hearth_type(key)
   local t = redis.call('TYPE', key)
   return 'wrong type: ' .. tostring(t.ok or t)
 end
+local function hearth_canonical(s)
+  return string.len(s) <= 16 and (s == '0' or string.match(s, '^[1-9]%d*$') ~= nil)
+end
 local function hearth_epoch_ok(s, now)
-  if type(s) ~= 'string' or string.len(s) > 16 or not string.match(s, '^%d+$') then return false end
+  if type(s) ~= 'string' or not hearth_canonical(s) then return false end
   return tonumber(s) <= now + HEARTH_AHEAD_MS
 end
 local function hearth_epoch(key, e, now)
   local v = redis.pcall('GET', key)
   if type(v) == 'table' and v.err then return 0, hearth_type(key) end
   if not v then return 0, nil end
-  if string.len(v) > 16 or not string.match(v, '^%d+$') then return 0, string.sub(v, 1, ` + strconv.Itoa(FoundMax) + `) end
+  if not hearth_canonical(v) then return 0, string.sub(v, 1, ` + strconv.Itoa(FoundMax) + `) end
   local n = tonumber(v)
   if e and n < e then return n, nil end
   if n ~= e and n > (now or hearth_now_ms()) + HEARTH_AHEAD_MS then return 0, v end

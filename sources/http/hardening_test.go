@@ -230,6 +230,71 @@ func TestDotMembers(t *testing.T) {
 	}
 }
 
+// TestNormalizedMembers: a server or framework that applies Unicode
+// compatibility normalization (NFKC) after decoding reads U+FF0E as '.',
+// U+2025 as "..", U+FF0F as '/', and a lenient decoder reads the overlong
+// %C0%AE as '.': each of these was sent with the configured headers, a
+// traversal behind such a server. They are refused unsent, naming the
+// member; look-alikes that normalize to neither (U+2215, a zero-width
+// space) and other Unicode still load.
+func TestNormalizedMembers(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.EscapedPath())
+		mu.Unlock()
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: srv.URL + "/v1", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		member string
+		want   error
+	}{
+		{"\uff0e\uff0e", httpsrc.ErrDotSegment},
+		{"\uff0e", httpsrc.ErrDotSegment},
+		{"\u2025", httpsrc.ErrDotSegment},
+		{"\u2024\u2024", httpsrc.ErrDotSegment},
+		{"%EF%BC%8E%EF%BC%8E", httpsrc.ErrDotSegment},
+		{"\uff41\uff0f\uff42", httpsrc.ErrPathSeparator},
+		{"a\uff3cb", httpsrc.ErrPathSeparator},
+		{"%C0%AE%C0%AE", httpsrc.ErrInvalidUTF8},
+		{"a%FFb", httpsrc.ErrInvalidUTF8},
+		{"a\xffb", httpsrc.ErrInvalidUTF8},
+	} {
+		rs, err := src.Load(context.Background(), spec(t, "item:{id}", "/items/{id}", ""), []string{tc.member})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rs[0]; !errors.Is(r.Err, warmer.ErrBadMember) || !errors.Is(r.Err, tc.want) {
+			t.Errorf("member %q: err %v, want ErrBadMember and %v", tc.member, r.Err, tc.want)
+		} else if !strings.Contains(r.Err.Error(), fmt.Sprintf("%q", tc.member)) {
+			t.Errorf("member %q: error %q does not name it", tc.member, r.Err)
+		}
+	}
+	mu.Lock()
+	if len(seen) != 0 {
+		t.Errorf("origin saw %q, want no request", seen)
+	}
+	mu.Unlock()
+	good := []string{"a\u2215b", "a\u200bb", "caf\u00e9", "\u65e5\u672c", "%E2%82%AC"}
+	rs, err := src.Load(context.Background(), spec(t, "item:{id}", "/items/{id}", ""), good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Err != nil || string(r.Value) != "ok" {
+			t.Errorf("good member %q: %q %v", r.Member, r.Value, r.Err)
+		}
+	}
+}
+
 // TestBaseURLQuery: the base_url's own query (a token) is kept on every request,
 // before the template's.
 func TestBaseURLQuery(t *testing.T) {

@@ -15,11 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/sources/budget"
@@ -57,6 +59,9 @@ var (
 	ErrPathSeparator = errors.New(`member would be more than one path segment (a '/' or '\' once decoded)`)
 	// ErrControlChar is a member that decodes to a control character.
 	ErrControlChar = errors.New("member decodes to a control character")
+	// ErrInvalidUTF8 is a member that is, or decodes to, invalid UTF-8
+	// (an overlong %C0%AE is a '.' to a lenient decoder).
+	ErrInvalidUTF8 = errors.New("member is not valid UTF-8 once decoded")
 )
 
 // Config is an HTTP upstream source.
@@ -324,15 +329,24 @@ const maxDecodes = 4
 // an invalid escape left as it is) must hold no '/' or '\' (a path parameter
 // is one segment: a member that needs slashes belongs in the query string),
 // no control character, and must not be "." or ".." (also as "..;x", which
-// servlet containers read as ".."). The member cannot be empty (the warmer
-// refuses that), and so neither can its one segment.
+// servlet containers read as ".."). The same holds of each form's Unicode
+// compatibility normalization (NFKC), which some servers and frameworks apply
+// after decoding: "．．" (U+FF0E) becomes "..", "ａ／ｂ" becomes "a/b". A
+// decoded form must be valid UTF-8: an overlong encoding such as %C0%AE is a
+// '.' to a lenient decoder. The member cannot be empty (the warmer refuses
+// that), and so neither can its one segment.
 func checkSegment(m string) error {
 	for range maxDecodes + 1 {
-		if strings.ContainsAny(m, `/\`) {
-			return ErrPathSeparator
+		if !utf8.ValidString(m) {
+			return ErrInvalidUTF8
 		}
-		if isDot(m) {
-			return ErrDotSegment
+		for _, form := range []string{m, norm.NFKC.String(m)} {
+			if strings.ContainsAny(form, `/\`) {
+				return ErrPathSeparator
+			}
+			if isDot(form) {
+				return ErrDotSegment
+			}
 		}
 		for _, r := range m {
 			if r < 0x20 || r == 0x7f {
