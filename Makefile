@@ -5,7 +5,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 GO      ?= go
 CONFIG  ?= config.yaml
 
-.PHONY: build run demo test test-deps soak fuzz bench lint docker clean
+.PHONY: build run demo test test-daemon test-readside test-deps soak fuzz bench lint docker clean
 
 build: ## static binary in bin/hearth
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth ./cmd/hearth
@@ -17,10 +17,17 @@ demo: build ## self-contained demo: no Redis or PostgreSQL needed
 	./bin/hearth demo
 
 test: test-deps ## every test, race detector on, against real Redis and PostgreSQL; the soak for 2m on its own; then each fuzzer briefly
-	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v '/soak$$')
-	cd readside && $(GO) test -race -count=1 -timeout 5m ./...
+	$(MAKE) --no-print-directory -j2 test-daemon test-readside
 	$(MAKE) --no-print-directory soak DURATION=2m
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+# The daemon's module and the read side's (a module of its own, tested with its
+# own go.mod's versions) run side by side: the read side's tests are light.
+test-daemon:
+	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v '/soak$$')
+
+test-readside:
+	cd readside && $(GO) test -race -count=1 -timeout 5m ./...
 
 test-deps: ## find, install (apt-get, as root) and start what the tests need: redis-server, redis-tools, postgresql, prometheus
 	@scripts/test-deps
