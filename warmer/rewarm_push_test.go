@@ -3,7 +3,6 @@ package warmer_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -176,25 +175,6 @@ func seriesValue(t *testing.T, g prometheus.Gatherer, name, label, value string)
 	return v
 }
 
-// commandCalls is how many times Redis ran each command, from INFO commandstats.
-func commandCalls(t *testing.T, rdb *redis.Client, cmds ...string) map[string]int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		for _, c := range cmds {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+c+":calls="); ok {
-				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-				out[c] = n
-			}
-		}
-	}
-	return out
-}
-
 // hammer runs fn(i) perSecond times a second, pipelined in 10 ms rounds, for
 // d, and returns how many times it ran.
 func hammer(t *testing.T, rdb *redis.Client, perSecond int, d time.Duration, fn func(p redis.Pipeliner, i int)) int {
@@ -232,7 +212,7 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 	waitTracking(t, e)
 	time.Sleep(200 * time.Millisecond) // the opening check and its marker write settle
 	marker := warmer.MarkerKey(rewarmNS)
-	before := commandCalls(t, e.rdb, "info", "evalsha")
+	before := testenv.CommandCalls(t, e.rdb, "info", "evalsha")
 	writes := hammer(t, e.rdb, 7400, 3*time.Second, func(p redis.Pipeliner, i int) {
 		p.Set(ctx, marker+"X"+strconv.Itoa(i%100), i, 0)
 	})
@@ -240,7 +220,7 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 		p.Publish(ctx, "__redis__:invalidate", marker)
 	})
 	time.Sleep(200 * time.Millisecond)
-	after := commandCalls(t, e.rdb, "info", "evalsha")
+	after := testenv.CommandCalls(t, e.rdb, "info", "evalsha")
 	if d := after["info"] - before["info"]; d > 2 {
 		t.Errorf("%d INFO calls during %d writes to look-alike keys and %d foreign publishes, want none (checks)", d, writes, published)
 	}
@@ -272,11 +252,11 @@ func TestRewarmChecksPaced(t *testing.T) {
 	waitTracking(t, e)
 	marker := warmer.MarkerKey(rewarmNS)
 	const d = 3 * time.Second
-	before := commandCalls(t, e.rdb, "info")
+	before := testenv.CommandCalls(t, e.rdb, "info")
 	t0 := time.Now()
 	hammer(t, e.rdb, 1000, d, func(p redis.Pipeliner, _ int) { p.Del(ctx, marker) })
 	elapsed := time.Since(t0)
-	checks := commandCalls(t, e.rdb, "info")["info"] - before["info"]
+	checks := testenv.CommandCalls(t, e.rdb, "info")["info"] - before["info"]
 	if limit := int64(elapsed/warmer.MinCheckGap) + 2; checks > limit {
 		t.Errorf("%d checks (INFO) in %v of marker deletions, want at most %d (one per %v)", checks, elapsed, limit, warmer.MinCheckGap)
 	}

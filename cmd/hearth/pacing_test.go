@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/testenv"
 )
@@ -186,25 +184,6 @@ func TestNotifyFloodOneMember(t *testing.T) {
 	}
 }
 
-// commandCalls is how many times Redis ran each command, from INFO commandstats.
-func commandCalls(t *testing.T, rdb *redis.Client, cmds ...string) map[string]int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		for _, c := range cmds {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+c+":calls="); ok {
-				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-				out[c] = n
-			}
-		}
-	}
-	return out
-}
-
 // TestMarkerLookalikeFlood: 7,400 writes a second to <ns>:warmX, keys that
 // only share the re-warm marker's prefix. Before, each made a check (21,547
 // INFO and 22,441 EVALSHA in 8 s, 43 % CPU); now the daemon runs no more
@@ -240,9 +219,9 @@ keys:
 
 	const d = 4 * time.Second
 	pid := proc.Cmd.Process.Pid
-	quiet0 := commandCalls(t, rdb, "info", "evalsha")
+	quiet0 := testenv.CommandCalls(t, rdb, "info", "evalsha")
 	time.Sleep(d)
-	quiet := commandCalls(t, rdb, "info", "evalsha")
+	quiet := testenv.CommandCalls(t, rdb, "info", "evalsha")
 
 	cpu0, t0 := e2e.CPUTime(t, pid), time.Now()
 	writes := 0
@@ -260,7 +239,7 @@ keys:
 	tick.Stop()
 	elapsed := time.Since(t0)
 	cpu := (e2e.CPUTime(t, pid) - cpu0).Seconds() / elapsed.Seconds()
-	flood := commandCalls(t, rdb, "info", "evalsha")
+	flood := testenv.CommandCalls(t, rdb, "info", "evalsha")
 	t.Logf("%d writes to %s:warmX* in %v (%.0f/s): INFO %d, EVALSHA %d (quiet %v before: INFO %d, EVALSHA %d); daemon CPU %.2f%% of a core",
 		writes, ns, elapsed.Round(time.Millisecond), float64(writes)/elapsed.Seconds(),
 		flood["info"]-quiet["info"], flood["evalsha"]-quiet["evalsha"], d, quiet["info"]-quiet0["info"], quiet["evalsha"]-quiet0["evalsha"], 100*cpu)

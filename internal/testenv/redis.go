@@ -443,3 +443,24 @@ func (s *RedisServer) stop() error {
 	}
 	return err
 }
+
+// CommandCalls is how many times the Redis behind rdb ran each of cmds (lower
+// case, as INFO names them), from INFO commandstats; a command never run is
+// absent.
+func CommandCalls(t testing.TB, rdb *redis.Client, cmds ...string) map[string]int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("testenv: INFO commandstats: %v", err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		for _, c := range cmds {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+c+":calls="); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				out[c] = n
+			}
+		}
+	}
+	return out
+}
