@@ -23,8 +23,9 @@ test: test-deps ## every test, race detector on, against real Redis and PostgreS
 
 # The daemon's module and the read side's (a module of its own, tested with its
 # own go.mod's versions) run side by side: the read side's tests are light.
+# -parallel 4: the end-to-end tests marked parallel mostly wait on timers.
 test-daemon:
-	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v '/soak$$')
+	$(GO) test -race -count=1 -parallel 4 -timeout 14m $$($(GO) list ./... | grep -v '/soak$$')
 
 test-readside:
 	cd readside && $(GO) test -race -count=1 -timeout 5m ./...
