@@ -296,27 +296,11 @@ func TestForeignFence(t *testing.T) {
 
 				// Re-planted every 100ms for 10s: every planting ends the
 				// term at the next write, the new term repairs it.
-				stop := make(chan struct{})
-				var wg sync.WaitGroup
-				wg.Add(1)
-				planted := 0
-				go func() {
-					defer wg.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						case <-time.After(100 * time.Millisecond):
-							tc.plant(env.ns, fence)
-							planted++
-						}
-					}
-				}()
+				stopPlanting := replant(100*time.Millisecond, func() { tc.plant(env.ns, fence) })
 				cpu0, wall0 = cpuTime(t), time.Now()
 				frac, longest := dutyCycle(client, key, 10*time.Second, 100*time.Millisecond)
 				cpu, wall := cpuTime(t)-cpu0, time.Since(wall0)
-				close(stop)
-				wg.Wait()
+				planted := stopPlanting()
 				core := float64(cpu)/float64(wall) - base
 				t.Logf("re-planted %d times in %s: writes landing %.1f%% of the time, longest gap %s; %.1f%% of a core more than the %.1f%% the same writes and poller take unattacked (this test process)",
 					planted, wall.Round(time.Millisecond), 100*frac, longest.Round(time.Millisecond), 100*core, 100*base)
@@ -406,26 +390,12 @@ func TestForeignLeaseReplanted(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, "first write", func() bool { return client.Exists(ctx, key).Val() == 1 })
 	terms := promtest.Value(t, in.Reg, "hearth_leader_transitions_total", "result", "acquired")
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	planted := 0
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-				e := strconv.FormatInt(client.Time(ctx).Val().UnixMilli(), 10)
-				client.Set(ctx, env.ns+":{lease}", e+":mallory/1", 20*time.Second)
-				planted++
-			}
-		}
-	}()
+	stopPlanting := replant(100*time.Millisecond, func() {
+		e := strconv.FormatInt(client.Time(ctx).Val().UnixMilli(), 10)
+		client.Set(ctx, env.ns+":{lease}", e+":mallory/1", 20*time.Second)
+	})
 	frac, longest := dutyCycle(client, key, 5*time.Second, 100*time.Millisecond)
-	close(stop)
-	wg.Wait()
+	planted := stopPlanting()
 	newTerms := promtest.Value(t, in.Reg, "hearth_leader_transitions_total", "result", "acquired") - terms
 	t.Logf("lease re-planted %d times in 5s: writes landing %.1f%% of the time, longest gap %s, %g new terms, %g repairs",
 		planted, 100*frac, longest.Round(time.Millisecond), newTerms, in.repairs(t, "lease"))
@@ -475,5 +445,31 @@ func TestForeignFenceNonCanonical(t *testing.T) {
 				t.Errorf("no repair log naming %q in:\n%s", planted, logs)
 			}
 		})
+	}
+}
+
+// replant calls plant every period until the returned stop is called; stop
+// waits for the last call and returns how many there were.
+func replant(period time.Duration, plant func()) (stop func() int) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	planted := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(period):
+				plant()
+				planted++
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		wg.Wait()
+		return planted
 	}
 }
