@@ -12,9 +12,9 @@ import (
 // yet), a removed one is unscheduled (a run in progress finishes), and one whose
 // interval changed is rescheduled at its usual phase. Any other change needs no
 // rescheduling: each run asks the warmer for the declaration by name, and the
-// warmer already holds the new one. The gate (Elector) still applies to every
-// run, so a standby that reloads stays idle. Before Open (a standby that has
-// never led), Apply only replaces the declarations that Open will schedule.
+// warmer already holds the new one. While the schedule is not open (a
+// standby, or between terms), Apply only replaces the declarations that the
+// next Open will schedule.
 //
 // Apply is all or nothing: when a step fails, the steps already taken are
 // undone in reverse (an unscheduled declaration is scheduled again at its
@@ -43,7 +43,7 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 	// reschedule puts a declaration back on its schedule: its phase is a hash
 	// of its name, so it runs when it would have.
 	reschedule := func(spec *warmer.Spec) func() error {
-		return func() error { return s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)) }
+		return func() error { return s.add(s.runsCtx, spec, phase(s.clock.Now(), spec.Name, spec.Interval)) }
 	}
 	unschedule := func(name string) func() error { return func() error { return s.remove(name) } }
 	err := func() error {
@@ -64,7 +64,7 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 				// Undone even when add fails: it may have scheduled the job
 				// but not its negative re-check.
 				undo = append(undo, unschedule(spec.Name))
-				if err := s.add(spec, now); err != nil {
+				if err := s.add(s.runsCtx, spec, now); err != nil {
 					return err
 				}
 				ch.Added = append(ch.Added, spec.Name)
@@ -73,7 +73,7 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 					return err
 				}
 				undo = append(undo, reschedule(prev), unschedule(spec.Name))
-				if err := s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)); err != nil {
+				if err := s.add(s.runsCtx, spec, phase(s.clock.Now(), spec.Name, spec.Interval)); err != nil {
 					return err
 				}
 				ch.Changed = append(ch.Changed, spec.Name)
@@ -107,12 +107,11 @@ func (s *Scheduler) remove(name string) error {
 	s.mu.Lock()
 	job, ok := s.jobs[name]
 	delete(s.jobs, name)
-	delete(s.runs, name)
 	s.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	if err := s.sched.RemoveJob(job.ID()); err != nil {
+	if err := s.gocron().RemoveJob(job.ID()); err != nil {
 		return fmt.Errorf("unschedule %s: %w", name, err)
 	}
 	return nil
