@@ -473,9 +473,6 @@ func BucketKey(namespace string, start time.Time) string {
 	return namespace + ":access:" + strconv.FormatInt(start.Unix(), 10)
 }
 
-// ErrClosed is returned by a Roller used after Close.
-var ErrClosed = errors.New("access-log roller closed")
-
 // hint adds the fix to an error about a missing table: the schema was never migrated.
 func hint(err error) error {
 	var pe *pgconn.PgError

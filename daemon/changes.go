@@ -35,8 +35,6 @@ const (
 	// MaxPendingChanges bounds, per declaration, the changed members waiting
 	// for their refresh; past it they are dropped for one full refresh.
 	MaxPendingChanges = 10_000
-	// leaderPoll is how often the listener checks whether this instance leads.
-	leaderPoll = 100 * time.Millisecond
 	// listenIdle bounds one wait for a notification; then the connection is
 	// pinged, so that a dead peer is noticed.
 	listenIdle = 30 * time.Second
@@ -61,9 +59,7 @@ type ChangeOptions struct {
 	// Specs are the declarations; those with Notify set are listened for.
 	Specs []*warmer.Spec
 	// DSNs maps a postgres source's name to its connection string.
-	DSNs map[string]string
-	// Leading reports whether this instance may write now.
-	Leading    func() bool
+	DSNs       map[string]string
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
 	// Now is the clock latency is measured with.
@@ -83,13 +79,14 @@ const DefaultMinFullInterval = 10 * time.Second
 // Changes runs the change listeners, one per postgres source with notify
 // declarations.
 type Changes struct {
-	w      ChangeRefresher
-	m      *changeMetrics
-	opts   ChangeOptions
-	parent context.Context
+	w    ChangeRefresher
+	m    *changeMetrics
+	opts ChangeOptions
 
-	mu        sync.Mutex // guards everything below
-	closed    bool
+	mu     sync.Mutex // guards everything below
+	closed bool
+	// parent is the running term's context (see Run), nil between terms.
+	parent    context.Context
 	specs     []*warmer.Spec // what the running listeners were built from
 	listeners []*listener
 	// paces is each declaration's pacing, kept across restarts of the
@@ -99,30 +96,46 @@ type Changes struct {
 	wg     sync.WaitGroup
 }
 
-// OpenChanges starts a listener per source that has notify declarations; it
-// returns a Changes that does nothing when none has.
-func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*Changes, error) {
+// OpenChanges builds a listener per source that has notify declarations;
+// they listen while Run runs (a leader term). It returns a Changes that does
+// nothing when none has.
+func OpenChanges(w ChangeRefresher, opts ChangeOptions) (*Changes, error) {
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Leading == nil {
-		opts.Leading = func() bool { return true }
-	}
 	if opts.MinFullInterval <= 0 {
 		opts.MinFullInterval = DefaultMinFullInterval
 	}
-	c := &Changes{w: w, m: newChangeMetrics(opts.Registerer), opts: opts, parent: ctx, paces: map[string]*pacing{}}
+	c := &Changes{w: w, m: newChangeMetrics(opts.Registerer), opts: opts, paces: map[string]*pacing{}}
 	ls, err := c.build(opts.Specs)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.startLocked(ls, opts.Specs)
-	c.mu.Unlock()
+	c.listeners, c.specs = ls, opts.Specs
 	return c, nil
+}
+
+// Run listens until ctx ends (the leader's term), then stops the listeners
+// and waits for them and their refreshes. Each session refreshes its
+// declarations in full once, so a new term reads what changed before it.
+func (c *Changes) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed || c.parent != nil {
+		c.mu.Unlock()
+		return nil
+	}
+	c.parent = ctx
+	c.startLocked(c.listeners, c.specs)
+	c.mu.Unlock()
+	<-ctx.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopLocked()
+	c.parent = nil
+	return nil
 }
 
 // Apply makes the listeners follow reloaded declarations: when what they
@@ -131,7 +144,8 @@ func OpenChanges(ctx context.Context, w ChangeRefresher, opts ChangeOptions) (*C
 // and new ones start. Each new session refreshes its declarations in full
 // once, as after a reconnection, which covers what changed in between. An
 // error (a notify declaration on a source that is not postgres) leaves the
-// running listeners as they are.
+// running listeners as they are. Between terms it only replaces what the
+// next Run listens with.
 func (c *Changes) Apply(specs []*warmer.Spec) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -148,6 +162,10 @@ func (c *Changes) Apply(specs []*warmer.Spec) error {
 		if !slices.ContainsFunc(specs, func(s *warmer.Spec) bool { return s != nil && s.Notify != "" && s.Name == name }) {
 			delete(c.paces, name)
 		}
+	}
+	if c.parent == nil {
+		c.listeners, c.specs = ls, specs
+		return nil
 	}
 	c.startLocked(ls, specs)
 	return nil
@@ -186,7 +204,7 @@ func (c *Changes) build(specs []*warmer.Spec) ([]*listener, error) {
 			cc.RuntimeParams["application_name"] = "hearth-listen"
 			l = &listener{
 				source: s.Source, conn: cc, channels: map[string][]*queue{},
-				w: c.w, m: c.m, leading: opts.Leading, now: opts.Now,
+				w: c.w, m: c.m, now: opts.Now,
 				// A flood of foreign payloads would log one line each: a
 				// burst, then one per period (every one is counted).
 				log: opts.Logger.With().Str("component", "changes").Str("source", s.Source).Logger().
@@ -231,7 +249,7 @@ func (c *Changes) stopLocked() {
 	}
 	c.cancel()
 	c.wg.Wait()
-	c.cancel, c.listeners = nil, nil
+	c.cancel = nil
 }
 
 // Close stops listening and waits for the listeners and their refreshes.
@@ -254,21 +272,14 @@ type listener struct {
 	queues   []*queue
 	w        ChangeRefresher
 	m        *changeMetrics
-	leading  func() bool
 	now      func() time.Time
 	log      zerolog.Logger
 }
 
-// run listens while this instance leads, until ctx ends.
+// run listens until ctx ends (the term).
 func (l *listener) run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		if !l.leading() {
-			if !sleep(ctx, leaderPoll) {
-				return
-			}
-			continue
-		}
 		err := l.session(ctx)
 		l.m.connected.WithLabelValues(l.source).Set(0)
 		if ctx.Err() != nil {
@@ -288,29 +299,11 @@ func (l *listener) run(ctx context.Context) {
 }
 
 // session connects, LISTENs, refreshes every covered declaration in full
-// once, then handles notifications until the connection fails (an error),
-// leadership is lost or ctx ends (nil).
+// once, then handles notifications until the connection fails (an error) or
+// ctx ends (nil): the term ends, and the session with it.
 func (l *listener) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Leadership is polled: the moment it is lost, the session ends.
-	stopped := make(chan struct{})
-	defer close(stopped)
-	go func() {
-		t := time.NewTicker(leaderPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if !l.leading() {
-					cancel()
-					return
-				}
-			case <-stopped:
-				return
-			}
-		}
-	}()
 	cctx, ccancel := context.WithTimeout(sctx, ConnectTimeout)
 	conn, err := pgx.ConnectConfig(cctx, l.conn)
 	ccancel()
@@ -786,7 +779,7 @@ func (q *queue) fire(ctx context.Context) {
 }
 
 func (q *queue) refreshFull(ctx context.Context, allTS int64) {
-	if ctx.Err() != nil || !q.l.leading() {
+	if ctx.Err() != nil {
 		return
 	}
 	m, log := q.l.m, q.l.log
@@ -802,7 +795,7 @@ func (q *queue) refreshFull(ctx context.Context, allTS int64) {
 }
 
 func (q *queue) refreshMembers(ctx context.Context, pending map[string]int64) {
-	if len(pending) == 0 || ctx.Err() != nil || !q.l.leading() {
+	if len(pending) == 0 || ctx.Err() != nil {
 		return
 	}
 	m, log := q.l.m, q.l.log

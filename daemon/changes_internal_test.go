@@ -36,7 +36,7 @@ func TestQueueOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newChangeMetrics(prometheus.NewRegistry())
-	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: m, leading: func() bool { return false }, now: time.Now}
+	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: m, now: time.Now}
 	q := newQueue("p", time.Hour, 100, l, newPacing(DefaultMinFullInterval))
 	ids := make([]string, MaxPendingChanges+500)
 	for i := range ids {
@@ -115,7 +115,7 @@ func (r *recorder) RefreshMembers(_ context.Context, _ string, members []string)
 // bubble; it stops at the test's end.
 func runQueue(t *testing.T, r *recorder, pace *pacing) *queue {
 	t.Helper()
-	l := &listener{w: r, m: newChangeMetrics(prometheus.NewRegistry()), leading: func() bool { return true }, now: time.Now, log: zerolog.Nop()}
+	l := &listener{w: r, m: newChangeMetrics(prometheus.NewRegistry()), now: time.Now, log: zerolog.Nop()}
 	q := newQueue("p", 20*time.Millisecond, 100, l, pace)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -241,7 +241,7 @@ func TestPacingSurvivesRestart(t *testing.T) {
 		r := newRecorder(t, "p:{id}")
 		c := &Changes{w: r, m: newChangeMetrics(prometheus.NewRegistry()), paces: map[string]*pacing{},
 			opts: ChangeOptions{MinFullInterval: DefaultMinFullInterval, DSNs: map[string]string{"db": "postgres://u@127.0.0.1/db"},
-				Leading: func() bool { return true }, Now: time.Now}}
+				Now: time.Now}}
 		specs := []*warmer.Spec{{Name: "p", Template: r.spec.Template, Source: "db", Notify: "ch", Coalesce: 20 * time.Millisecond}}
 		for range 3 { // three sessions, a second apart
 			ls, err := c.build(specs)

@@ -41,8 +41,24 @@ type changeEnv struct {
 	reg     *prometheus.Registry
 	term    *leader.Term
 	chg     *daemon.Changes
-	// standby, when set, makes the listener see this instance as not leading.
-	standby atomic.Bool
+	// endTerm ends the listeners' term (startTerm starts a new one), as a
+	// lost lease ends the leader's; runDone is closed when Run returned.
+	endTerm context.CancelFunc
+	runDone chan struct{}
+}
+
+// startTerm runs the listeners under a new term's context.
+func (e *changeEnv) startTerm() {
+	tctx, end := context.WithCancel(e.term.Context())
+	done := make(chan struct{})
+	e.endTerm, e.runDone = end, done
+	go func() { defer close(done); _ = e.chg.Run(tctx) }()
+}
+
+// stopTerm ends the term and waits for Run to return.
+func (e *changeEnv) stopTerm() {
+	e.endTerm()
+	<-e.runDone
 }
 
 // notifyFunctionSQL is the Up section of the migration that creates hearth_notify().
@@ -138,16 +154,15 @@ FROM products WHERE id = ANY($1::bigint[])`,
 	if err := e.w.RefreshAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	e.chg, err = daemon.OpenChanges(cctx, e.w, daemon.ChangeOptions{
+	e.chg, err = daemon.OpenChanges(e.w, daemon.ChangeOptions{
 		Specs: cfg.Specs(), DSNs: map[string]string{"db": listenDSN},
-		Leading:         func() bool { return e.term.Valid() && !e.standby.Load() },
 		MinFullInterval: minFull, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); _ = e.chg.Close(context.Background()) })
+	e.startTerm()
+	t.Cleanup(func() { e.stopTerm(); _ = e.chg.Close(context.Background()) })
 	e.waitConnected(1)
 	return e
 }
@@ -255,10 +270,10 @@ func TestChangesRefreshChangedRows(t *testing.T) {
 	})
 
 	t.Run("leadership lost and regained", func(t *testing.T) {
-		e.standby.Store(true)
+		e.stopTerm()
 		e.waitConnected(0)
 		e.exec(`UPDATE products SET name = 'while standing by', version = version + 1 WHERE id = 9`)
-		e.standby.Store(false)
+		e.startTerm()
 		e.waitConnected(1)
 		// Nobody listened when the row changed: the full refresh of the new
 		// session brings it.

@@ -129,20 +129,45 @@ func Offset(name string, interval time.Duration) time.Duration {
 // unschedules what Open scheduled: the scheduler is then as before Open, and
 // Open may be tried again. Open on an open schedule is an error.
 func (s *Scheduler) Open(ctx context.Context) error {
+	_, err := s.open(ctx)
+	return err
+}
+
+// Run is the schedule of one leader term: it opens the schedule (see Open),
+// calls opened (if not nil) once every declaration is scheduled, and returns
+// once the schedule has stopped: ctx ended, or Close drained it (or gave up
+// on it at its deadline).
+func (s *Scheduler) Run(ctx context.Context, opened func()) error {
+	done, err := s.open(ctx)
+	if err != nil {
+		return err
+	}
+	if opened != nil {
+		opened()
+	}
+	select {
+	case <-done:
+	case <-s.runCtx.Done():
+	}
+	return nil
+}
+
+// open is Open; done is closed once the schedule has stopped.
+func (s *Scheduler) open(ctx context.Context) (done chan struct{}, err error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("open scheduler: %w", err)
+		return nil, fmt.Errorf("open scheduler: %w", err)
 	}
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if s.opened || closed {
-		return errors.New("open scheduler: already open, or closed")
+		return nil, errors.New("open scheduler: already open, or closed")
 	}
 	g, gerr := s.newGocron()
 	if gerr != nil {
-		return gerr
+		return nil, gerr
 	}
 	// The runs of this schedule end with it, or with Close's deadline.
 	rctx, cancelRuns := context.WithCancel(ctx)
@@ -152,7 +177,7 @@ func (s *Scheduler) Open(ctx context.Context) error {
 	s.mu.Unlock()
 	now := s.clock.Now()
 	var added []string
-	err := func() error {
+	err = func() error {
 		for _, spec := range s.opts.Specs {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("open scheduler: %w", err)
@@ -182,15 +207,17 @@ func (s *Scheduler) Open(ctx context.Context) error {
 		s.mu.Lock()
 		s.sched = nil
 		s.mu.Unlock()
-		return errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
 	s.opened = true
 	s.runsCtx = rctx
 	g.Start()
 	s.log.Info().Int("jobs", len(s.opts.Specs)).Msg("scheduled")
 	s.stops.Add(1)
+	done = make(chan struct{})
 	go func() {
 		defer s.stops.Done()
+		defer close(done)
 		select {
 		case <-ctx.Done():
 		case <-s.drain:
@@ -199,7 +226,7 @@ func (s *Scheduler) Open(ctx context.Context) error {
 		stopAfter()
 		cancelRuns()
 	}()
-	return nil
+	return done, nil
 }
 
 // stop ends an open schedule: no run starts after it, the runs in flight are

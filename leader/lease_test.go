@@ -31,8 +31,11 @@ func TestLeaseOneLeader(t *testing.T) {
 	b := env.Instance(2*time.Second, 50*time.Millisecond, false)
 
 	ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
-	if err := a.Lease.IsLeader(context.Background()); err != nil {
-		t.Fatalf("a.IsLeader after winning: %v", err)
+	if _, ok := a.Lease.Current(); !ok {
+		t.Fatal("a.Current after winning: no term")
+	}
+	if ta.Context().Err() != nil {
+		t.Fatalf("a's term context ended at once: %v", context.Cause(ta.Context()))
 	}
 
 	t.Run("a standby does not win while the leader renews", func(t *testing.T) {
@@ -42,8 +45,8 @@ func TestLeaseOneLeader(t *testing.T) {
 		if term, err := b.Lease.Campaign(ctx); err == nil {
 			t.Fatalf("b won epoch %d while a leads", term.Epoch)
 		}
-		if err := b.Lease.IsLeader(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
-			t.Errorf("b.IsLeader = %v, want ErrNotLeader", err)
+		if _, ok := b.Lease.Current(); ok {
+			t.Error("b.Current: a term, while a leads")
 		}
 		if !ta.Valid() {
 			t.Errorf("a's term ended: %v", ta.Err())
@@ -78,6 +81,9 @@ func TestLeaseOneLeader(t *testing.T) {
 		if !errors.Is(ta.Err(), leader.ErrReleased) {
 			t.Errorf("a's term ended with %v, want ErrReleased", ta.Err())
 		}
+		if cause := context.Cause(ta.Context()); !errors.Is(cause, leader.ErrReleased) {
+			t.Errorf("a's term context ended with %v, want ErrReleased", cause)
+		}
 		select {
 		case tb := <-won:
 			if tb.Epoch <= ta.Epoch {
@@ -108,8 +114,11 @@ func TestLeaseStepsDown(t *testing.T) {
 		if !errors.Is(ta.Err(), leader.ErrLeaseLost) {
 			t.Errorf("term ended with %v, want ErrLeaseLost", ta.Err())
 		}
-		if err := a.Lease.IsLeader(context.Background()); err == nil {
+		if _, ok := a.Lease.Current(); ok {
 			t.Error("still leader after losing the lease")
+		}
+		if cause := context.Cause(ta.Context()); !errors.Is(cause, leader.ErrLeaseLost) {
+			t.Errorf("term context ended with %v, want ErrLeaseLost", cause)
 		}
 		if got := promtest.Value(t, a.Reg, "hearth_leader"); got != 0 {
 			t.Errorf("hearth_leader = %g, want 0", got)
@@ -132,8 +141,11 @@ func TestLeaseStepsDown(t *testing.T) {
 		if !errors.Is(term.Err(), leader.ErrLeaseExpired) {
 			t.Errorf("term ended with %v, want ErrLeaseExpired", term.Err())
 		}
-		if err := l.IsLeader(context.Background()); err == nil {
+		if _, ok := l.Current(); ok {
 			t.Error("still leader with redis unreachable")
+		}
+		if term.Context().Err() == nil {
+			t.Error("term context still live past the renew deadline")
 		}
 	})
 }

@@ -21,7 +21,7 @@ const noPoll = time.Hour
 // still re-warmed: the client-tracking invalidation (a null key list) makes
 // the check run at once, and the detection is counted as a push.
 func TestRewarmPushFlush(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, 2*time.Second })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, 2*time.Second })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestRewarmPushFlush(t *testing.T) {
 // TestRewarmPushRestart: a restart drops the watch's connection; once it
 // reconnects it makes the check run, which sees the new run_id and re-warms.
 func TestRewarmPushRestart(t *testing.T) {
-	srv, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
+	srv, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestRewarmPushRestart(t *testing.T) {
 // TestRewarmNoPushPolls: with the push watch off, a flush is seen by the
 // periodic check, counted as a poll, and no connection tracks anything.
 func TestRewarmNoPushPolls(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.NoPush = true })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.NoPush = true })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func hammer(t *testing.T, rdb *redis.Client, perSecond int, d time.Duration, fn 
 // foreign messages are counted, and a real FLUSHDB afterwards is still seen
 // by push and re-warmed.
 func TestRewarmPushIgnoresLookalikes(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 // real invalidation of it) makes at most one check per MinCheckGap, and the
 // losses are still re-warmed.
 func TestRewarmChecksPaced(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
