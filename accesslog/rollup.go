@@ -48,7 +48,7 @@ type RollerOptions struct {
 	RankInterval time.Duration
 	RankTopN     int
 	Registerer   prometheus.Registerer
-	Logger     zerolog.Logger
+	Logger       zerolog.Logger
 	// Now is the clock; tests inject it.
 	Now func() time.Time
 }

@@ -66,7 +66,7 @@ keys:
 	}
 	defer func() { _ = term.Release(ctx) }()
 	w, err := warmer.New(warmer.Options{
-		Store: store, Gate: l, Sources: map[string]warmer.Source{"db": src},
+		Store: store, Gate: store.Gate(l), Sources: map[string]warmer.Source{"db": src},
 		Specs: cfg.Specs(), MaxConcurrentLoads: 8, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop(),
 	})
 	if err != nil {

@@ -39,7 +39,7 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wctx := leader.WithTerm(ctx, term)
+	w := store.Writer(term)
 	const keys, batches = 1000, 100
 	evalUsec := func() float64 {
 		info := client.Info(ctx, "commandstats").Val()
@@ -86,7 +86,7 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 				entries[i] = warmer.Entry{Key: "k:" + strconv.Itoa(i), Value: v, TTL: time.Minute,
 					Seq: seq, Versioned: true, Version: ver, VersionTTL: 2 * time.Minute, Family: "bench"}
 			}
-			if err := store.Set(wctx, entries); err != nil {
+			if err := w.Set(ctx, entries); err != nil {
 				b.Fatal(err)
 			}
 		}

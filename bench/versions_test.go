@@ -35,7 +35,7 @@ func BenchmarkVersionedWrites(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = term.Release(ctx) }()
-	wctx := leader.WithTerm(ctx, term)
+	w := store.Writer(term)
 	const keys, batches = 1000, 100
 	value := func(round int) []byte { return []byte(strings.Repeat("x", 240) + fmt.Sprintf("%016d", round)) }
 	run := func(stamped, change bool) float64 {
@@ -55,7 +55,7 @@ func BenchmarkVersionedWrites(b *testing.B) {
 					entries[i].VersionTTL, entries[i].Family = 2*time.Minute, "bench"
 				}
 			}
-			if err := store.Set(wctx, entries); err != nil {
+			if err := w.Set(ctx, entries); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -147,7 +147,7 @@ FROM products WHERE id = ANY($1::bigint[])`,
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.w, err = warmer.New(warmer.Options{Store: store, Gate: lease, Sources: map[string]warmer.Source{"db": src}, Specs: cfg.Specs(), Registerer: e.reg})
+	e.w, err = warmer.New(warmer.Options{Store: store, Gate: store.Gate(lease), Sources: map[string]warmer.Source{"db": src}, Specs: cfg.Specs(), Registerer: e.reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
-
 )
 
 // Limits of Hearth's own HTTP listener. It serves probes, scrapes and the admin

@@ -92,7 +92,7 @@ func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus
 	}
 	log.Info().Str("instance", lease.ID()).Dur("lease_ms", t.Lease).Dur("renew_interval_ms", t.RenewInterval).
 		Dur("retry_period_ms", t.RetryPeriod).Msg("leader election enabled")
-	l.lease, l.store, l.gate = lease, store, lease
+	l.lease, l.store, l.gate = lease, store, store.Gate(lease)
 	return l, nil
 }
 

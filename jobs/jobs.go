@@ -122,7 +122,7 @@ func Offset(name string, interval time.Duration) time.Duration {
 
 // Open schedules every declaration on a new gocron scheduler and starts it;
 // the schedule runs until ctx ends (the leader's term), then stops: no run
-// starts after that, and the runs in flight are cancelled. Each first run is
+// starts after that, and the runs in flight are waited for. Each first run is
 // at its offset within one interval of now, so a new term keeps the phase of
 // the last one. A context already done opens nothing; one done before Open
 // has scheduled everything, or a declaration that cannot be scheduled,
@@ -169,9 +169,11 @@ func (s *Scheduler) open(ctx context.Context) (done chan struct{}, err error) {
 	if gerr != nil {
 		return nil, gerr
 	}
-	// The runs of this schedule end with it, or with Close's deadline.
-	rctx, cancelRuns := context.WithCancel(ctx)
-	stopAfter := context.AfterFunc(s.runCtx, cancelRuns)
+	// The runs outlive the term that started them, up to Close's deadline: a
+	// run in flight when the term ends finishes its batch (the gate refuses
+	// the next ones), and a write sent after a newer leader took over is
+	// refused by the fence in Redis, not by a check here.
+	rctx, cancelRuns := context.WithCancel(s.runCtx)
 	s.mu.Lock()
 	s.sched = g
 	s.mu.Unlock()
@@ -201,7 +203,6 @@ func (s *Scheduler) open(ctx context.Context) (done chan struct{}, err error) {
 				errs = append(errs, rerr)
 			}
 		}
-		stopAfter()
 		cancelRuns()
 		_ = g.Shutdown()
 		s.mu.Lock()
@@ -223,7 +224,6 @@ func (s *Scheduler) open(ctx context.Context) (done chan struct{}, err error) {
 		case <-s.drain:
 		}
 		s.stop(g)
-		stopAfter()
 		cancelRuns()
 	}()
 	return done, nil

@@ -31,14 +31,14 @@ func BenchmarkFencedSet(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = term.Release(ctx) }()
-	wctx := leader.WithTerm(ctx, term)
+	w := store.Writer(term)
 	entries := make([]warmer.Entry, 1000)
 	for i := range entries {
 		entries[i] = warmer.Entry{Key: env.Prefix + "k:" + strconv.Itoa(i), Value: []byte("value"), TTL: time.Minute}
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if err := store.Set(wctx, entries); err != nil {
+		if err := w.Set(ctx, entries); err != nil {
 			b.Fatal(err)
 		}
 	}

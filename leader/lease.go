@@ -750,15 +750,6 @@ func (l *Lease) Current() (*Term, bool) {
 	return t, true
 }
 
-// Admit implements Gate: it attaches the current term to ctx, or refuses.
-func (l *Lease) Admit(ctx context.Context) (context.Context, error) {
-	t, ok := l.Current()
-	if !ok {
-		return ctx, ErrNotLeader
-	}
-	return WithTerm(ctx, t), nil
-}
-
 // Close ends the current term without releasing the lease (use Term.Release
 // for that) and waits for the renew loop until ctx ends.
 func (l *Lease) Close(ctx context.Context) error {
@@ -776,19 +767,6 @@ func (l *Lease) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("lease: close: renew loop still running: %w", context.Cause(ctx))
 	}
-}
-
-type termKey struct{}
-
-// WithTerm returns a context carrying term; a fenced store writes with its epoch.
-func WithTerm(ctx context.Context, t *Term) context.Context {
-	return context.WithValue(ctx, termKey{}, t)
-}
-
-// TermFrom returns the term a context carries.
-func TermFrom(ctx context.Context) (*Term, bool) {
-	t, ok := ctx.Value(termKey{}).(*Term)
-	return t, ok && t != nil
 }
 
 type leaseMetrics struct {

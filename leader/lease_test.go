@@ -51,7 +51,7 @@ func TestLeaseOneLeader(t *testing.T) {
 		if !ta.Valid() {
 			t.Errorf("a's term ended: %v", ta.Err())
 		}
-		if _, err := b.Lease.Admit(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
+		if _, err := b.Gate().Admit(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
 			t.Errorf("b.Admit = %v, want ErrNotLeader", err)
 		}
 	})

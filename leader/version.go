@@ -250,23 +250,17 @@ type WriteResults struct {
 	Written, Extended, Older int
 }
 
-var _ warmer.CheckedStore = (*FencedStore)(nil)
-
-// SetChecked is Set, reporting for each entry what the version check found
+// setChecked is set, reporting for each entry what the version check found
 // wrong at its key (warmer.CheckedStore): a foreign record repaired, a value
 // that was not the bytes its record says Hearth wrote, a refusal by a record
 // its value does not back (Recheck). Entries that are not stamped get the
 // zero VersionCheck.
-func (s *FencedStore) SetChecked(ctx context.Context, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
+func (s *FencedStore) setChecked(ctx context.Context, t *Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	t, err := termOf(ctx, "write", len(entries))
-	if err != nil {
-		return nil, err
-	}
 	if _, some := stamped(entries); !some {
-		return make([]warmer.VersionCheck, len(entries)), s.Set(ctx, entries)
+		return make([]warmer.VersionCheck, len(entries)), s.set(ctx, t, entries)
 	}
 	return s.setStampedChecked(ctx, t, entries)
 }
@@ -517,7 +511,7 @@ func (s *FencedStore) setStampedChecked(ctx context.Context, t *Term, entries []
 		}
 	}
 	if len(plain) > 0 {
-		if err := s.Set(ctx, plain); err != nil {
+		if err := s.set(ctx, t, plain); err != nil {
 			return nil, err
 		}
 	}

@@ -79,7 +79,7 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx := leader.WithTerm(ctx, term)
+	w := store.Writer(term)
 	const n = 300
 	batch := func(seq, version int64, value string) []warmer.Entry {
 		es := make([]warmer.Entry, n)
@@ -89,10 +89,10 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		}
 		return es
 	}
-	if err := store.Set(wctx, batch(1, 5, "v5")); err != nil {
+	if err := w.Set(ctx, batch(1, 5, "v5")); err != nil {
 		t.Fatalf("versioned write on a cluster: %v", err)
 	}
-	if err := store.Set(wctx, batch(2, 4, "v4")); err != nil {
+	if err := w.Set(ctx, batch(2, 4, "v4")); err != nil {
 		t.Fatal(err)
 	}
 	masters := map[string]bool{}

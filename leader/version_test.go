@@ -51,6 +51,7 @@ type versionEnv struct {
 	env   *leadertest.Env
 	in    *leadertest.Instance
 	ctx   context.Context
+	w     *leader.Writer // the term's writer
 	epoch int64
 }
 
@@ -63,7 +64,7 @@ func newVersionEnv(t *testing.T, perSlot bool) *versionEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &versionEnv{t: t, env: env, in: in, ctx: leader.WithTerm(context.Background(), term), epoch: term.Epoch}
+	return &versionEnv{t: t, env: env, in: in, ctx: context.Background(), w: in.Store.Writer(term), epoch: term.Epoch}
 }
 
 func (v *versionEnv) set(key, value string, seq int64, version *int64) {
@@ -72,7 +73,7 @@ func (v *versionEnv) set(key, value string, seq int64, version *int64) {
 	if version != nil {
 		e.Versioned, e.Version = true, *version
 	}
-	if err := v.in.Store.Set(v.ctx, []warmer.Entry{e}); err != nil {
+	if err := v.w.Set(v.ctx, []warmer.Entry{e}); err != nil {
 		v.t.Fatalf("Set %s=%s: %v", key, value, err)
 	}
 }
@@ -277,14 +278,14 @@ func TestVersionedWriteOfManyKeys(t *testing.T) {
 				}
 				return es
 			}
-			if err := v.in.Store.Set(v.ctx, batch(1, func(int) int64 { return 5 })); err != nil {
+			if err := v.w.Set(v.ctx, batch(1, func(int) int64 { return 5 })); err != nil {
 				t.Fatal(err)
 			}
 			const tampered = 150 // planned older: its record is foreign, so it is written
 			if err := v.env.Client.Set(ctx, leader.VersionKey(v.env.NS, key(tampered)), "not a record", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := v.in.Store.Set(v.ctx, batch(2, func(i int) int64 { return int64(4 + i%3) })); err != nil {
+			if err := v.w.Set(v.ctx, batch(2, func(i int) int64 { return int64(4 + i%3) })); err != nil {
 				t.Fatal(err)
 			}
 			for i := range n {
@@ -313,7 +314,7 @@ func TestVersionedWriteOfManyKeys(t *testing.T) {
 			// whole, however new its versions.
 			v.env.Client.Del(ctx, v.env.NS+":{lease}")
 			leadertest.Campaign(t, v.env.Instance(30*time.Second, 20*time.Millisecond, perSlot).Lease, 5*time.Second)
-			err := v.in.Store.Set(v.ctx, batch(3, func(int) int64 { return 9 }))
+			err := v.w.Set(v.ctx, batch(3, func(int) int64 { return 9 }))
 			if !errors.Is(err, leader.ErrFenced) {
 				t.Fatalf("old leader's versioned write: err = %v, want ErrFenced", err)
 			}

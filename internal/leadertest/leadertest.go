@@ -14,6 +14,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // Env is one Hearth namespace (NS) on a Redis; Prefix starts every key of
@@ -62,6 +63,9 @@ func (e *Env) Instance(lease, retry time.Duration, perSlot bool) *Instance {
 	e.t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return &Instance{Lease: l, Store: store, Reg: reg}
 }
+
+// Gate is the instance's warmer gate, as the daemon wires it.
+func (in *Instance) Gate() warmer.Gate { return in.Store.Gate(in.Lease) }
 
 // Campaign wins the lease within the given time, or fails the test.
 func Campaign(t testing.TB, l *leader.Lease, within time.Duration) *leader.Term {
