@@ -169,8 +169,6 @@ func (l *leadership) run(ctx context.Context, work *termWork) {
 		if ctx.Err() != nil {
 			return
 		}
-		work.srv.SetReady(false)
-		l.log.Warn().Int64("epoch", t.epoch).AnErr("reason", context.Cause(t.ctx)).Msg("not leading: writes stopped; standing by")
 	}
 }
 
@@ -221,6 +219,14 @@ func (l *leadership) lead(ctx context.Context, t *term, work *termWork, first bo
 		loaded = true
 	}
 	<-wctx.Done()
+	if ctx.Err() == nil {
+		// The term ended: unready at once, before the group is waited for.
+		work.srv.SetReady(false)
+		if l.lease != nil {
+			work.srv.SetRole("standby", 0)
+		}
+		l.log.Warn().Int64("epoch", t.epoch).AnErr("reason", context.Cause(t.ctx)).Msg("not leading: writes stopped; standing by")
+	}
 	return loaded
 }
 
