@@ -102,15 +102,15 @@ keys:
     ttl: %s
     interval: %s
     param_pattern: "[0-9]+"
-    members: [%[12]s]
+    members: [%s]
     query: "SELECT id, 'v' || version FROM items WHERE id = ANY($1)"
   - name: row
     key: "soak:row:{id}"
     source: db
-    ttl: %[10]s
-    interval: %[11]s
+    ttl: %[11]s
+    interval: %[12]s
     param_pattern: "[0-9]+"
-    members: [%[12]s]
+    members: [%[13]s]
     query: "SELECT id, 'v' || version, version FROM items WHERE id = ANY($1)"
     version_column: version
 `, redisAddr, params.LoadTimeout, params.Spread, jitter, params.MaxStale, params.Lease, params.Retry,
