@@ -378,7 +378,9 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 	var running []active
 	var events []soak.Event
 	next := 0
-	leader := func(standby bool) *instance {
+	// leader picks the target of an instance or link fault, and says
+	// whether it was leading.
+	leader := func(standby bool) (*instance, string) {
 		var leaders, standbys []*instance
 		for _, in := range insts {
 			p, _ := in.current()
@@ -391,17 +393,17 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 				standbys = append(standbys, in)
 			}
 		}
-		pick := leaders
+		pick, as := leaders, "leader"
 		if standby || len(pick) == 0 {
-			pick = standbys
+			pick, as = standbys, "standby"
 		}
 		if len(pick) == 0 {
-			pick = leaders
+			pick, as = leaders, "leader"
 		}
 		if len(pick) == 0 {
-			return nil
+			return nil, ""
 		}
-		return pick[rng.IntN(len(pick))]
+		return pick[rng.IntN(len(pick))], as
 	}
 	end := begin.Add(total)
 	for now := time.Now(); now.Before(end); now = time.Now() {
@@ -412,7 +414,7 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 			a := active{f: f, until: ev.Start.Add(f.For)}
 			switch f.Kind {
 			case soak.Kill, soak.Term, soak.PauseShort, soak.PauseLong:
-				in := leader(f.Standby)
+				in, as := leader(f.Standby)
 				if in == nil {
 					ev.Note = "skipped: no instance up"
 					ev.End = ev.Start
@@ -420,7 +422,7 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 					continue
 				}
 				p, id := in.current()
-				ev.Target = id
+				ev.Target, ev.Note = id, as
 				a.inst = in
 				switch f.Kind {
 				case soak.Kill:
@@ -470,25 +472,26 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 				ev.Target = "proxy"
 				proxy.Cut(t)
 			case soak.LinkSlow, soak.LinkNarrow, soak.LinkReset, soak.LinkCut, soak.LinkRenew:
-				in := leader(f.Standby)
+				in, as := leader(f.Standby)
 				if in == nil {
-					in = insts[rng.IntN(len(insts))] // none up: its link is cut all the same
+					in, as = insts[rng.IntN(len(insts))], "down" // none up: its link is cut all the same
 				}
 				_, ev.Target = in.current()
+				ev.Note = as
 				a.inst = in
 				switch f.Kind {
 				case soak.LinkSlow:
-					ev.Note = f.Latency.String() + " each way"
+					ev.Note += fmt.Sprintf(", %s each way", f.Latency.Round(time.Millisecond))
 					in.link.SetLatency(t, f.Latency)
 				case soak.LinkNarrow:
-					ev.Note = fmt.Sprintf("%d KB/s", f.Rate)
+					ev.Note += fmt.Sprintf(", %d KB/s", f.Rate)
 					in.link.SetBandwidth(t, f.Rate)
 				case soak.LinkReset:
 					in.link.ResetPeers(t)
 				case soak.LinkCut:
 					in.link.Timeout(t) // a black hole: requests and replies dropped, nothing refused
 				case soak.LinkRenew:
-					ev.Note = f.Latency.String() + " on replies"
+					ev.Note += fmt.Sprintf(", %s on replies", f.Latency.Round(time.Millisecond))
 					in.link.SetReplyLatency(t, f.Latency)
 				}
 			}

@@ -44,6 +44,11 @@ var streams = []string{"upstream", "downstream"}
 // (host:port). It is closed at cleanup.
 func NewProxy(t testing.TB, upstream string) *Proxy {
 	t.Helper()
+	// Some toxics (bandwidth) log at trace level to zerolog's global logger,
+	// which nothing here can hand a quiet one: trace goes, the rest stays.
+	if zerolog.GlobalLevel() < zerolog.DebugLevel {
+		zerolog.SetGlobalLevel(zerolog.DebugLevel)
+	}
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	var lastErr error
 	for range 5 {
