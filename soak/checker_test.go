@@ -37,13 +37,18 @@ func judge(evs []soak.Event, rds []soak.Read, commits []soak.Commit, samples []s
 		Events: evs, Reads: rds, Commits: [][]soak.Commit{commits}, Samples: samples})
 }
 
-func TestJudgeMissing(t *testing.T) {
-	absentAt20 := func(d time.Duration) int64 {
-		if d >= 20*time.Second && d < 22*time.Second {
+// absentBetween is a key at version 1, absent in [from, to).
+func absentBetween(from, to time.Duration) func(time.Duration) int64 {
+	return func(d time.Duration) int64 {
+		if d >= from && d < to {
 			return -1
 		}
 		return 1
 	}
+}
+
+func TestJudgeMissing(t *testing.T) {
+	absentAt20 := absentBetween(20*time.Second, 22*time.Second)
 	t.Run("outside every window", func(t *testing.T) {
 		r := judge(nil, reads(0, 40*time.Second, absentAt20), nil, nil)
 		if got := rules(r); !slices.Equal(got, []soak.Rule{soak.Missing}) || r.Violations[0].Count != 20 {
@@ -63,12 +68,7 @@ func TestJudgeMissing(t *testing.T) {
 		}
 	})
 	t.Run("a flush while postgres is down waits for postgres", func(t *testing.T) {
-		late := func(d time.Duration) int64 {
-			if d >= 19*time.Second && d < 45*time.Second {
-				return -1
-			}
-			return 1
-		}
+		late := absentBetween(19*time.Second, 45*time.Second)
 		evs := []soak.Event{
 			{Kind: soak.PGDown, Start: at(18 * time.Second), End: at(40 * time.Second)},
 			{Kind: soak.RedisFlush, Start: at(19 * time.Second), End: at(19 * time.Second)},
@@ -330,12 +330,7 @@ func TestJudgeLease(t *testing.T) {
 }
 
 func TestKindStats(t *testing.T) {
-	absentAt20 := func(d time.Duration) int64 {
-		if d >= 20*time.Second && d < 22*time.Second {
-			return -1
-		}
-		return 1
-	}
+	absentAt20 := absentBetween(20*time.Second, 22*time.Second)
 	evs := []soak.Event{
 		{Kind: soak.RedisFlush, Start: at(19 * time.Second), End: at(19 * time.Second)},
 		{Kind: soak.LinkCut, Target: "a#1", Start: at(2 * time.Second), End: at(6 * time.Second)},
