@@ -181,6 +181,9 @@ func TestSoak(t *testing.T) {
 	if r.WriterChecks == 0 {
 		t.Error("soak: no scrape interval with landed writes was judged: the scrapers saw no writer")
 	}
+	if r.RecordWrites == 0 {
+		t.Error("soak: no write was seen in the version records: the observer read none")
+	}
 	if r.Reads < int(total/time.Second) {
 		t.Errorf("soak: only %d reads in %s: the observer did not run", r.Reads, total)
 	}
