@@ -85,8 +85,8 @@ type API struct {
 	reloadStatus func() any
 	// reload, if set, reloads the config file (POST /admin/reload).
 	reload func() (ReloadResult, error)
-	closed       bool
-	wg           sync.WaitGroup
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // prewarmState is the running pre-warm, whoever started it, or else the last
