@@ -34,6 +34,8 @@ With HEARTH_ADMIN_TOKEN set, the admin API answers under /admin/ (docs/operation
   kill -HUP "$(cat /run/hearth.pid)"   # reload the config of this instance only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			reload, stopReload := notifyReload()
+			defer stopReload()
 			if listen != "" {
 				if err := checkListen(listen); err != nil {
 					return fail(exitConfig, fmt.Errorf("--listen: %w", err))
@@ -52,7 +54,9 @@ With HEARTH_ADMIN_TOKEN set, the admin API answers under /admin/ (docs/operation
 				}
 				defer func() { _ = os.Remove(pidFile) }()
 			}
-			d, err := daemon.New(cfg, daemon.Options{Logger: newLogger(g.stderr, cfg.Log), Version: version})
+			d, err := daemon.New(cfg, daemon.Options{
+				Logger: newLogger(g.stderr, cfg.Log), Version: version, Reload: reload, Abort: g.abort,
+			})
 			if err != nil {
 				return fail(exitFail, err)
 			}
