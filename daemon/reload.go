@@ -256,8 +256,9 @@ func (r *reloader) build() (_ *snapshot, result string, _ error) {
 	}
 	drift := restartNeeded(r.running, cfg)
 	// A new redis.namespace applies only on restart; until then Hearth's own
-	// keys stay under the one in use, and declarations must keep out of it.
-	if ns := r.running.Redis.Namespace; cfg.Redis.Namespace != ns {
+	// keys stay under the one in use (every snapshot keeps it), and
+	// declarations must keep out of it.
+	if ns := r.cur.Load().cfg.Redis.Namespace; cfg.Redis.Namespace != ns {
 		inUse := *cfg
 		inUse.Redis.Namespace = ns
 		if err := inUse.Validate(); err != nil {
@@ -266,8 +267,11 @@ func (r *reloader) build() (_ *snapshot, result string, _ error) {
 		cfg = &inUse
 	}
 	decl, err := r.w.Declare(cfg.Specs())
+	if errors.Is(err, warmer.ErrSourceAbsent) {
+		return nil, "error", fmt.Errorf("apply: %w (adding a source needs a restart)", err)
+	}
 	if err != nil {
-		return nil, "error", err
+		return nil, "error", fmt.Errorf("apply: %w", err)
 	}
 	return &snapshot{cfg: cfg, decl: decl, drift: drift}, "", nil
 }

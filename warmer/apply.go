@@ -44,10 +44,10 @@ func (w *Warmer) Declare(specs []*Spec) (*Declarations, error) {
 	d := &Declarations{specs: slices.Clone(specs), index: make(map[string]*Spec, len(specs)), by: w}
 	for _, s := range specs {
 		if _, dup := d.index[s.Name]; dup {
-			return nil, fmt.Errorf("declare: declaration %q twice", s.Name)
+			return nil, fmt.Errorf("declaration %q twice", s.Name)
 		}
 		if _, ok := w.sources[s.Source]; !ok {
-			return nil, fmt.Errorf("declare: declaration %q: %w: %q (adding a source needs a restart)", s.Name, ErrSourceAbsent, s.Source)
+			return nil, fmt.Errorf("declaration %q: %w: %q", s.Name, ErrSourceAbsent, s.Source)
 		}
 		d.index[s.Name] = s
 	}
