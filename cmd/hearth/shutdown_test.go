@@ -77,3 +77,48 @@ func TestShutdownDeadlineExitsZero(t *testing.T) {
 		t.Errorf("an abandoned write was reported as a failure:\n%s", out)
 	}
 }
+
+// TestSecondSignalAbortsDrain: a write held in flight keeps the first SIGTERM's
+// drain waiting (the shutdown timeout is long); the second signal makes the
+// daemon abandon the drain itself (cmd/hearth closes its abort channel) and
+// exit 1 saying so, well before the shutdown timeout.
+func TestSecondSignalAbortsDrain(t *testing.T) {
+	env := testenv.Redis(t)
+	up := newUpstream(t)
+	tm := timing{ttl: 60 * time.Second, interval: 6 * time.Second, loadTimeout: 25 * time.Second, lease: 2 * time.Second, retry: 250 * time.Millisecond}
+	s := newSetup(t, env.Addr, env.Client, env.Prefix, up, tm)
+	cfg, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Replace(string(cfg), "shutdown_timeout: 5s", "shutdown_timeout: 30s", 1)
+	if long == string(cfg) {
+		t.Fatal("no shutdown_timeout in the test config")
+	}
+	if err := os.WriteFile(s.config, []byte(long), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := s.start(t, "a")
+	leading(t, a, 30*time.Second)
+
+	arrived, release := up.holdNext()
+	defer release()
+	select {
+	case <-arrived:
+	case <-time.After(3 * tm.interval):
+		t.Fatal("no scheduled load reached the origin")
+	}
+	a.proc.Signal(t, syscall.SIGTERM)
+	time.Sleep(500 * time.Millisecond) // draining, held by the load
+	start := time.Now()
+	a.proc.Signal(t, syscall.SIGTERM)
+	if code := a.proc.Wait(t, 20*time.Second); code != 1 {
+		t.Errorf("exit code %d after a second SIGTERM, want 1", code)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("exited %s after the second signal, want at once", took)
+	}
+	if out := a.proc.Output(); !strings.Contains(out, "aborted by a second signal") {
+		t.Errorf("the daemon did not abort its drain itself:\n%s", out)
+	}
+}
