@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/store"
 )
 
 // invalidateChannel is where Redis publishes client-tracking invalidations
@@ -277,7 +279,7 @@ func (p *pushWatch) ignore(n int) {
 	}
 	p.ignoredMu.Unlock()
 	if logIt {
-		p.r.log.Warn().Int("ignored", count).Str("marker_prefix", MarkerKey(p.r.opts.Namespace)).Dur("log_every_ms", ignoredLogEvery).
+		p.r.log.Warn().Int("ignored", count).Str("marker_prefix", store.MarkerKey(p.r.opts.Namespace)).Dur("log_every_ms", ignoredLogEvery).
 			Msg("re-warm push watch ignored invalidations that were not of its marker (published on __redis__:invalidate by another client)")
 	}
 }
