@@ -6,15 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -23,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/neterr"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -288,27 +286,19 @@ func campaignFailure(err error) (what, result string) {
 		return "fenced: the fence holds a newer epoch than the one just acquired", "fenced"
 	case errors.Is(err, ErrLeaseExpired):
 		return "raising the fence outlasted the lease", "error"
-	case errors.Is(err, errRaise) && unreachable(err):
+	case errors.Is(err, errRaise) && neterr.Is(err):
 		return "raising the fence failed: cannot reach redis", "error"
 	case errors.Is(err, errRaise) && errors.As(err, &rerr):
 		return "raising the fence failed: redis refused it", "error"
 	case errors.Is(err, errRaise):
 		return "raising the fence failed", "error"
-	case unreachable(err):
+	case neterr.Is(err):
 		return "cannot reach redis", "error"
 	case errors.As(err, &rerr):
 		return "acquiring the lease failed: redis refused it", "error"
 	default:
 		return "acquiring the lease failed", "error"
 	}
-}
-
-// unreachable reports whether err says Redis could not be reached or did not
-// answer in time, as opposed to an answer Hearth did not expect.
-func unreachable(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // subscribe listens for release announcements; without Redis it returns a

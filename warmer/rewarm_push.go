@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/internal/neterr"
 	"github.com/hearth-dev/hearth/store"
 )
 
@@ -212,10 +212,9 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 	}
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
-		var ne net.Error
 		switch {
 		case err == nil:
-		case errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil:
+		case neterr.IsTimeout(err) && ctx.Err() == nil:
 			// Quiet: make sure the tracking connection is still there.
 			if err := conn.Ping(ctx).Err(); err != nil {
 				return fmt.Errorf("tracking connection: %w", err)
