@@ -266,9 +266,9 @@ func (s *FencedStore) Raise(ctx context.Context, epoch int64) error {
 		if err != nil {
 			return fmt.Errorf("raise %d fences: %w", n, err)
 		}
-		if r.code != 1 {
+		if r.Code != 1 {
 			refused = append(refused, i)
-			held[i] = r.fence
+			held[i] = r.Fence
 		}
 	}
 	if len(refused) == 0 {
@@ -277,35 +277,15 @@ func (s *FencedStore) Raise(ctx context.Context, epoch int64) error {
 	return s.repairAbove(ctx, epoch, refused, held, key)
 }
 
-type raiseResult struct {
-	code  int64
-	fence string
-	fixed bool
-}
-
-// raiseReply reads one {code, found, fence[, fixed]} reply of store.Raise or
-// store.RepairRaise, logging and counting a foreign value it repaired.
-func (s *FencedStore) raiseReply(c *redis.Cmd, key string) (raiseResult, error) {
-	v, err := c.Slice()
+// raiseReply reads one reply of store.Raise or store.RepairRaise, logging and
+// counting a foreign value it repaired.
+func (s *FencedStore) raiseReply(c *redis.Cmd, key string) (store.RaiseReply, error) {
+	r, err := store.ParseRaiseReply(c)
 	if err != nil {
-		return raiseResult{}, err
+		return r, err
 	}
-	if len(v) < 3 {
-		return raiseResult{}, fmt.Errorf("unexpected script reply %v", v)
-	}
-	code, ok1 := v[0].(int64)
-	found, ok2 := v[1].(string)
-	fence, ok3 := v[2].(string)
-	if !ok1 || !ok2 || !ok3 {
-		return raiseResult{}, fmt.Errorf("unexpected script reply %v", v)
-	}
-	if found != "" {
-		s.repairs.Repaired(store.KindFence, key, found)
-	}
-	r := raiseResult{code: code, fence: fence}
-	if len(v) > 3 {
-		n, _ := v[3].(int64)
-		r.fixed = n == 1
+	if r.Found != "" {
+		s.repairs.Repaired(store.KindFence, key, r.Found)
 	}
 	return r, nil
 }
@@ -355,11 +335,11 @@ func (s *FencedStore) repairAbove(ctx context.Context, epoch int64, refused []in
 		if err != nil {
 			return fmt.Errorf("raise %d fences: %w", len(todo), err)
 		}
-		if r.fixed {
+		if r.Fixed {
 			s.repairs.RepairedWhy(store.KindFence, k, held[todo[j]],
 				"epoch above the epoch counter's "+c+" and ahead of redis time: never issued; set to "+c)
 		}
-		if r.code != 1 {
+		if r.Code != 1 {
 			refusedAgain = true
 		}
 	}

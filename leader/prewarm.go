@@ -13,10 +13,6 @@ import (
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// Pre-warm outcomes of store.PrewarmVersioned beside the version check's:
-// the key held a value and the pre-warm fills absent keys only.
-const codePresent = 5
-
 // store.PrewarmVersioned is a one-shot pre-warm's write of a stamped entry
 // into a Redis where a leader runs. The pre-warm is not a leader: it reads
 // the fence and never raises it (a foreign fence counts as absent and is left
@@ -63,7 +59,7 @@ func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwr
 	}
 	out := make([]warmer.SetOutcome, len(entries))
 	for i, c := range cmds {
-		code, fbad, vbad, err := versionedReplyUpTo(c, codePresent)
+		code, fbad, vbad, err := store.PrewarmVersionedReply(c)
 		if err != nil {
 			return nil, fmt.Errorf("write %d keys: %w", len(entries), err)
 		}
@@ -74,9 +70,9 @@ func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwr
 			}
 		}
 		switch code {
-		case codeFenced:
+		case store.CodeFenced:
 			out[i] = warmer.SetFenced
-		case codeWritten:
+		case store.CodeWritten:
 			out[i] = warmer.SetWritten
 		default: // extended, older, present: Redis holds this value or a newer one (or, unbacked, a record the leader re-reads for)
 			out[i] = warmer.SetPresent

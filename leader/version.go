@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
@@ -44,17 +43,6 @@ import (
 // there, unchanged. So a planted far-future record costs one extra load, and a
 // record whose value is present and backs it holds the key's writes off at
 // most until that value expires.
-
-// Write outcomes of store.VersionedSet (and VersionedSetMany, PrewarmVersioned).
-const (
-	codeFenced   = 0
-	codeWritten  = 1
-	codeExtended = 2
-	codeOlder    = 3
-	// codeUnbacked: refused as older by a record whose value is absent or
-	// not the bytes it was written with; the caller re-reads the origin.
-	codeUnbacked = 4
-)
 
 // versionedSetManyChunk bounds the keys of one store.VersionedSetMany call.
 const versionedSetManyChunk = 128
@@ -146,12 +134,6 @@ func versionArgs(e warmer.Entry) []any {
 	return []any{e.Value, max(1, e.TTL.Milliseconds()), e.Seq, ver, store.ValueHash(e.Value), max(1, vttl.Milliseconds())}
 }
 
-// keyReply is what the version check replied for one key.
-type keyReply struct {
-	code                int64
-	record, why, detail string
-}
-
 // setVersionedEach runs store.VersionedSet once per entry; it returns how many
 // the fence refused.
 func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entries []warmer.Entry, res *WriteResults, checks []warmer.VersionCheck) (int, error) {
@@ -164,14 +146,14 @@ func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entrie
 	}
 	refused := 0
 	for i, c := range cmds {
-		r, fbad, err := versionedReply(c)
+		r, fbad, err := store.VersionedReply(c)
 		if err != nil {
 			return 0, err
 		}
 		if fbad != "" {
 			s.repairs.Repaired(store.KindFence, s.FenceKey(entries[i].Key), fbad)
 		}
-		if r.code == codeFenced {
+		if r.Code == store.CodeFenced {
 			refused++
 			continue
 		}
@@ -203,7 +185,7 @@ func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entrie
 	refused := 0
 	for i, c := range cmds {
 		es := part(i)
-		replies, fbad, err := versionedManyReply(c, len(es))
+		replies, fbad, err := store.VersionedManyReply(c, len(es))
 		if err != nil {
 			return 0, err
 		}
@@ -223,111 +205,33 @@ func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entrie
 
 // countVersioned counts one key's outcome other than fenced, and a repair of
 // its version record, and says what the check found wrong.
-func (s *FencedStore) countVersioned(res *WriteResults, e warmer.Entry, r keyReply) warmer.VersionCheck {
+func (s *FencedStore) countVersioned(res *WriteResults, e warmer.Entry, r store.KeyReply) warmer.VersionCheck {
 	vk := store.VersionKey(s.ns, e.Key)
-	if r.record != "" {
-		s.repairs.Repaired(store.KindVersion, vk, r.record)
+	if r.Record != "" {
+		s.repairs.Repaired(store.KindVersion, vk, r.Record)
 	}
-	switch r.code {
-	case codeWritten:
+	switch r.Code {
+	case store.CodeWritten:
 		res.Written++
-	case codeExtended:
+	case store.CodeExtended:
 		res.Extended++
 		s.ver.extended.WithLabelValues(e.Family).Inc()
-	case codeOlder, codeUnbacked:
+	case store.CodeOlder, store.CodeUnbacked:
 		res.Older++
 		s.ver.refused.WithLabelValues(e.Family).Inc()
 	}
-	c := warmer.VersionCheck{Reason: r.why, Found: r.detail}
+	c := warmer.VersionCheck{Reason: r.Why, Found: r.Detail}
 	switch {
-	case r.code == codeUnbacked:
-		c.Recheck, c.Record = true, r.detail
-		c.Found = "record " + r.detail + " refused the write, but its value is not the bytes it was written with"
-		if r.why == warmer.RepairValueAbsent {
-			c.Found = "record " + r.detail + " refused the write, but its value is absent"
+	case r.Code == store.CodeUnbacked:
+		c.Recheck, c.Record = true, r.Detail
+		c.Found = "record " + r.Detail + " refused the write, but its value is not the bytes it was written with"
+		if r.Why == warmer.RepairValueAbsent {
+			c.Found = "record " + r.Detail + " refused the write, but its value is absent"
 		}
-	case r.record != "":
-		c.Found = vk + " held " + r.record
+	case r.Record != "":
+		c.Found = vk + " held " + r.Record
 	}
 	return c
-}
-
-// versionedManyReply splits {0, fence found} (fenced: replies nil) or {1,
-// fence found, code, record found, reason, info, …} for n keys.
-func versionedManyReply(c *redis.Cmd, n int) (replies []keyReply, fence string, err error) {
-	v, err := c.Result()
-	if err != nil {
-		return nil, "", err
-	}
-	a, ok := v.([]any)
-	if !ok || len(a) < 2 {
-		return nil, "", fmt.Errorf("unexpected script reply %v", v)
-	}
-	head, ok1 := a[0].(int64)
-	fence, ok2 := a[1].(string)
-	switch {
-	case !ok1 || !ok2:
-		return nil, "", fmt.Errorf("unexpected script reply %v", v)
-	case head == 0 && len(a) == 2:
-		return nil, fence, nil
-	case head != 1 || len(a) != 2+4*n:
-		return nil, "", fmt.Errorf("unexpected script reply for %d keys: %d elements", n, len(a))
-	}
-	replies = make([]keyReply, n)
-	for i := range n {
-		r, ok := keyReplyOf(a[2+4*i : 6+4*i])
-		if !ok || r.code < codeWritten {
-			return nil, "", fmt.Errorf("unexpected script reply for key %d: %v", i, a[2+4*i:6+4*i])
-		}
-		replies[i] = r
-	}
-	return replies, fence, nil
-}
-
-// keyReplyOf reads {code, record found, reason, info}.
-func keyReplyOf(a []any) (keyReply, bool) {
-	code, ok1 := a[0].(int64)
-	rec, ok2 := a[1].(string)
-	why, ok3 := a[2].(string)
-	info, ok4 := a[3].(string)
-	if !ok1 || !ok2 || !ok3 || !ok4 || code < codeFenced || code > codeUnbacked {
-		return keyReply{}, false
-	}
-	return keyReply{code: code, record: rec, why: why, detail: info}, true
-}
-
-// versionedReply splits {code, fence found, record found, reason, info}.
-func versionedReply(c *redis.Cmd) (r keyReply, fence string, err error) {
-	v, err := c.Result()
-	if err != nil {
-		return keyReply{}, "", err
-	}
-	if a, ok := v.([]any); ok && len(a) == 5 {
-		f, ok1 := a[1].(string)
-		r, ok2 := keyReplyOf(append([]any{a[0]}, a[2:]...))
-		if ok1 && ok2 {
-			return r, f, nil
-		}
-	}
-	return keyReply{}, "", fmt.Errorf("unexpected script reply %v", v)
-}
-
-// versionedReplyUpTo splits the {code, fence found, record found} of a
-// script whose codes go up to top (the pre-warm's).
-func versionedReplyUpTo(c *redis.Cmd, top int64) (code int64, fence, record string, err error) {
-	v, err := c.Result()
-	if err != nil {
-		return 0, "", "", err
-	}
-	if a, ok := v.([]any); ok && len(a) == 3 {
-		n, ok1 := a[0].(int64)
-		f, ok2 := a[1].(string)
-		r, ok3 := a[2].(string)
-		if ok1 && ok2 && ok3 && n >= codeFenced && n <= top {
-			return n, f, r, nil
-		}
-	}
-	return 0, "", "", fmt.Errorf("unexpected script reply %v", v)
 }
 
 // setStamped writes the stamped entries through the version check and the
