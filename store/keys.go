@@ -48,7 +48,8 @@ func VersionKey(ns, key string) string {
 func MarkerKey(ns string) string { return ns + ":warm" }
 
 // ClusterMarkerKey is the marker of the Cluster master whose lowest slot is
-// n: MarkerKey with a hash tag in that slot, so that each master holds its own.
+// n: MarkerKey with a hash tag in that slot, so that each master holds its
+// own and a flush or restart of one master is seen, and re-warmed, alone.
 func ClusterMarkerKey(ns string, n int) string { return MarkerKey(ns) + ":{" + slot.Tag(n) + "}" }
 
 // AccessBucketKey is the access-log bucket that starts at start, the sorted
