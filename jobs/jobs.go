@@ -77,8 +77,6 @@ type Scheduler struct {
 	runsCtx context.Context
 	// stops waits for the goroutine that ends each open schedule.
 	stops sync.WaitGroup
-	// fault, set only by tests (export_test.go), fails scheduling a declaration.
-	fault func(name string) error
 }
 
 // New builds the scheduler; nothing runs until Open.
@@ -255,11 +253,6 @@ func (s *Scheduler) add(ctx context.Context, spec *warmer.Spec, first time.Time)
 		first = now
 	}
 	name := spec.Name
-	if s.fault != nil {
-		if err := s.fault(name); err != nil {
-			return fmt.Errorf("schedule %s: %w", name, err)
-		}
-	}
 	interval := spec.Interval
 	if interval < MinPeriod {
 		return fmt.Errorf("schedule %s: interval %s is below the scheduler's minimum %s", name, interval, MinPeriod)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -69,8 +70,8 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		return cc.Set(ctx, "probe{a}", "1", time.Second).Err() == nil && cc.Set(ctx, "probe{b}", "1", time.Second).Err() == nil
 	})
 	reg := prometheus.NewRegistry()
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: cc, Namespace: "hearth", Registerer: reg})
-	lease, err := leader.NewLease(leader.LeaseOptions{Client: cc, Namespace: "hearth", Duration: 10 * time.Second, Fence: store, Registerer: reg})
+	fs := leader.NewFencedStore(leader.FencedStoreOptions{Client: cc, Namespace: "hearth", Registerer: reg})
+	lease, err := leader.NewLease(leader.LeaseOptions{Client: cc, Namespace: "hearth", Duration: 10 * time.Second, Fence: fs, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := store.Writer(term)
+	w := fs.Writer(term)
 	const n = 300
 	batch := func(seq, version int64, value string) []warmer.Entry {
 		es := make([]warmer.Entry, n)
@@ -101,7 +102,7 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		if got := cc.Get(ctx, k).Val(); got != "v5" {
 			t.Fatalf("%s = %q, want v5 (version 4 refused)", k, got)
 		}
-		if got, want := warmer.HashSlot(leader.VersionKey("hearth", k)), warmer.HashSlot(k); got != want {
+		if got, want := warmer.HashSlot(store.VersionKey("hearth", k)), warmer.HashSlot(k); got != want {
 			t.Fatalf("record of %s in slot %d, value in %d", k, got, want)
 		}
 		m, err := cc.MasterForKey(ctx, k)
