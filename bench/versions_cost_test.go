@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -29,7 +30,7 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 	defer client.Close()
 	ctx := context.Background()
 	ns := "hearth"
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: client, Namespace: ns, Registerer: prometheus.NewRegistry()})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: client, Namespace: ns, Registerer: prometheus.NewRegistry()})
 	l, err := leader.NewLease(leader.LeaseOptions{Client: client, Namespace: ns, Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -24,7 +25,7 @@ func BenchmarkVersionedWrites(b *testing.B) {
 	env := testenv.Redis(b)
 	ctx := context.Background()
 	ns := env.Prefix + "hearth"
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: env.Client, Namespace: ns, Registerer: prometheus.NewRegistry()})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: env.Client, Namespace: ns, Registerer: prometheus.NewRegistry()})
 	l, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: ns, Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/daemon"
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/migrations"
@@ -137,7 +138,7 @@ FROM products WHERE id = ANY($1::bigint[])`,
 
 	wrdb := redis.NewClient(&redis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = wrdb.Close() })
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: wrdb, Namespace: ns, Registerer: e.reg})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: wrdb, Namespace: ns, Registerer: e.reg})
 	lease, err := leader.NewLease(leader.LeaseOptions{Client: wrdb, Namespace: ns, Duration: 10 * time.Second, Fence: store, Registerer: e.reg})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
@@ -169,7 +169,7 @@ func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalCli
 func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool,
 	from redis.UniversalClient, fromOnly bool, log zerolog.Logger) (*Prewarm, error) {
 	ps := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
-		Versioned: leader.NewPrewarmVersioned(rdb, cfg.Redis.Namespace, log), Logger: log})
+		Versioned: fence.NewPrewarmVersioned(rdb, cfg.Redis.Namespace, log), Logger: log})
 	fence, err := ps.Prepare(ctx)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -79,7 +80,7 @@ func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus
 		log.Warn().Dur("lease_ms", t.Lease).Dur("retry_period_ms", t.RetryPeriod).Dur("margin_ms", t.Margin).Str("declaration", t.MarginPath).
 			Msg("leader lease + campaign backoff exceed the takeover margin: after a leader crash that key may expire before a standby takes over")
 	}
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg, Logger: log})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg, Logger: log})
 	lease, err := leader.NewLease(leader.LeaseOptions{
 		Client: rdb, Namespace: cfg.Redis.Namespace,
 		Duration: t.Lease, RenewInterval: t.RenewInterval, RetryPeriod: t.RetryPeriod,

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/leader"
@@ -79,7 +80,7 @@ func newTermWork(t *testing.T, l *leadership, svc *termService, srv status) *ter
 func TestTermRunsTheLeadersServices(t *testing.T) {
 	env := testenv.Redis(t)
 	ns := env.Prefix + "hearth"
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: env.Client, Namespace: ns})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: env.Client, Namespace: ns})
 	lease, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: ns, Duration: 2 * time.Second,
 		RenewInterval: 100 * time.Millisecond, RetryPeriod: 50 * time.Millisecond, Fence: store})
 	if err != nil {

@@ -10,20 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 )
-
-func waitDone(t *testing.T, term *leader.Term, within time.Duration) {
-	t.Helper()
-	select {
-	case <-term.Done():
-	case <-time.After(within):
-		t.Fatalf("term %d did not end within %s", term.Epoch, within)
-	}
-}
 
 func TestLeaseOneLeader(t *testing.T) {
 	env := leadertest.New(t)
@@ -110,7 +102,7 @@ func TestLeaseStepsDown(t *testing.T) {
 		ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
 		// Another party deleted the lease (as an expiry during a pause would).
 		env.Client.Del(context.Background(), env.NS+":{lease}")
-		waitDone(t, ta, 5*time.Second)
+		leadertest.WaitDone(t, ta, 5*time.Second)
 		if !errors.Is(ta.Err(), leader.ErrLeaseLost) {
 			t.Errorf("term ended with %v, want ErrLeaseLost", ta.Err())
 		}
@@ -137,7 +129,7 @@ func TestLeaseStepsDown(t *testing.T) {
 		term := leadertest.Campaign(t, l, 5*time.Second)
 		srv.Pause(t)
 		defer srv.Resume(t)
-		waitDone(t, term, 5*time.Second)
+		leadertest.WaitDone(t, term, 5*time.Second)
 		if !errors.Is(term.Err(), leader.ErrLeaseExpired) {
 			t.Errorf("term ended with %v, want ErrLeaseExpired", term.Err())
 		}
@@ -155,7 +147,7 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 	client := srv.Client(t)
 	reg := prometheus.NewRegistry()
 	logs := &testenv.SyncBuffer{}
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: client, Namespace: "hearth", Registerer: reg})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: client, Namespace: "hearth", Registerer: reg})
 	l, err := leader.NewLease(leader.LeaseOptions{
 		Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 50 * time.Millisecond, Fence: store, Registerer: reg,
 		Logger: zerolog.New(logs),

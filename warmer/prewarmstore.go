@@ -54,7 +54,7 @@ type PrewarmStoreOptions struct {
 	// Versioned, when set, writes the entries the leader version-checks
 	// (stamped: Entry.Seq > 0) whenever the writes are fenced, so that the
 	// pre-warm never replaces a newer version the leader wrote and leaves a
-	// version record its next write compares with (leader.PrewarmVersioned).
+	// version record its next write compares with (fence.PrewarmVersioned).
 	// Without it they are written as the others are.
 	Versioned PrewarmVersionedWriter
 	Logger    zerolog.Logger

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -43,7 +44,7 @@ func On(t testing.TB, client *redis.Client, ns string) *Env {
 // Instance is one Hearth instance's lease and fenced store, with its own registry.
 type Instance struct {
 	Lease *leader.Lease
-	Store *leader.FencedStore
+	Store *fence.FencedStore
 	Reg   *prometheus.Registry
 }
 
@@ -53,7 +54,7 @@ func (e *Env) Instance(lease, retry time.Duration, perSlot bool) *Instance {
 	e.t.Helper()
 	log := e.Log
 	reg := prometheus.NewRegistry()
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: e.Client, Namespace: e.NS, PerSlot: &perSlot, Registerer: reg, Logger: log})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: e.Client, Namespace: e.NS, PerSlot: &perSlot, Registerer: reg, Logger: log})
 	l, err := leader.NewLease(leader.LeaseOptions{
 		Client: e.Client, Namespace: e.NS, Duration: lease, RetryPeriod: retry, Fence: store, Registerer: reg, Logger: log,
 	})
@@ -77,4 +78,14 @@ func Campaign(t testing.TB, l *leader.Lease, within time.Duration) *leader.Term 
 		t.Fatalf("campaign: %v", err)
 	}
 	return term
+}
+
+// WaitDone waits for term to end, or fails the test after within.
+func WaitDone(t testing.TB, term *leader.Term, within time.Duration) {
+	t.Helper()
+	select {
+	case <-term.Done():
+	case <-time.After(within):
+		t.Fatalf("term %d did not end within %s", term.Epoch, within)
+	}
 }

@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -149,8 +150,8 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
-	newInstance := func() (*leader.Lease, *leader.FencedStore) {
-		store := leader.NewFencedStore(leader.FencedStoreOptions{Client: client, Namespace: "hearth"})
+	newInstance := func() (*leader.Lease, *fence.FencedStore) {
+		store := fence.NewFencedStore(fence.FencedStoreOptions{Client: client, Namespace: "hearth"})
 		l, err := leader.NewLease(leader.LeaseOptions{Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 20 * time.Millisecond, Fence: store, Registerer: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
@@ -168,7 +169,7 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 
 	// Redis comes back empty: no lease, no epoch counter, no fence, no scripts.
 	srv.Restart(t)
-	waitDone(t, ta, 5*time.Second)
+	leadertest.WaitDone(t, ta, 5*time.Second)
 	tb := leadertest.Campaign(t, b, 5*time.Second)
 	if tb.Epoch <= ta.Epoch {
 		t.Fatalf("epoch went back from %d to %d after the restart", ta.Epoch, tb.Epoch)

@@ -1,4 +1,4 @@
-package leader
+package fence
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -54,7 +55,7 @@ type FencedStore struct {
 
 var (
 	_ warmer.Store     = (*FencedStore)(nil)
-	_ Fence            = (*FencedStore)(nil)
+	_ leader.Fence     = (*FencedStore)(nil)
 	_ warmer.TTLReader = (*FencedStore)(nil)
 )
 
@@ -118,22 +119,22 @@ func (s *FencedStore) replies(cmds []*redis.Cmd, fence func(i int) string) ([]in
 
 // Writer is the store term t writes through: every write carries t's epoch,
 // and a write Redis refuses ends t (Term.Fenced).
-func (s *FencedStore) Writer(t *Term) *Writer { return &Writer{s: s, t: t} }
+func (s *FencedStore) Writer(t *leader.Term) *Writer { return &Writer{s: s, t: t} }
 
 // Gate is the warmer's gate of a leader-elected Hearth: while lease holds a
 // valid term it admits a batch and hands out that term's Writer; otherwise
-// it refuses with ErrNotLeader. It reads memory only, never Redis.
-func (s *FencedStore) Gate(lease *Lease) warmer.Gate { return termGate{s: s, lease: lease} }
+// it refuses with leader.ErrNotLeader. It reads memory only, never Redis.
+func (s *FencedStore) Gate(lease *leader.Lease) warmer.Gate { return termGate{s: s, lease: lease} }
 
 type termGate struct {
 	s     *FencedStore
-	lease *Lease
+	lease *leader.Lease
 }
 
 func (g termGate) Admit(context.Context) (warmer.Store, error) {
 	t, ok := g.lease.Current()
 	if !ok {
-		return nil, ErrNotLeader
+		return nil, leader.ErrNotLeader
 	}
 	return g.s.Writer(t), nil
 }
@@ -141,7 +142,7 @@ func (g termGate) Admit(context.Context) (warmer.Store, error) {
 // Writer is a FencedStore bound to one term (FencedStore.Writer).
 type Writer struct {
 	s *FencedStore
-	t *Term
+	t *leader.Term
 }
 
 var (
@@ -175,7 +176,7 @@ func (s *FencedStore) Set(_ context.Context, entries []warmer.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	return fmt.Errorf("write %d keys: %w (not through a term's writer)", len(entries), ErrNotLeader)
+	return fmt.Errorf("write %d keys: %w (not through a term's writer)", len(entries), leader.ErrNotLeader)
 }
 
 // Extend refuses: outside a term nothing is written (write through Writer).
@@ -183,11 +184,11 @@ func (s *FencedStore) Extend(_ context.Context, keys []string, _ []time.Duration
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	return nil, fmt.Errorf("extend %d keys: %w (not through a term's writer)", len(keys), ErrNotLeader)
+	return nil, fmt.Errorf("extend %d keys: %w (not through a term's writer)", len(keys), leader.ErrNotLeader)
 }
 
 // set writes each entry with SET … PX through the fence script, pipelined, with t's epoch.
-func (s *FencedStore) set(ctx context.Context, t *Term, entries []warmer.Entry) error {
+func (s *FencedStore) set(ctx context.Context, t *leader.Term, entries []warmer.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -225,18 +226,18 @@ func (s *FencedStore) set(ctx context.Context, t *Term, entries []warmer.Entry) 
 }
 
 // refusedSets counts and reports the keys of a write the fence refused.
-func (s *FencedStore) refusedSets(t *Term, n, refused int) error {
+func (s *FencedStore) refusedSets(t *leader.Term, n, refused int) error {
 	if refused == 0 {
 		return nil
 	}
 	s.fenced.WithLabelValues("set").Add(float64(refused))
 	t.Fenced()
-	return fmt.Errorf("write %d keys with epoch %d: %d refused: %w", n, t.Epoch, refused, ErrFenced)
+	return fmt.Errorf("write %d keys with epoch %d: %d refused: %w", n, t.Epoch, refused, leader.ErrFenced)
 }
 
 // setMany writes entries under the single fence key, setManyChunk keys per
 // script call, the calls pipelined.
-func (s *FencedStore) setMany(ctx context.Context, t *Term, entries []warmer.Entry) error {
+func (s *FencedStore) setMany(ctx context.Context, t *leader.Term, entries []warmer.Entry) error {
 	epoch := strconv.FormatInt(t.Epoch, 10)
 	chunks := (len(entries) + setManyChunk - 1) / setManyChunk
 	// One backing array each for every call's keys and arguments.
@@ -268,7 +269,7 @@ func (s *FencedStore) setMany(ctx context.Context, t *Term, entries []warmer.Ent
 }
 
 // extend is Writer.Extend with t's epoch.
-func (s *FencedStore) extend(ctx context.Context, t *Term, keys []string, ttls []time.Duration) ([]bool, error) {
+func (s *FencedStore) extend(ctx context.Context, t *leader.Term, keys []string, ttls []time.Duration) ([]bool, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -294,7 +295,7 @@ func (s *FencedStore) extend(ctx context.Context, t *Term, keys []string, ttls [
 	if refused > 0 {
 		s.fenced.WithLabelValues("extend").Add(float64(refused))
 		t.Fenced()
-		return nil, fmt.Errorf("extend %d keys with epoch %d: %d refused: %w", len(keys), t.Epoch, refused, ErrFenced)
+		return nil, fmt.Errorf("extend %d keys with epoch %d: %d refused: %w", len(keys), t.Epoch, refused, leader.ErrFenced)
 	}
 	return kept, nil
 }
@@ -348,9 +349,9 @@ func (s *FencedStore) raiseReply(c *redis.Cmd, key string) (store.RaiseReply, er
 // epoch issued until the fence was seen) was never raised by a Hearth
 // instance, so it is set to the counter's value — compare-and-set, see
 // store.RepairRaise — and raised again. A raise still refused means a newer
-// epoch than this one was issued: ErrFenced, as before.
+// epoch than this one was issued: leader.ErrFenced, as before.
 func (s *FencedStore) repairAbove(ctx context.Context, epoch int64, refused []int, held map[int]string, key func(int) string) error {
-	fenced := fmt.Errorf("raise fences to epoch %d: %w", epoch, ErrFenced)
+	fenced := fmt.Errorf("raise fences to epoch %d: %w", epoch, leader.ErrFenced)
 	raw, err := s.client.Get(ctx, s.counter).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("raise fences to epoch %d: read epoch counter %s: %w", epoch, s.counter, err)

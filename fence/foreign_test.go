@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"

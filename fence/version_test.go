@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
@@ -52,7 +53,7 @@ type versionEnv struct {
 	env   *leadertest.Env
 	in    *leadertest.Instance
 	ctx   context.Context
-	w     *leader.Writer // the term's writer
+	w     *fence.Writer // the term's writer
 	epoch int64
 }
 

@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
@@ -70,7 +71,7 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		return cc.Set(ctx, "probe{a}", "1", time.Second).Err() == nil && cc.Set(ctx, "probe{b}", "1", time.Second).Err() == nil
 	})
 	reg := prometheus.NewRegistry()
-	fs := leader.NewFencedStore(leader.FencedStoreOptions{Client: cc, Namespace: "hearth", Registerer: reg})
+	fs := fence.NewFencedStore(fence.FencedStoreOptions{Client: cc, Namespace: "hearth", Registerer: reg})
 	lease, err := leader.NewLease(leader.LeaseOptions{Client: cc, Namespace: "hearth", Duration: 10 * time.Second, Fence: fs, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
