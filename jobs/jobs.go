@@ -73,8 +73,9 @@ type Scheduler struct {
 	applyMu sync.Mutex
 	opened  bool
 	closed  bool
-	// runsCtx is the open schedule's runs' context (see Open).
-	runsCtx context.Context
+	// runsCtx is the open schedule's runs' context (see Open), termCtx the
+	// context it was opened with: no run starts once that has ended.
+	runsCtx, termCtx context.Context
 	// stops waits for the goroutine that ends each open schedule.
 	stops sync.WaitGroup
 }
@@ -175,6 +176,7 @@ func (s *Scheduler) open(ctx context.Context) (done chan struct{}, err error) {
 	s.mu.Lock()
 	s.sched = g
 	s.mu.Unlock()
+	s.termCtx = ctx
 	now := s.clock.Now()
 	var added []string
 	err = func() error {
@@ -259,7 +261,11 @@ func (s *Scheduler) add(ctx context.Context, spec *warmer.Spec, first time.Time)
 	}
 	spread := time.Duration(float64(interval) * s.opts.Spread)
 	log := s.log.With().Str("family", name).Logger()
+	term := s.termCtx
 	task := func() {
+		if term.Err() != nil {
+			return // the term ended; its schedule is stopping
+		}
 		planned := plannedStart(s.clock.Now(), first, interval)
 		out, err := s.opts.Refresher.Refresh(ctx, name, warmer.RunOptions{Planned: planned, Spread: spread, Drain: s.drain})
 		if err != nil {

@@ -32,7 +32,11 @@ func (s *Scheduler) addNegative(ctx context.Context, spec *warmer.Spec, now time
 		return fmt.Errorf("schedule %s negative re-check: every %s is below the scheduler's minimum %s", name, every, MinPeriod)
 	}
 	log := s.log.With().Str("family", name).Logger()
+	term := s.termCtx
 	task := func() {
+		if term.Err() != nil {
+			return // the term ended; its schedule is stopping
+		}
 		out, err := nr.RefreshNegatives(ctx, name)
 		if err != nil {
 			log.Warn().Err(err).Int("members", out.Members).Msg("negative re-check failed")
