@@ -1,4 +1,4 @@
-package daemon_test
+package changes_test
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/changes"
 	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/migrations"
@@ -40,7 +40,7 @@ type changeEnv struct {
 	w       *warmer.Warmer
 	reg     *prometheus.Registry
 	term    *leader.Term
-	chg     *daemon.Changes
+	chg     *changes.Listeners
 	// standby, when set, makes the listener see this instance as not leading.
 	standby atomic.Bool
 }
@@ -139,7 +139,7 @@ FROM products WHERE id = ANY($1::bigint[])`,
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	e.chg, err = daemon.OpenChanges(cctx, e.w, daemon.ChangeOptions{
+	e.chg, err = changes.Open(cctx, e.w, changes.Options{
 		Specs: cfg.Specs(), DSNs: map[string]string{"db": listenDSN},
 		Leading:         func() bool { return e.term.Valid() && !e.standby.Load() },
 		MinFullInterval: minFull, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),

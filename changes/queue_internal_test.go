@@ -1,4 +1,4 @@
-package daemon
+package changes
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func TestQueueOverflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newChangeMetrics(prometheus.NewRegistry())
+	m := newMetrics(prometheus.NewRegistry())
 	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: m, leading: func() bool { return false }, now: time.Now}
 	q := newQueue("p", time.Hour, 100, l, newPacing(DefaultMinFullInterval))
 	ids := make([]string, MaxPendingChanges+500)
@@ -61,7 +61,7 @@ func TestQueueOverflow(t *testing.T) {
 	}
 }
 
-// recorder is a ChangeRefresher that records every refresh it is asked for,
+// recorder is a Refresher that records every refresh it is asked for,
 // each taking loadTime.
 type recorder struct {
 	spec     *warmer.Spec
@@ -115,7 +115,7 @@ func (r *recorder) RefreshMembers(_ context.Context, _ string, members []string)
 // bubble; it stops at the test's end.
 func runQueue(t *testing.T, r *recorder, pace *pacing) *queue {
 	t.Helper()
-	l := &listener{w: r, m: newChangeMetrics(prometheus.NewRegistry()), leading: func() bool { return true }, now: time.Now, log: zerolog.Nop()}
+	l := &listener{w: r, m: newMetrics(prometheus.NewRegistry()), leading: func() bool { return true }, now: time.Now, log: zerolog.Nop()}
 	q := newQueue("p", 20*time.Millisecond, 100, l, pace)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -239,8 +239,8 @@ func TestPacingIsolatedChangeAtOnce(t *testing.T) {
 func TestPacingSurvivesRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder(t, "p:{id}")
-		c := &Changes{w: r, m: newChangeMetrics(prometheus.NewRegistry()), paces: map[string]*pacing{},
-			opts: ChangeOptions{MinFullInterval: DefaultMinFullInterval, DSNs: map[string]string{"db": "postgres://u@127.0.0.1/db"},
+		c := &Listeners{w: r, m: newMetrics(prometheus.NewRegistry()), paces: map[string]*pacing{},
+			opts: Options{MinFullInterval: DefaultMinFullInterval, DSNs: map[string]string{"db": "postgres://u@127.0.0.1/db"},
 				Leading: func() bool { return true }, Now: time.Now}}
 		specs := []*warmer.Spec{{Name: "p", Template: r.spec.Template, Source: "db", Notify: "ch", Coalesce: 20 * time.Millisecond}}
 		for range 3 { // three sessions, a second apart
