@@ -13,6 +13,7 @@ type metrics struct {
 	refreshes     *prometheus.CounterVec
 	overflows     *prometheus.CounterVec
 	lag           *prometheus.HistogramVec
+	wait          *prometheus.HistogramVec
 	connected     *prometheus.GaugeVec
 	reconnects    *prometheus.CounterVec
 }
@@ -40,6 +41,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "From a change (the trigger's clock_timestamp) to its refreshed value acknowledged by Redis.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}, []string{"family"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hearth_change_wait_seconds",
+			Help:    "Per change-driven members refresh, how long its longest-waiting member waited in the queue before the refresh started (the coalesce wait, a refresh in flight, a capped batch ahead).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"family"}),
 		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_change_listen_connected",
 			Help: "1 while the source's LISTEN connection is up (on the leader), else 0.",
@@ -49,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Times the source's LISTEN connection failed or dropped and was reconnected.",
 		}, []string{"source"}),
 	}
-	reg.MustRegister(m.notifications, m.members, m.refreshes, m.overflows, m.lag, m.connected, m.reconnects)
+	reg.MustRegister(m.notifications, m.members, m.refreshes, m.overflows, m.lag, m.wait, m.connected, m.reconnects)
 	return m
 }
 
@@ -83,6 +89,7 @@ func (m *metrics) forget(old, next []*warmer.Spec) {
 			m.refreshes.DeletePartialMatch(l)
 			m.overflows.DeletePartialMatch(l)
 			m.lag.DeletePartialMatch(l)
+			m.wait.DeletePartialMatch(l)
 		}
 		if !keep[[2]string{"channel", s.Notify}] {
 			m.notifications.DeletePartialMatch(prometheus.Labels{"channel": s.Notify})

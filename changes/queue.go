@@ -305,6 +305,9 @@ func (q *queue) fire(ctx context.Context) {
 	if n := len(due) - len(pending); n > 0 {
 		q.l.m.members.WithLabelValues(q.name, "not_declared").Add(float64(n))
 	}
+	if len(pending) > 0 && !ready.IsZero() {
+		q.l.m.wait.WithLabelValues(q.name).Observe(max(0, q.l.now().Sub(ready)).Seconds())
+	}
 	q.refreshMembers(ctx, pending)
 }
 
