@@ -2,6 +2,7 @@ package changes
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -453,4 +455,50 @@ func FuzzParsePayload(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", s, p)
 		}
 	})
+}
+
+// TestLifecycle: Run runs once at a time and returns when its context ends;
+// Apply between runs is what the next Run listens for; after Close, Run
+// refuses to start.
+func TestLifecycle(t *testing.T) {
+	tmpl, err := warmer.ParseTemplate("p:{id}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &warmer.Spec{Name: "p", Template: tmpl, Source: "db", Notify: "ch"}
+	c, err := New(specOnly{spec}, Options{Specs: []*warmer.Spec{spec}, DSNs: map[string]string{"db": "postgres://u@127.0.0.1:1/db"},
+		Leading: func() bool { return false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testenv.Eventually(t, 10*time.Second, "the listener started", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.run != nil && len(c.run.listeners) == 1
+	})
+	if err := c.Run(context.Background()); !errors.Is(err, ErrRunning) {
+		t.Errorf("a second Run: %v, want ErrRunning", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	moved := *spec
+	moved.Notify = "ch2"
+	if err := c.Apply([]*warmer.Spec{&moved}); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := c.build(c.specs)
+	if err != nil || len(ls) != 1 || ls[0].channels["ch2"] == nil {
+		t.Errorf("after Apply while stopped, the next Run would listen on %v (%v), want ch2", ls, err)
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Run after Close: %v, want ErrClosed", err)
+	}
 }
