@@ -18,7 +18,7 @@ const (
 	// MemberInterval and MemberBurst pace the change-driven loads of one
 	// member: a member changing over and over is loaded MemberBurst times at
 	// once, then once per MemberInterval. A change to a member not loaded in
-	// the last seconds waits for nothing but the coalescing window.
+	// the last seconds waits for nothing but the coalesce wait (none by default).
 	MemberInterval = time.Second
 	MemberBurst    = 3
 )

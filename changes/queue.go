@@ -110,7 +110,7 @@ func (q *queue) queueLocked(id string, us int64, now time.Time) {
 }
 
 // fullHeld reports whether a wanted full refresh must wait for its pacing
-// longer than the coalescing window. Call with q.mu held.
+// longer than the coalesce wait. Call with q.mu held.
 func (q *queue) fullHeld(now time.Time) bool {
 	return q.pace.full.due("").After(now.Add(q.coalesce))
 }
