@@ -312,8 +312,9 @@ func TestChangesRefreshChangedRows(t *testing.T) {
 	t.Run("flood", func(t *testing.T) {
 		okBefore := e.metric("hearth_change_notifications_total", "channel="+e.channel, "result=ok")
 		// 30,000 distinct notifications in one transaction, then 42,000
-		// members in 60 payloads of 700 (the queue's bound is per window;
-		// see TestQueueOverflow for what happens past it).
+		// members in 60 payloads of 700 (the queue's bound is on what
+		// gathers during one refresh; TestChangesPendingBoundWhileInFlight
+		// shows what happens past it).
 		e.exec(`SELECT pg_notify($1, '{"hearth":1,"ts":0,"ids":["' || i || '"]}') FROM generate_series(1, 30000) AS i`, e.channel)
 		e.exec(`SELECT pg_notify($1, json_build_object('hearth', 1, 'ts', 0, 'ids',
 			(SELECT json_agg(g::text) FROM generate_series(b * 700 + 1, b * 700 + 700) AS g))::text)
@@ -792,5 +793,66 @@ func TestChangesGatheredWhileInFlight(t *testing.T) {
 				t.Errorf("%g change-driven refreshes, want %d", got, tc.wantLoads)
 			}
 		})
+	}
+}
+
+// TestChangesPendingBoundWhileInFlight: while the origin holds a load back,
+// 12,000 distinct members are named (more than MaxPendingChanges): they are
+// dropped for one full refresh, which runs when the held load ends, and no
+// member is loaded alone.
+func TestChangesPendingBoundWhileInFlight(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	gate := rand.Int64N(1<<31-1) + 1
+	e := newChangeEnvWith(t, pg.Pool, pg.DSN, pg.DSN, 20, envOptions{gate: gate})
+	e.settle()
+	loads := func() int64 {
+		var n int64
+		if err := pg.Pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM origin_loads`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	members := func() float64 { return e.metric("hearth_change_refreshes_total", "family=product", "kind=members") }
+	fulls := func() float64 { return e.metric("hearth_change_refreshes_total", "family=product", "kind=full") }
+	notified := func() float64 {
+		return e.metric("hearth_change_notifications_total", "channel="+e.channel, "result=ok")
+	}
+	l0, m0, f0, n0 := loads(), members(), fulls(), notified()
+
+	hold, err := pg.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	if _, err := hold.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(`UPDATE products SET name = 'held', version = version + 1 WHERE id = 1`)
+	testenv.Eventually(t, 20*time.Second, "the first load waiting at the origin", func() bool {
+		var n int
+		err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = 0 AND objid::bigint = $1`, gate).Scan(&n)
+		return err == nil && n == 1
+	})
+	e.exec(`UPDATE products SET name = 'in the full refresh', version = version + 1 WHERE id = 2`)
+	e.exec(`SELECT pg_notify($1, json_build_object('hearth', 1, 'ts', 0, 'ids',
+		(SELECT json_agg(g::text) FROM generate_series(b * 600 + 1, b * 600 + 600) AS g))::text)
+		FROM generate_series(0, 19) AS b`, e.channel)
+	testenv.Eventually(t, 20*time.Second, "every notification heard", func() bool { return notified() == n0+22 })
+	if got := e.metric("hearth_change_overflows_total", "family=product"); got != 1 {
+		t.Errorf("overflows = %g, want 1", got)
+	}
+	if _, err := hold.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate); err != nil {
+		t.Fatal(err)
+	}
+	e.waitName(1, "held")
+	e.waitName(2, "in the full refresh")
+	testenv.Eventually(t, 20*time.Second, "one full refresh", func() bool { return fulls() == f0+1 })
+	time.Sleep(300 * time.Millisecond)
+	if got := members() - m0; got != 1 {
+		t.Errorf("%g members refreshes, want only the held one", got)
+	}
+	if got := loads() - l0; got != 2 {
+		t.Errorf("%d origin loads, want 2 (the held one, then the full refresh's one batch of 20)", got)
 	}
 }
