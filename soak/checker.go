@@ -518,8 +518,8 @@ func Judge(in Input) Report {
 					}
 					if !w.spill {
 						excused = true
-					} else if spill == nil {
-						spill = &in.Events[w.ev]
+					} else if e := &in.Events[w.ev]; spill == nil || e.Start.After(spill.Start) {
+						spill = e // the latest failover it overlaps
 					}
 				}
 				switch {
