@@ -354,9 +354,28 @@ func missingWindows(p Params, evs []Event) []keyWindow {
 			from = append(from, n)
 		}
 	}
+	// A spill window is lengthened by the faults overlapping it as it was
+	// planned (one in progress at the promotion may delay the takeover), not
+	// from one to the next: an absence long after the failover is not its cost.
+	for i := range ms {
+		if !ms[i].spill {
+			continue
+		}
+		orig := ms[i].window
+		for k, o := range others {
+			if from[k] != ms[i].ev && o.overlaps(orig.start, orig.end) {
+				if end := o.end.Add(p.Takeover()); end.After(ms[i].end) {
+					ms[i].end = end
+				}
+			}
+		}
+	}
 	for changed := true; changed; {
 		changed = false
 		for i := range ms {
+			if ms[i].spill {
+				continue
+			}
 			for k, o := range others {
 				if from[k] == ms[i].ev && failover(evs[ms[i].ev].Kind) {
 					continue

@@ -202,3 +202,30 @@ func TestJudgeClusterFences(t *testing.T) {
 		t.Errorf("a unread around its write: %v, want TWO-WRITERS", got)
 	}
 }
+
+// TestJudgeClusterSpillNotChained: a spill window is lengthened by a fault
+// overlapping it, not by the next fault that overlaps that one.
+func TestJudgeClusterSpillNotChained(t *testing.T) {
+	sa := soak.Slot(clusterKeys[0])
+	evs := []soak.Event{
+		{Kind: soak.MasterKill, Target: "m1", Start: at(10 * time.Second), Promoted: at(12 * time.Second), End: at(20 * time.Second), Slots: [][2]int{{sa, sa}}},
+		// Overlaps the spill window [10s, 16.8s]: lengthens it to 16s + 6s + 4.8s.
+		{Kind: soak.OriginSlow, Target: "proxy", Start: at(15 * time.Second), End: at(16 * time.Second)},
+		// Overlaps only the lengthened window.
+		{Kind: soak.PGDown, Target: "postgres", Start: at(25 * time.Second), End: at(35 * time.Second)},
+	}
+	absentAt := func(from time.Duration) func(time.Duration, int) int64 {
+		return func(d time.Duration, k int) int64 {
+			if k == 1 && d >= from && d < from+500*time.Millisecond {
+				return -1
+			}
+			return 1
+		}
+	}
+	if got := rules(clusterJudge(clusterParams, evs, clusterReads(0, 60*time.Second, absentAt(25*time.Second), nil))); !slices.Equal(got, []soak.Rule{soak.FailoverSpill}) {
+		t.Errorf("absent at 25s: %v, want FAILOVER-SPILL", got)
+	}
+	if got := rules(clusterJudge(clusterParams, evs, clusterReads(0, 60*time.Second, absentAt(40*time.Second), nil))); !slices.Equal(got, []soak.Rule{soak.Missing}) {
+		t.Errorf("absent at 40s, after the postgres outage the failover did not overlap: %v, want MISSING", got)
+	}
+}
