@@ -257,7 +257,8 @@ type Report struct {
 }
 
 // FailoverStat is what one failover cost, from the fault to the promotion
-// plus a takeover: absent key-reads and distinct keys absent, on the master
+// plus a takeover (lengthened by the faults overlapping that, as the
+// FAILOVER-SPILL window): absent key-reads and distinct keys absent, on the master
 // that failed (its slots when the fault began) and on the others, and the
 // key-reads that could not be read at all (the failed master's, until the
 // promotion).
@@ -266,6 +267,7 @@ type FailoverStat struct {
 	Target                        string
 	Start                         time.Time
 	Promotion                     time.Duration // fault to promotion
+	Until                         time.Time     // the window's end
 	FailedReads, FailedKeys       int
 	SurvivingReads, SurvivingKeys int
 	Unread                        int
@@ -476,7 +478,7 @@ func Judge(in Input) Report {
 	for i, k := range in.Keys {
 		slots[i] = Slot(k)
 	}
-	fos := failoverStats(p, in.Events)
+	fos := failoverStats(p, in.Events, missing)
 	foKeys := make([]map[int]bool, len(fos))
 	for i := range foKeys {
 		foKeys[i] = map[int]bool{}
@@ -627,17 +629,23 @@ type failoverWindow struct {
 	slots [][2]int
 }
 
-// failoverStats are the failovers of evs, each with its window: the fault to
-// the promotion + takeover.
-func failoverStats(p Params, evs []Event) []failoverWindow {
+// failoverStats are the failovers of evs, each with its spill window: the
+// fault to the promotion + takeover, lengthened by the faults overlapping it.
+func failoverStats(p Params, evs []Event, ms []keyWindow) []failoverWindow {
 	var out []failoverWindow
-	for _, e := range evs {
+	for n, e := range evs {
 		if !failover(e.Kind) || strings.HasPrefix(e.Note, "skipped") {
 			continue
 		}
+		w := window{e.Start, promoted(e).Add(p.Takeover())}
+		for _, m := range ms {
+			if m.spill && m.ev == n {
+				w = m.window
+			}
+		}
 		out = append(out, failoverWindow{
-			FailoverStat: FailoverStat{Kind: e.Kind, Target: e.Target, Start: e.Start, Promotion: promoted(e).Sub(e.Start)},
-			w:            window{e.Start, promoted(e).Add(p.Takeover())},
+			FailoverStat: FailoverStat{Kind: e.Kind, Target: e.Target, Start: e.Start, Promotion: promoted(e).Sub(e.Start), Until: w.end},
+			w:            w,
 			slots:        e.Slots,
 		})
 	}
@@ -968,11 +976,11 @@ func Format(in Input, r Report, seed uint64) string {
 		fmt.Fprintf(&b, "    %-30s %3d  %s\n", k.Kind, k.Count, k.MaxAbsent.Round(time.Millisecond))
 	}
 	if len(r.Failovers) > 0 {
-		fmt.Fprintf(&b, "  failovers (fault to promotion + takeover %s): absent key-reads (distinct keys) on the failed master | on the surviving masters, unreadable key-reads:\n", in.Params.Takeover())
+		fmt.Fprintf(&b, "  failovers (fault to promotion + takeover %s, lengthened by the faults overlapping it): absent key-reads (distinct keys) on the failed master | on the surviving masters, unreadable key-reads:\n", in.Params.Takeover())
 		var fr, fk, sr, sk int
 		for _, f := range r.Failovers {
-			fmt.Fprintf(&b, "    %s  %-20s %-24s promoted after %-8s failed %4d (%2d) | surviving %4d (%2d), unread %d\n",
-				off(f.Start), f.Kind, f.Target, f.Promotion.Round(time.Millisecond), f.FailedReads, f.FailedKeys, f.SurvivingReads, f.SurvivingKeys, f.Unread)
+			fmt.Fprintf(&b, "    %s – %s  %-23s %-16s promoted after %-8s failed %4d (%2d) | surviving %4d (%2d), unread %d\n",
+				off(f.Start), off(f.Until), f.Kind, f.Target, f.Promotion.Round(time.Millisecond), f.FailedReads, f.FailedKeys, f.SurvivingReads, f.SurvivingKeys, f.Unread)
 			fr, fk, sr, sk = fr+f.FailedReads, fk+f.FailedKeys, sr+f.SurvivingReads, sk+f.SurvivingKeys
 		}
 		fmt.Fprintf(&b, "    total: failed masters %d key-reads (%d keys), surviving masters %d key-reads (%d keys)\n", fr, fk, sr, sk)

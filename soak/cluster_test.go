@@ -222,8 +222,12 @@ func TestJudgeClusterSpillNotChained(t *testing.T) {
 			return 1
 		}
 	}
-	if got := rules(clusterJudge(clusterParams, evs, clusterReads(0, 60*time.Second, absentAt(25*time.Second), nil))); !slices.Equal(got, []soak.Rule{soak.FailoverSpill}) {
+	r := clusterJudge(clusterParams, evs, clusterReads(0, 60*time.Second, absentAt(25*time.Second), nil))
+	if got := rules(r); !slices.Equal(got, []soak.Rule{soak.FailoverSpill}) {
 		t.Errorf("absent at 25s: %v, want FAILOVER-SPILL", got)
+	}
+	if f := r.Failovers[0]; f.SurvivingReads != 5 || f.SurvivingKeys != 1 || !f.Until.Equal(at(16*time.Second+params.BreakerOpenFor+params.LoadTimeout+params.Slack+params.Takeover())) {
+		t.Errorf("failover %+v; want the 5 absent key-reads counted on the surviving masters, the window to 26.8s", f)
 	}
 	if got := rules(clusterJudge(clusterParams, evs, clusterReads(0, 60*time.Second, absentAt(40*time.Second), nil))); !slices.Equal(got, []soak.Rule{soak.Missing}) {
 		t.Errorf("absent at 40s, after the postgres outage the failover did not overlap: %v, want MISSING", got)
