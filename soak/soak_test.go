@@ -749,21 +749,13 @@ func (r *recorder) observe(ctx context.Context, c *redis.Client) {
 			rd.Records[i], _ = all[len(r.keys)+j].(string)
 		}
 		for i, v := range vals {
-			s, ok := v.(string)
-			if v == nil {
-				rd.Versions[i] = -1
-				continue
-			}
-			n, err := strconv.ParseInt(strings.TrimPrefix(s, "v"), 10, 64)
-			if !ok || !strings.HasPrefix(s, "v") || err != nil || n < 1 {
-				rd.Versions[i] = -2
+			rd.Versions[i] = versionOf(v)
+			if rd.Versions[i] == -2 {
 				if rd.Raw == nil {
 					rd.Raw = make([]string, len(vals))
 				}
-				rd.Raw[i] = s
-				continue
+				rd.Raw[i], _ = v.(string)
 			}
-			rd.Versions[i] = n
 		}
 		r.mu.Lock()
 		r.reads = append(r.reads, rd)
