@@ -1,0 +1,45 @@
+package http_test
+
+import (
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/hearth-dev/hearth/internal/origintest"
+	"github.com/hearth-dev/hearth/internal/sourcetest"
+	httpsrc "github.com/hearth-dev/hearth/sources/http"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// TestConformance runs the Source conformance suite on an httptest origin
+// that answers GET /v/<member> with the member's value, or 404.
+func TestConformance(t *testing.T) {
+	sourcetest.Conformance(t, sourcetest.Backend{
+		Name: "api",
+		New: func(t *testing.T, values map[string][]byte, delay time.Duration) (warmer.Source, *warmer.Spec) {
+			u := origintest.New(t, func(m string, _ int) (int, string) {
+				if v, ok := values[m]; ok {
+					return http.StatusOK, string(v)
+				}
+				return http.StatusNotFound, "no such member"
+			})
+			u.SetDelay(delay)
+			return u.Source(t, 8), origintest.Spec(t, "p", "p:{id}", "/v/{id}")
+		},
+		Down: func(t *testing.T) (warmer.Source, *warmer.Spec) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Addr().String()
+			l.Close()
+			src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: "http://" + addr, Timeout: 2 * time.Second, Concurrency: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(src.Close)
+			return src, origintest.Spec(t, "p", "p:{id}", "/v/{id}")
+		},
+	})
+}

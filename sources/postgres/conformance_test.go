@@ -1,0 +1,58 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hearth-dev/hearth/internal/sourcetest"
+	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// TestConformance runs the Source conformance suite on a real PostgreSQL:
+// a table of the test's values, and the query's own pg_sleep for a slow origin.
+func TestConformance(t *testing.T) {
+	sourcetest.Conformance(t, sourcetest.Backend{
+		Name: "db",
+		New: func(t *testing.T, values map[string][]byte, delay time.Duration) (warmer.Source, *warmer.Spec) {
+			pg := testenv.Postgres(t)
+			ctx := context.Background()
+			if _, err := pg.Pool.Exec(ctx, `CREATE TABLE items (id text PRIMARY KEY, body bytea)`); err != nil {
+				t.Fatal(err)
+			}
+			for m, v := range values {
+				if _, err := pg.Pool.Exec(ctx, `INSERT INTO items VALUES ($1, $2)`, m, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 2, StatementTimeout: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(src.Close)
+			query := "SELECT id, body FROM items WHERE id = ANY($1)"
+			if delay > 0 {
+				query = fmt.Sprintf("SELECT id, body FROM items, pg_sleep(%g) WHERE id = ANY($1)", delay.Seconds())
+			}
+			return src, spec(t, "item:{id}", query)
+		},
+		Down: func(t *testing.T) (warmer.Source, *warmer.Spec) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Addr().String()
+			l.Close()
+			src, err := postgres.New(postgres.Config{Name: "db", DSN: "postgres://postgres@" + addr + "/test?sslmode=disable&connect_timeout=2"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(src.Close)
+			return src, spec(t, "item:{id}", "SELECT id, body FROM items WHERE id = ANY($1)")
+		},
+	})
+}
