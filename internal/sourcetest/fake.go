@@ -149,6 +149,21 @@ func (f *Fake) Loads() [][]string {
 	return out
 }
 
+// Asked is every member the loads asked for, in the order asked ("" for
+// a single key).
+func (f *Fake) Asked() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, l := range f.loads {
+		if l == nil {
+			l = []string{""}
+		}
+		out = append(out, l...)
+	}
+	return out
+}
+
 // Starts is when each load started.
 func (f *Fake) Starts() []time.Time {
 	f.mu.Lock()
