@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"flag"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
@@ -138,7 +138,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"--redis", "redis://h:1/notanumber"}, 2},
 		// What `hearth --config FILE demo` passes on: ignored.
 		{[]string{"--config", "nowhere.yaml", "--help"}, 0},
-		{[]string{"--redis", closedAddr(t), "--duration", "1s"}, 1},
+		{[]string{"--redis", e2e.FreeAddr(t), "--duration", "1s"}, 1},
 	} {
 		var stdout, stderr bytes.Buffer
 		if got := run(t.Context(), c.args, &stdout, &stderr); got != c.want {
@@ -148,18 +148,6 @@ func TestExitCodes(t *testing.T) {
 			t.Errorf("hearth-demo %v: stderr %q, want it to start with \"hearth: \"", c.args, stderr.String())
 		}
 	}
-}
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // TestCompletion: the demo completes its own flags' values, which `hearth

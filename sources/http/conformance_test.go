@@ -1,11 +1,11 @@
 package http_test
 
 import (
-	"net"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/sourcetest"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
@@ -28,13 +28,7 @@ func TestConformance(t *testing.T) {
 			return u.Source(t, 8), origintest.Spec(t, "p", "p:{id}", "/v/{id}")
 		},
 		Down: func(t *testing.T) (warmer.Source, *warmer.Spec) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := l.Addr().String()
-			l.Close()
-			src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: "http://" + addr, Timeout: 2 * time.Second, Concurrency: 8})
+			src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: "http://" + e2e.FreeAddr(t), Timeout: 2 * time.Second, Concurrency: 8})
 			if err != nil {
 				t.Fatal(err)
 			}

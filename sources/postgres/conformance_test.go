@@ -3,10 +3,10 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/sources/postgres"
@@ -41,13 +41,7 @@ func TestConformance(t *testing.T) {
 			return src, spec(t, "item:{id}", query)
 		},
 		Down: func(t *testing.T) (warmer.Source, *warmer.Spec) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := l.Addr().String()
-			l.Close()
-			src, err := postgres.New(postgres.Config{Name: "db", DSN: "postgres://postgres@" + addr + "/test?sslmode=disable&connect_timeout=2"})
+			src, err := postgres.New(postgres.Config{Name: "db", DSN: "postgres://postgres@" + e2e.FreeAddr(t) + "/test?sslmode=disable&connect_timeout=2"})
 			if err != nil {
 				t.Fatal(err)
 			}
