@@ -16,8 +16,8 @@ import (
 
 // demoBinary is the demo's own binary: the demo embeds a Redis (miniredis,
 // with a Lua VM) and an origin that the daemon must not link, so `hearth
-// demo` runs it from hearth's own directory, where make, go install and a
-// release put both.
+// demo` runs it from hearth's own directory, where make demo and go install
+// put both.
 const demoBinary = "hearth-demo"
 
 func newDemoCmd(g *globals) *cobra.Command {
