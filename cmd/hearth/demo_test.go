@@ -82,6 +82,11 @@ func TestDemoRunsHearthDemo(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, "--readers: must be between 1 and 1000") {
 			t.Errorf("hearth demo --readers 0: exit %d, stderr %q; want 2 and the demo's message", code, errOut)
 		}
+		// A runtime failure of the demo is its exit code 1, through hearth.
+		_, errOut, code = hearth(t, bin, "demo", "--redis", e2e.FreeAddr(t), "--duration", "1s")
+		if code != 1 || !strings.Contains(errOut, "unreachable") {
+			t.Errorf("hearth demo --redis <nothing there>: exit %d, stderr %q; want 1 and the demo's error", code, errOut)
+		}
 		// hearth's global --config before the command is the demo's to ignore.
 		if _, errOut, code = hearth(t, bin, "--config", "nowhere.yaml", "demo", "--help"); code != 0 {
 			t.Errorf("hearth --config nowhere.yaml demo --help: exit %d\n%s", code, errOut)

@@ -21,6 +21,9 @@ type Backend struct {
 	// value; members are digits, letters, '-' and '_') and answers every call
 	// after delay, and a family declaration of it. Both end with t.
 	New func(t *testing.T, values map[string][]byte, delay time.Duration) (warmer.Source, *warmer.Spec)
+	// Single returns a source and a single-key declaration of it, whose
+	// origin holds value for the key (nil: holds nothing).
+	Single func(t *testing.T, value []byte) (warmer.Source, *warmer.Spec)
 	// Down returns a source whose origin does not answer (nothing listens),
 	// and a family declaration of it.
 	Down func(t *testing.T) (warmer.Source, *warmer.Spec)
@@ -31,6 +34,8 @@ type Backend struct {
 //   - a found member comes back once, under its own name, with its value byte
 //     for byte; a member the origin has not is left out or Missing, never
 //     given a value or an error;
+//   - a single key (members nil) comes back as the member "", or, when the
+//     origin has not it, left out or Missing;
 //   - a batch of hundreds loads in one call, no member lost, duplicated or
 //     added;
 //   - a load whose context is cancelled or whose deadline passes returns
@@ -59,6 +64,25 @@ func Conformance(t *testing.T, b Backend) {
 		}
 		if v, ok := got["404"]; ok && (!v.Missing || v.Value != nil || v.Err != nil) {
 			t.Errorf("member 404, not in the origin = %+v, want left out or Missing", v)
+		}
+	})
+
+	t.Run("a single key", func(t *testing.T) {
+		src, spec := b.Single(t, []byte("\x00single"))
+		rs, err := src.Load(t.Context(), spec, nil)
+		if err != nil {
+			t.Fatalf("Load: %v", err)
+		}
+		if len(rs) != 1 || rs[0].Member != "" || string(rs[0].Value) != "\x00single" || rs[0].Missing || rs[0].Err != nil {
+			t.Errorf("single key = %+v, want one result, member \"\", value %q", rs, "\x00single")
+		}
+		src, spec = b.Single(t, nil)
+		rs, err = src.Load(t.Context(), spec, nil)
+		if err != nil {
+			t.Fatalf("Load of a key the origin has not: %v", err)
+		}
+		if len(rs) > 1 || len(rs) == 1 && (rs[0].Member != "" || !rs[0].Missing || rs[0].Value != nil || rs[0].Err != nil) {
+			t.Errorf("single key the origin has not = %+v, want left out or Missing", rs)
 		}
 	})
 

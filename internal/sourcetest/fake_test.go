@@ -23,6 +23,11 @@ func TestFakeConforms(t *testing.T) {
 			f.SetDelay(delay)
 			return f, spec
 		},
+		Single: func(t *testing.T, value []byte) (warmer.Source, *warmer.Spec) {
+			f := sourcetest.New("fake")
+			f.Set("", value)
+			return f, spec
+		},
 		Down: func(t *testing.T) (warmer.Source, *warmer.Spec) {
 			f := sourcetest.New("fake")
 			f.Fail(fmt.Errorf("%w: connection refused", warmer.ErrUnavailable))

@@ -27,6 +27,15 @@ func TestConformance(t *testing.T) {
 			u.SetDelay(delay)
 			return u.Source(t, 8), origintest.Spec(t, "p", "p:{id}", "/v/{id}")
 		},
+		Single: func(t *testing.T, value []byte) (warmer.Source, *warmer.Spec) {
+			u := origintest.New(t, func(m string, _ int) (int, string) {
+				if m == "single" && value != nil {
+					return http.StatusOK, string(value)
+				}
+				return http.StatusNotFound, "no such key"
+			})
+			return u.Source(t, 8), origintest.Spec(t, "s", "single", "/v/single")
+		},
 		Down: func(t *testing.T) (warmer.Source, *warmer.Spec) {
 			src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: "http://" + e2e.FreeAddr(t), Timeout: 2 * time.Second, Concurrency: 8})
 			if err != nil {

@@ -19,26 +19,18 @@ func TestConformance(t *testing.T) {
 	sourcetest.Conformance(t, sourcetest.Backend{
 		Name: "db",
 		New: func(t *testing.T, values map[string][]byte, delay time.Duration) (warmer.Source, *warmer.Spec) {
-			pg := testenv.Postgres(t)
-			ctx := context.Background()
-			if _, err := pg.Pool.Exec(ctx, `CREATE TABLE items (id text PRIMARY KEY, body bytea)`); err != nil {
-				t.Fatal(err)
-			}
-			for m, v := range values {
-				if _, err := pg.Pool.Exec(ctx, `INSERT INTO items VALUES ($1, $2)`, m, v); err != nil {
-					t.Fatal(err)
-				}
-			}
-			src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 2, StatementTimeout: 30 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(src.Close)
 			query := "SELECT id, body FROM items WHERE id = ANY($1)"
 			if delay > 0 {
 				query = fmt.Sprintf("SELECT id, body FROM items, pg_sleep(%g) WHERE id = ANY($1)", delay.Seconds())
 			}
-			return src, spec(t, "item:{id}", query)
+			return itemsSource(t, values), spec(t, "item:{id}", query)
+		},
+		Single: func(t *testing.T, value []byte) (warmer.Source, *warmer.Spec) {
+			values := map[string][]byte{"other": []byte("not this one")}
+			if value != nil {
+				values["single"] = value
+			}
+			return itemsSource(t, values), spec(t, "single", "SELECT body FROM items WHERE id = 'single'")
 		},
 		Down: func(t *testing.T) (warmer.Source, *warmer.Spec) {
 			src, err := postgres.New(postgres.Config{Name: "db", DSN: "postgres://postgres@" + e2e.FreeAddr(t) + "/test?sslmode=disable&connect_timeout=2"})
@@ -49,4 +41,26 @@ func TestConformance(t *testing.T) {
 			return src, spec(t, "item:{id}", "SELECT id, body FROM items WHERE id = ANY($1)")
 		},
 	})
+}
+
+// itemsSource is a source on a table items (id text, body bytea) that holds
+// exactly values.
+func itemsSource(t *testing.T, values map[string][]byte) *postgres.Source {
+	t.Helper()
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, `CREATE TABLE items (id text PRIMARY KEY, body bytea)`); err != nil {
+		t.Fatal(err)
+	}
+	for m, v := range values {
+		if _, err := pg.Pool.Exec(ctx, `INSERT INTO items VALUES ($1, $2)`, m, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 2, StatementTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	return src
 }

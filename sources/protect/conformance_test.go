@@ -28,6 +28,11 @@ func TestConformance(t *testing.T) {
 			f.SetDelay(delay)
 			return guard(f), origintest.Spec(t, "p", "p:{id}", "/v/{id}")
 		},
+		Single: func(t *testing.T, value []byte) (warmer.Source, *warmer.Spec) {
+			f := sourcetest.New("guarded")
+			f.Set("", value)
+			return guard(f), origintest.Spec(t, "s", "s", "/v/s")
+		},
 		Down: func(t *testing.T) (warmer.Source, *warmer.Spec) {
 			f := sourcetest.New("guarded")
 			down := fmt.Errorf("%w: dial tcp 127.0.0.1:1: connection refused", warmer.ErrUnavailable)
