@@ -46,7 +46,7 @@ fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation
 	$(GO) test -run '^$$' -fuzz '^FuzzMemberClass$$' -fuzztime $(FUZZTIME) ./warmer/
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigParse$$' -fuzztime $(FUZZTIME) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzPointer$$' -fuzztime $(FUZZTIME) ./sources/http/
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./daemon/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./changes/
 	cd readside && $(GO) test -run '^$$' -fuzz '^FuzzOpenStale$$' -fuzztime $(FUZZTIME) ./
 
 bench: ## benchmarks that print figures (see README "Performance")
