@@ -27,9 +27,9 @@ const (
 // after a FLUSHDB of a private Redis, measured by a separate client polling
 // them (pipelined EXISTS), with the push watch (client tracking) and with the
 // default 2s poll alone; and, side by side, how long they stay gone after a
-// restart of that Redis (no persistence), counted from the moment it accepts
-// connections again (the poller's first PONG): 5 trials each, p50 and max, in
-// one run. The warmer's client is built as the daemon builds it.
+// restart of that Redis (no persistence), at once and after a second down,
+// counted from the moment it accepts connections again (the poller's first
+// PONG): 5 trials each, p50 and max, in one run. The warmer's client is built as the daemon builds it.
 func BenchmarkRewarmAfterFlush(b *testing.B) {
 	pg := testenv.Postgres(b)
 	srv := testenv.PrivateRedis(b)
@@ -47,8 +47,8 @@ func BenchmarkRewarmAfterFlush(b *testing.B) {
 	}
 	// trial loses the data rewarmTrials times and returns how long the keys
 	// stayed gone each time; restart stops and starts Redis instead of
-	// flushing it.
-	trial := func(push, restart bool) []time.Duration {
+	// flushing it, after down.
+	trial := func(push, restart bool, down time.Duration) []time.Duration {
 		b.Helper()
 		w, reg := familyWarmer(b, rdb, pg.DSN, "item:{id}")
 		if err := w.RefreshAll(ctx); err != nil {
@@ -75,7 +75,7 @@ func BenchmarkRewarmAfterFlush(b *testing.B) {
 			time.Sleep(time.Duration(len(out)*397%2000) * time.Millisecond)
 			var t0 time.Time
 			if restart {
-				t0 = srv.RestartTimed(b)
+				t0 = srv.RestartTimed(b, down)
 				_ = poller.Close()
 				poller = srv.Client(b)
 			} else {
@@ -91,17 +91,21 @@ func BenchmarkRewarmAfterFlush(b *testing.B) {
 		return out
 	}
 	for b.Loop() {
-		push, poll, restart := trial(true, false), trial(false, false), trial(true, true)
+		push, poll := trial(true, false, 0), trial(false, false, 0)
+		restart, restartDown := trial(true, true, 0), trial(true, true, time.Second)
 		p50 := func(d []time.Duration) time.Duration { s := slices.Clone(d); slices.Sort(s); return s[len(s)/2] }
 		fmt.Printf("\nre-warm of %d declared keys (private Redis, %d trials each; every key back, seen by another client)\n", rewarmKeys, rewarmTrials)
 		fmt.Printf("  FLUSHDB -> back, push (client tracking)      p50 %8s  max %8s\n", p50(push).Round(time.Millisecond), slices.Max(push).Round(time.Millisecond))
 		fmt.Printf("  FLUSHDB -> back, poll (rewarm_check 2s)      p50 %8s  max %8s\n", p50(poll).Round(time.Millisecond), slices.Max(poll).Round(time.Millisecond))
-		fmt.Printf("  restart, first PONG -> back, push            p50 %8s  max %8s\n\n", p50(restart).Round(time.Millisecond), slices.Max(restart).Round(time.Millisecond))
+		fmt.Printf("  restart, first PONG -> back, push            p50 %8s  max %8s\n", p50(restart).Round(time.Millisecond), slices.Max(restart).Round(time.Millisecond))
+		fmt.Printf("  restart after 1s down, first PONG -> back    p50 %8s  max %8s\n\n", p50(restartDown).Round(time.Millisecond), slices.Max(restartDown).Round(time.Millisecond))
 		b.ReportMetric(p50(push).Seconds()*1000, "push-p50-ms")
 		b.ReportMetric(slices.Max(push).Seconds()*1000, "push-max-ms")
 		b.ReportMetric(p50(poll).Seconds()*1000, "poll-p50-ms")
 		b.ReportMetric(p50(restart).Seconds()*1000, "restart-p50-ms")
 		b.ReportMetric(slices.Max(restart).Seconds()*1000, "restart-max-ms")
+		b.ReportMetric(p50(restartDown).Seconds()*1000, "restart-down1s-p50-ms")
+		b.ReportMetric(slices.Max(restartDown).Seconds()*1000, "restart-down1s-max-ms")
 	}
 }
 

@@ -335,7 +335,7 @@ func TestRewarmAfterRestartE2E(t *testing.T) {
 		if i > 0 {
 			time.Sleep(warmer.DefaultRewarmMinGap) // a sooner loss waits for the gap: the flapping bound
 		}
-		up := srv.RestartTimed(t)
+		up := srv.RestartTimed(t, time.Duration(i)*time.Second) // the second one stays down for 1s
 		poller := srv.Client(t)
 		var n int64
 		for time.Since(up) < 2*time.Second {

@@ -398,15 +398,17 @@ func (s *RedisServer) Restart(t testing.TB) {
 	s.Start(t)
 }
 
-// RestartTimed restarts the server like [RedisServer.Restart] and returns
-// when it accepted connections again: the first PING answered on a new
-// connection, dialled every millisecond from the moment it stopped (a pooled
-// client would back off its own dials and see it later).
-func (s *RedisServer) RestartTimed(t testing.TB) time.Time {
+// RestartTimed restarts the server like [RedisServer.Restart], staying
+// stopped for down first, and returns when it accepted connections again: the
+// first PING answered on a new connection, dialled every millisecond from the
+// moment it stopped (a pooled client would back off its own dials and see it
+// later).
+func (s *RedisServer) RestartTimed(t testing.TB, down time.Duration) time.Time {
 	t.Helper()
 	s.Stop(t)
 	up := make(chan time.Time, 1)
-	go func() { up <- firstPong(s.Addr, time.Minute) }()
+	go func() { up <- firstPong(s.Addr, time.Minute+down) }()
+	time.Sleep(down)
 	s.Start(t)
 	return <-up
 }
