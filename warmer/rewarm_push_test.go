@@ -282,3 +282,31 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	t.Fatalf("no counter %s", name)
 	return 0
 }
+
+// TestRewarmPushSessionsPaced: a FLUSHDB 100 times a second ends the watch's
+// session each time, and the watch reconnects at once after a drop, but its
+// sessions that reach Redis (each a SUBSCRIBE) start at least MinCheckGap
+// apart; the flushes are still re-warmed.
+func TestRewarmPushSessionsPaced(t *testing.T) {
+	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	waitTracking(t, e)
+	const d = 2 * time.Second
+	before := testenv.CommandCalls(t, e.rdb, "subscribe")
+	t0 := time.Now()
+	hammer(t, e.rdb, 100, d, func(p redis.Pipeliner, _ int) { p.FlushDB(ctx) })
+	elapsed := time.Since(t0)
+	sessions := testenv.CommandCalls(t, e.rdb, "subscribe")["subscribe"] - before["subscribe"]
+	if limit := int64(elapsed/warmer.MinCheckGap) + 2; sessions > limit {
+		t.Errorf("%d watch sessions (SUBSCRIBE) in %v of flushes, want at most %d (one per %v)", sessions, elapsed, limit, warmer.MinCheckGap)
+	}
+	if sessions == 0 {
+		t.Errorf("the watch never reconnected during the flushes")
+	}
+	waitWarm(t, e, 10*time.Second)
+	t.Logf("%d sessions in %v", sessions, elapsed)
+}
