@@ -150,6 +150,7 @@ func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr, marker strin
 	log := p.r.log.With().Str("master", addr).Logger()
 	down, setup, asks := jittered(reconnectMin, reconnectMax), jittered(setupMin, setupMax), jittered(setupMin, setupMax)
 	var reached, askAt time.Time // start of the last session that reached Redis; when to ask for a check next
+	last := sessionEnd(-1) // how the previous session ended
 	for first := true; ctx.Err() == nil; first = false {
 		t0 := time.Now()
 		end, err := p.session(ctx, c, marker, !first)
@@ -185,7 +186,10 @@ func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr, marker strin
 			askAt = now.Add(asks.NextBackOff())
 		}
 		wait = max(wait, time.Until(reached.Add(MinCheckGap)))
-		log.Debug().Err(err).Dur("retry_in_ms", wait).Msg("re-warm push watch reconnecting")
+		if end == endDropped || end != last { // not once per redial: they come every few ms
+			log.Debug().Err(err).Dur("retry_in_ms", wait).Msg("re-warm push watch reconnecting")
+		}
+		last = end
 		select {
 		case <-ctx.Done():
 			return
