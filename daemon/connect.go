@@ -47,8 +47,12 @@ func NewRedis(c config.Redis) redis.UniversalClient {
 	if c.TLS {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	opts.Dialer = redialRefused(redis.NewDialer(&redis.Options{DialTimeout: c.DialTimeout, TLSConfig: opts.TLSConfig}))
-	opts.DialerRetries = 1 // redialRefused is the retry
+	if opts.MasterName == "" {
+		// Not behind Sentinel: there each of go-redis's dial attempts asks
+		// for the master's address again, which a failover needs.
+		opts.Dialer = redialRefused(redis.NewDialer(&redis.Options{DialTimeout: c.DialTimeout, TLSConfig: opts.TLSConfig}))
+		opts.DialerRetries = 1 // redialRefused is the retry
+	}
 	if opts.MasterName == "" && len(opts.Addrs) > 1 {
 		return newClusterClient(opts)
 	}
