@@ -150,7 +150,7 @@ func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr, marker strin
 	log := p.r.log.With().Str("master", addr).Logger()
 	down, setup, asks := jittered(reconnectMin, reconnectMax), jittered(setupMin, setupMax), jittered(setupMin, setupMax)
 	var reached, askAt time.Time // start of the last session that reached Redis; when to ask for a check next
-	last := sessionEnd(-1) // how the previous session ended
+	last := sessionEnd(-1)       // how the previous session ended
 	for first := true; ctx.Err() == nil; first = false {
 		t0 := time.Now()
 		end, err := p.session(ctx, c, marker, !first)

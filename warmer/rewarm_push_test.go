@@ -3,6 +3,7 @@ package warmer_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,4 +310,32 @@ func TestRewarmPushSessionsPaced(t *testing.T) {
 	}
 	waitWarm(t, e, 10*time.Second)
 	t.Logf("%d sessions in %v", sessions, elapsed)
+}
+
+// TestRewarmPushRestartGated: a leader that lost its lease during the
+// outage (gate closed) writes nothing when the watch reconnects to the
+// restarted Redis and asks for a check; once it leads again the restart is
+// re-warmed.
+func TestRewarmPushRestartGated(t *testing.T) {
+	var leading atomic.Bool
+	leading.Store(true)
+	srv, e, rw := newRewarmEnvWith(t, leading.Load, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	waitTracking(t, e)
+	leading.Store(false)
+	srv.Restart(t)
+	waitTracking(t, e) // reconnected: the check it asked for found the gate closed
+	time.Sleep(300 * time.Millisecond)
+	if got := e.keys(t); len(got) != 0 {
+		t.Fatalf("keys written while not leading: %q", got)
+	}
+	leading.Store(true)
+	if reason, err := rw.CheckOnce(ctx); err != nil || reason != warmer.RewarmRestart {
+		t.Fatalf("check once leading again = %q, %v; want a re-warm for %q", reason, err, warmer.RewarmRestart)
+	}
+	waitWarm(t, e, 10*time.Second)
 }
