@@ -1,18 +1,20 @@
 // Package soak is Hearth's nemesis soak: a seeded schedule of faults (processes
 // killed, paused, drained and reloaded; Redis restarted, flushed and paused;
-// PostgreSQL stopped; the origin's connections slowed and reset) and an
-// outside checker that judges what a reader of Redis saw.
+// PostgreSQL stopped; the origin's connections slowed and reset; one
+// instance's link to Redis slowed, narrowed, reset or cut) and an outside
+// checker that judges what a reader of Redis saw.
 //
-// The checker shares no code with Hearth's write path: it sees the rows the
-// updater committed to PostgreSQL, the values an observer read from Redis,
-// and what each instance's /metrics said, and judges them against the rules
-// and windows of docs/soak.md. The harness that runs real processes is
+// The checker shares no code with Hearth: it sees the rows the updater
+// committed to PostgreSQL, the values, version records, fence and lease an
+// observer read from Redis, and what each instance's /metrics said, and
+// judges them against the rules and windows of docs/soak.md. The harness that runs real processes is
 // TestSoak in soak_test.go (`make soak`).
 package soak
 
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -35,14 +37,29 @@ const (
 	PGDown      Kind = "postgres stopped + started"
 	OriginSlow  Kind = "origin latency"
 	OriginReset Kind = "origin connections reset"
+	// One instance's link to Redis (its own proxy; the others and the
+	// observer reach Redis directly).
+	LinkSlow   Kind = "redis link latency"
+	LinkNarrow Kind = "redis link bandwidth"
+	LinkReset  Kind = "redis link resets"
+	LinkCut    Kind = "redis link cut (one-way)"
+	LinkRenew  Kind = "redis replies slow at renewal"
 )
 
-// InstanceKinds and ServerKinds are the two tracks of the schedule; faults of
-// one track follow each other, the tracks overlap.
+// InstanceKinds, ServerKinds and LinkKinds are the three tracks of the
+// schedule; faults of one track follow each other, the tracks overlap.
 var (
 	InstanceKinds = []Kind{Kill, PauseShort, PauseLong, Term, Reload}
 	ServerKinds   = []Kind{RedisDown, RedisFlush, RedisPause, PGDown, OriginSlow, OriginReset}
+	LinkKinds     = []Kind{LinkSlow, LinkNarrow, LinkReset, LinkCut, LinkRenew}
 )
+
+// AllKinds is every fault kind, in the order the verdict prints them.
+func AllKinds() []Kind {
+	out := append([]Kind(nil), InstanceKinds...)
+	out = append(out, ServerKinds...)
+	return append(out, LinkKinds...)
+}
 
 // Params are the timings of the soak's config and of Hearth's documented
 // behaviour that the windows are built from.
@@ -80,11 +97,20 @@ type Event struct {
 }
 
 // Read is one pass of the observer over every key: version per key index, -1
-// for absent, -2 for a value that is not one the origin produces.
+// for absent, -2 for a value that is not one the origin produces. One MGET
+// reads the values, their version records, the fence and the lease, so they
+// are one instant of Redis.
 type Read struct {
 	Sent, Recv time.Time
 	Versions   []int64
 	Raw        []string // the values, kept only for unparsable ones
+	// Records holds each key's version record as Hearth's docs spell it,
+	// <epoch>:<seq>:<version>:<hash> (the writer's epoch first), "" when
+	// absent or for a family without records; nil when none was read.
+	Records []string
+	// Fence is the epoch the fence key held, Lease the epoch in the lease key
+	// (<epoch>:<token>); 0 when absent.
+	Fence, Lease int64
 }
 
 // Commit is a version the updater committed: Ack is when COMMIT returned (the
@@ -127,6 +153,7 @@ const (
 	Foreign    Rule = "FOREIGN"
 	SameEpoch  Rule = "SAME-EPOCH"
 	TwoWriters Rule = "TWO-WRITERS"
+	Lease      Rule = "LEASE"
 	Crash      Rule = "CRASH"
 )
 
@@ -150,9 +177,22 @@ type Report struct {
 	// WriterChecks counts the scrape intervals in which a process landed
 	// writes that TWO-WRITERS judged.
 	WriterChecks int
+	// RecordWrites counts the writes seen in the version records (a record
+	// that changed between two reads), each judged by TWO-WRITERS and LEASE.
+	RecordWrites int
 	Commits      int
 	Epochs       int
 	Leaders      int // distinct processes that led
+	// Kinds is, per fault kind, how often it ran and the longest absence
+	// that overlapped one of its windows.
+	Kinds []KindStat
+}
+
+// KindStat is what one fault kind did in a soak.
+type KindStat struct {
+	Kind      Kind
+	Count     int           // executed (not skipped for want of a target)
+	MaxAbsent time.Duration // the longest key absence overlapping the fault's window
 }
 
 // OK reports whether there was no violation.
@@ -209,20 +249,27 @@ func missingWindows(p Params, evs []Event) []window {
 func staleWindows(p Params, evs []Event) []window {
 	var ws []window
 	for _, e := range evs {
-		var rec time.Duration
-		switch e.Kind {
-		case Reload:
+		if e.Kind == Reload {
 			continue
-		case Kill, PauseShort, PauseLong, Term, RedisPause:
-			rec = p.Takeover()
-		case RedisDown, RedisFlush:
-			rec = p.RewarmGap + p.RewarmCheck + p.Takeover()
-		case PGDown, OriginSlow, OriginReset:
-			rec = p.BreakerOpenFor + p.LoadTimeout + p.Slack
 		}
-		ws = append(ws, window{e.Start, e.End.Add(rec)})
+		ws = append(ws, window{e.Start, e.End.Add(recovery(p, e.Kind))})
 	}
 	return ws
+}
+
+// recovery is how long after its end a fault may still hold refreshing up.
+// A link fault may end the target's term (its renewals time out or are
+// refused), so it recovers like a leader that went.
+func recovery(p Params, k Kind) time.Duration {
+	switch k {
+	case Kill, PauseShort, PauseLong, Term, RedisPause, LinkSlow, LinkNarrow, LinkReset, LinkCut, LinkRenew:
+		return p.Takeover()
+	case RedisDown, RedisFlush:
+		return p.RewarmGap + p.RewarmCheck + p.Takeover()
+	case PGDown, OriginSlow, OriginReset:
+		return p.BreakerOpenFor + p.LoadTimeout + p.Slack
+	}
+	return 0
 }
 
 // longestUndisturbed is the longest stretch of [a, b] outside every window.
@@ -273,6 +320,7 @@ func Judge(in Input) Report {
 	stale := staleWindows(p, in.Events)
 	seen := make([]int64, len(in.Keys))
 	absentSince := make([]time.Time, len(in.Keys))
+	var absences []window // each key's absent stretch: first absent read to the next read that found it
 	for _, cs := range in.Commits {
 		r.Commits += len(cs)
 	}
@@ -294,6 +342,7 @@ func Judge(in Input) Report {
 				absentSince[i] = rd.Sent
 			} else if v != -1 && !absentSince[i].IsZero() {
 				r.MaxAbsent = max(r.MaxAbsent, rd.Sent.Sub(absentSince[i]))
+				absences = append(absences, window{absentSince[i], rd.Sent})
 				absentSince[i] = time.Time{}
 			}
 			switch {
@@ -336,7 +385,19 @@ func Judge(in Input) Report {
 		}
 	}
 
+	if len(in.Reads) > 0 {
+		last := in.Reads[len(in.Reads)-1].Sent
+		for _, a := range absentSince {
+			if !a.IsZero() {
+				r.MaxAbsent = max(r.MaxAbsent, last.Sub(a))
+				absences = append(absences, window{a, last})
+			}
+		}
+	}
+	r.Kinds = kindStats(p, in.Events, absences)
+
 	judgeWriters(in, &r, flag)
+	judgeRecords(in, &r, flag)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].First.Before(r.Violations[j].First) })
 	return r
 }
@@ -443,6 +504,164 @@ func judgeWriters(in Input, r *Report, flag func(Rule, string, time.Time, string
 	}
 }
 
+// kindStats counts the faults of each kind that ran, and the longest absence
+// that overlapped one of them, from its start to its end plus its recovery.
+func kindStats(p Params, evs []Event, absences []window) []KindStat {
+	idx := map[Kind]int{}
+	var out []KindStat
+	for _, k := range AllKinds() {
+		idx[k] = len(out)
+		out = append(out, KindStat{Kind: k})
+	}
+	for _, e := range evs {
+		if strings.HasPrefix(e.Note, "skipped") {
+			continue
+		}
+		i, ok := idx[e.Kind]
+		if !ok {
+			idx[e.Kind] = len(out)
+			out = append(out, KindStat{Kind: e.Kind})
+			i = len(out) - 1
+		}
+		out[i].Count++
+		w := window{e.Start, e.End.Add(recovery(p, e.Kind))}
+		for _, a := range absences {
+			if w.overlaps(a.start, a.end) {
+				out[i].MaxAbsent = max(out[i].MaxAbsent, a.end.Sub(a.start))
+			}
+		}
+	}
+	return out
+}
+
+// judgeRecords applies TWO-WRITERS and LEASE to what is in Redis: the version
+// records, each of which carries the epoch of the term that wrote it, read in
+// the same MGET as the fence and the lease.
+//
+// A record that differs from the one the previous read found is a write that
+// landed between the two reads (a record names its writer's load: epoch, seq,
+// version and hash, so the same record is never written twice but by a
+// retransmission). TWO-WRITERS: its epoch is below the highest fence an
+// earlier read saw. A leader raises the fence to its epoch before its term
+// begins and the fence never goes down, so a write with an older epoch after
+// that read had to be refused. Only a data loss (Redis restart or FLUSHDB)
+// takes the fence away: it resets what the checker saw of it.
+//
+// LEASE: its epoch's lease was seen gone (another epoch or no one in the lease
+// key, after a read saw that epoch hold it) more than leaseGuard before the
+// previous read. The holder stops counting itself leader before Redis expires
+// its lease, so a write that lands later was in flight that long: more than
+// the client's timeout plus the link's delay. A data loss takes the lease with
+// it, so it excuses the epoch (its holder learns at its next renewal); a
+// SIGSTOP of the epoch's process (from /metrics) excuses it too, since a
+// process stopped between its check and its write sends it when it wakes (the
+// fence, not the lease, stops that one).
+func judgeRecords(in Input, r *Report, flag func(Rule, string, time.Time, string)) {
+	var losses []time.Time
+	stopped := map[string][]window{}
+	for _, e := range in.Events {
+		switch {
+		case dataLoss(e.Kind):
+			losses = append(losses, e.Start)
+		case e.Kind == PauseShort || e.Kind == PauseLong:
+			stopped[e.Target] = append(stopped[e.Target], window{e.Start, e.End})
+		}
+	}
+	sort.Slice(losses, func(i, j int) bool { return losses[i].Before(losses[j]) })
+	owner := map[int64]string{}
+	for _, s := range in.Samples {
+		if s.Leader && s.Epoch > 0 && owner[s.Epoch] == "" {
+			owner[s.Epoch] = s.Proc
+		}
+	}
+	last := make([]string, len(in.Keys))
+	var prev *Read
+	var floor int64
+	var floorAt time.Time
+	held := map[int64]bool{}       // epochs seen holding the lease since the last data loss
+	ended := map[int64]time.Time{} // epoch → the read that found its lease gone
+	li := 0
+	for k := range in.Reads {
+		rd := &in.Reads[k]
+		lost := false
+		for li < len(losses) && !losses[li].After(rd.Recv) {
+			li, lost = li+1, true
+		}
+		if lost {
+			floor, held = 0, map[int64]bool{}
+		}
+		if rd.Records != nil {
+			for i, rec := range rd.Records {
+				if i >= len(last) || rec == last[i] {
+					continue
+				}
+				last[i] = rec
+				if rec == "" {
+					continue
+				}
+				key := in.Keys[i]
+				es, _, _ := strings.Cut(rec, ":")
+				e, err := strconv.ParseInt(es, 10, 64)
+				if err != nil || strings.Count(rec, ":") != 3 {
+					flag(Foreign, key, rd.Sent, fmt.Sprintf("version record %q is not <epoch>:<seq>:<version>:<hash>", rec))
+					continue
+				}
+				r.RecordWrites++
+				if prev == nil {
+					continue // the first read: nothing before it to judge from
+				}
+				if e < floor {
+					flag(TwoWriters, key, rd.Sent, fmt.Sprintf("a write with epoch %d (record %s) landed between %s and %s, after the fence held epoch %d (read %s)",
+						e, short(rec), clock(prev.Sent), clock(rd.Recv), floor, clock(floorAt)))
+				}
+				if end, ok := ended[e]; ok && prev.Sent.Sub(end) > leaseGuard {
+					paused := false
+					for _, w := range stopped[owner[e]] {
+						if w.overlaps(end.Add(-in.Params.Lease), rd.Recv) {
+							paused = true
+						}
+					}
+					if !paused {
+						flag(Lease, key, rd.Sent, fmt.Sprintf("a write with epoch %d (record %s) landed between %s and %s, %s after Redis showed that epoch's lease gone (%s)",
+							e, short(rec), clock(prev.Sent), clock(rd.Recv), prev.Sent.Sub(end).Round(time.Millisecond), clock(end)))
+					}
+				}
+			}
+		}
+		for e := range held {
+			if e != rd.Lease {
+				if _, ok := ended[e]; !ok {
+					ended[e] = rd.Recv
+				}
+				delete(held, e)
+			}
+		}
+		if rd.Lease > 0 {
+			if _, ok := ended[rd.Lease]; !ok {
+				held[rd.Lease] = true
+			}
+		}
+		if rd.Fence > floor {
+			floor, floorAt = rd.Fence, rd.Sent
+		}
+		prev = rd
+	}
+}
+
+// leaseGuard is how long after Redis expired a lease a write of its term may
+// still land: the client's read timeout (500 ms) plus the longest delay a
+// link fault adds (500 ms of latency; 16 KB/s moves a 6 KB write of both
+// families in 0.4 s), rounded up to a lease.
+const leaseGuard = 1500 * time.Millisecond
+
+// short cuts a record's hash to its first 8 digits for the report.
+func short(rec string) string {
+	if i := strings.LastIndexByte(rec, ':'); i >= 0 && len(rec)-i > 9 {
+		return rec[:i+9]
+	}
+	return rec
+}
+
 func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
 // Format renders the verdict, the fault timeline and the violations.
@@ -456,7 +675,11 @@ func Format(in Input, r Report, seed uint64) string {
 	fmt.Fprintf(&b, "soak verdict: %s — seed %d, %s judged, %d keys\n", verdict, seed, in.End.Sub(in.Start).Round(time.Second), len(in.Keys))
 	fmt.Fprintf(&b, "  reads %d (one read = every key), absences inside windows %d, commits %d, epochs %d, leading processes %d, max value age %s (%s)\n",
 		r.Reads, r.Absent, r.Commits, r.Epochs, r.Leaders, r.MaxAge.Round(time.Millisecond), r.MaxAgeKey)
-	fmt.Fprintf(&b, "  longest absence %s, scrape intervals with landed writes judged %d\n", r.MaxAbsent.Round(time.Millisecond), r.WriterChecks)
+	fmt.Fprintf(&b, "  longest absence %s, scrape intervals with landed writes judged %d, writes seen in version records %d\n", r.MaxAbsent.Round(time.Millisecond), r.WriterChecks, r.RecordWrites)
+	fmt.Fprintf(&b, "  faults by kind (runs, longest absence overlapping one):\n")
+	for _, k := range r.Kinds {
+		fmt.Fprintf(&b, "    %-30s %3d  %s\n", k.Kind, k.Count, k.MaxAbsent.Round(time.Millisecond))
+	}
 	fmt.Fprintf(&b, "  windows: cycle %s, takeover %s, re-warm gap %s, max_stale+ttl+cycle %s\n", in.Params.Cycle(), in.Params.Takeover(), in.Params.RewarmGap, in.Params.HardStale())
 	fmt.Fprintf(&b, "fault timeline (t=0 is %s UTC, every key warm):\n", clock(in.Start))
 	for _, e := range in.Events {

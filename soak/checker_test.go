@@ -1,6 +1,7 @@
 package soak_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -36,13 +37,18 @@ func judge(evs []soak.Event, rds []soak.Read, commits []soak.Commit, samples []s
 		Events: evs, Reads: rds, Commits: [][]soak.Commit{commits}, Samples: samples})
 }
 
-func TestJudgeMissing(t *testing.T) {
-	absentAt20 := func(d time.Duration) int64 {
-		if d >= 20*time.Second && d < 22*time.Second {
+// absentBetween is a key at version 1, absent in [from, to).
+func absentBetween(from, to time.Duration) func(time.Duration) int64 {
+	return func(d time.Duration) int64 {
+		if d >= from && d < to {
 			return -1
 		}
 		return 1
 	}
+}
+
+func TestJudgeMissing(t *testing.T) {
+	absentAt20 := absentBetween(20*time.Second, 22*time.Second)
 	t.Run("outside every window", func(t *testing.T) {
 		r := judge(nil, reads(0, 40*time.Second, absentAt20), nil, nil)
 		if got := rules(r); !slices.Equal(got, []soak.Rule{soak.Missing}) || r.Violations[0].Count != 20 {
@@ -62,12 +68,7 @@ func TestJudgeMissing(t *testing.T) {
 		}
 	})
 	t.Run("a flush while postgres is down waits for postgres", func(t *testing.T) {
-		late := func(d time.Duration) int64 {
-			if d >= 19*time.Second && d < 45*time.Second {
-				return -1
-			}
-			return 1
-		}
+		late := absentBetween(19*time.Second, 45*time.Second)
 		evs := []soak.Event{
 			{Kind: soak.PGDown, Start: at(18 * time.Second), End: at(40 * time.Second)},
 			{Kind: soak.RedisFlush, Start: at(19 * time.Second), End: at(19 * time.Second)},
@@ -187,9 +188,170 @@ func TestScheduleReplays(t *testing.T) {
 			t.Errorf("%s at %s for %s runs past the end", f.Kind, f.At, f.For)
 		}
 	}
-	for _, k := range append(slices.Clone(soak.InstanceKinds), soak.ServerKinds...) {
+	for _, k := range soak.AllKinds() {
 		if !kinds[k] {
 			t.Errorf("10 minutes of seed 42 never %s", k)
 		}
+	}
+}
+
+// TestScheduleDealsEveryKindFiveTimes checks the deck arithmetic of
+// Schedule: in 10 minutes, every kind of every track comes up at least 5
+// times, over 500 seeds.
+func TestScheduleDealsEveryKindFiveTimes(t *testing.T) {
+	least := map[soak.Kind]int{}
+	for seed := uint64(1); seed <= 500; seed++ {
+		n := map[soak.Kind]int{}
+		for _, f := range soak.Schedule(seed, 10*time.Minute, params) {
+			n[f.Kind]++
+		}
+		for _, k := range soak.AllKinds() {
+			if m, ok := least[k]; !ok || n[k] < m {
+				least[k] = n[k]
+			}
+		}
+	}
+	for _, k := range soak.AllKinds() {
+		if least[k] < 5 {
+			t.Errorf("%s: %d times in 10 minutes for one seed of 500; want at least 5", k, least[k])
+		}
+	}
+	t.Logf("fewest runs of each kind in 10 minutes over 500 seeds: %v", least)
+}
+
+// recordReads builds one read per 100 ms in [from, to) of one key whose
+// version record, fence and lease at d are state(d).
+func recordReads(from, to time.Duration, state func(time.Duration) (rec string, fence, lease int64)) []soak.Read {
+	var out []soak.Read
+	for d := from; d < to; d += 100 * time.Millisecond {
+		rec, fence, lease := state(d)
+		out = append(out, soak.Read{Sent: at(d), Recv: at(d + 5*time.Millisecond), Versions: []int64{1},
+			Records: []string{rec}, Fence: fence, Lease: lease})
+	}
+	return out
+}
+
+// record is a version record of epoch e written by the load seq.
+func record(e int64, seq time.Duration) string {
+	return fmt.Sprintf("%d:%d:%020d:%040x", e, seq/time.Millisecond, 1, 7)
+}
+
+func TestJudgeRecords(t *testing.T) {
+	// a leads with epoch 100 and rewrites the record every 2 s; b leads with
+	// epoch 200 from 10 s (fence and lease 200). stale(d) is true when a
+	// write of a's lands at d.
+	run := func(evs []soak.Event, stale func(time.Duration) bool, samples []soak.Sample) soak.Report {
+		rec := ""
+		rds := recordReads(0, 30*time.Second, func(d time.Duration) (string, int64, int64) {
+			e := int64(100)
+			if d >= 10*time.Second {
+				e = 200
+			}
+			if d%(2*time.Second) == 0 {
+				rec = record(e, d)
+			}
+			for _, ev := range evs { // a flush empties Redis for 2 s but for a's write
+				if ev.Kind == soak.RedisFlush && d >= ev.Start.Sub(t0) && d < ev.Start.Sub(t0)+2*time.Second {
+					if stale(d) {
+						rec = record(100, d)
+					} else if d == ev.Start.Sub(t0) {
+						rec = ""
+					}
+					return rec, 0, 0
+				}
+			}
+			if stale(d) {
+				rec = record(100, d)
+			}
+			return rec, e, e
+		})
+		return judge(evs, rds, nil, samples)
+	}
+	never := func(time.Duration) bool { return false }
+	if r := run(nil, never, nil); !r.OK() || r.RecordWrites != 15 {
+		t.Errorf("a stops at 10s, b writes: %+v, %d record writes; want none, 15", r.Violations, r.RecordWrites)
+	}
+	at15 := func(d time.Duration) bool { return d == 15*time.Second }
+	r := run(nil, at15, nil)
+	if got := rules(r); !slices.Equal(got, []soak.Rule{soak.TwoWriters, soak.Lease}) || !strings.Contains(r.Violations[0].Detail, "epoch 100") ||
+		!strings.Contains(r.Violations[0].Detail, "fence held epoch 200") {
+		t.Errorf("a write of epoch 100 lands 5s after b raised the fence: %+v, want TWO-WRITERS and LEASE", r.Violations)
+	}
+	// A FLUSHDB at 14s takes the fence: a's write is not refused, so it is
+	// no TWO-WRITERS; but a's lease went at 10s, so it is still LEASE.
+	flush := []soak.Event{{Kind: soak.RedisFlush, Start: at(14 * time.Second), End: at(14 * time.Second)}}
+	if got := rules(run(flush, func(d time.Duration) bool { return d == 15*time.Second }, nil)); !slices.Equal(got, []soak.Rule{soak.Lease}) {
+		t.Errorf("a writes after a flush: %v, want LEASE only", got)
+	}
+	// A flush before b raised the fence does not excuse it.
+	early := []soak.Event{{Kind: soak.RedisFlush, Start: at(5 * time.Second), End: at(5 * time.Second)}}
+	if got := rules(run(early, at15, nil)); !slices.Contains(got, soak.TwoWriters) {
+		t.Errorf("a flush at 5s, a writes at 15s: %v, want TWO-WRITERS", got)
+	}
+	// Just after the takeover, a's in-flight write is still refused by the
+	// fence that b raised: TWO-WRITERS, with no guard.
+	if got := rules(run(nil, func(d time.Duration) bool { return d == 10200*time.Millisecond }, nil)); !slices.Equal(got, []soak.Rule{soak.TwoWriters}) {
+		t.Errorf("a writes 200ms after b raised the fence: %v, want TWO-WRITERS only (LEASE has a guard)", got)
+	}
+}
+
+func TestJudgeLease(t *testing.T) {
+	// a holds the lease with epoch 100 until 10s, then no one does: the
+	// fence stays at 100, so only the lease says a's term is over.
+	run := func(evs []soak.Event, lands time.Duration) soak.Report {
+		rec := record(100, 0)
+		rds := recordReads(0, 30*time.Second, func(d time.Duration) (string, int64, int64) {
+			if d == lands {
+				rec = record(100, d)
+			}
+			if d < 10*time.Second {
+				return rec, 100, 100
+			}
+			return rec, 100, 0
+		})
+		samples := []soak.Sample{{Proc: "a#1", Sent: at(0), Recv: at(0), Leader: true, Epoch: 100}}
+		return judge(evs, rds, nil, samples)
+	}
+	r := run(nil, 15*time.Second)
+	if got := rules(r); !slices.Equal(got, []soak.Rule{soak.Lease}) || !strings.Contains(r.Violations[0].Detail, "lease gone") {
+		t.Errorf("a writes 5s after its lease went: %+v, want LEASE", r.Violations)
+	}
+	if r := run(nil, 11*time.Second); !r.OK() {
+		t.Errorf("a's write lands 1s after its lease went (in flight): %+v", r.Violations)
+	}
+	pause := []soak.Event{{Kind: soak.PauseLong, Target: "a#1", Start: at(9 * time.Second), End: at(14 * time.Second)}}
+	if r := run(pause, 15*time.Second); !r.OK() {
+		t.Errorf("a, SIGSTOPped past its lease, sends its write on waking: %+v", r.Violations)
+	}
+	flush := []soak.Event{{Kind: soak.RedisFlush, Start: at(10 * time.Second), End: at(10 * time.Second)}}
+	if r := run(flush, 15*time.Second); !r.OK() {
+		t.Errorf("the lease went with a flush: %+v", r.Violations)
+	}
+}
+
+func TestKindStats(t *testing.T) {
+	absentAt20 := absentBetween(20*time.Second, 22*time.Second)
+	evs := []soak.Event{
+		{Kind: soak.RedisFlush, Start: at(19 * time.Second), End: at(19 * time.Second)},
+		{Kind: soak.LinkCut, Target: "a#1", Start: at(2 * time.Second), End: at(6 * time.Second)},
+		{Kind: soak.LinkCut, Target: "b#1", Start: at(30 * time.Second), End: at(32 * time.Second)},
+		{Kind: soak.Kill, Start: at(3 * time.Second), End: at(3 * time.Second), Note: "skipped: no instance up"},
+	}
+	r := judge(evs, reads(0, 40*time.Second, absentAt20), nil, nil)
+	got := map[soak.Kind]soak.KindStat{}
+	for _, k := range r.Kinds {
+		got[k.Kind] = k
+	}
+	if k := got[soak.RedisFlush]; k.Count != 1 || k.MaxAbsent != 2*time.Second {
+		t.Errorf("FLUSHDB: %+v, want 1 run, 2s absence", k)
+	}
+	if k := got[soak.LinkCut]; k.Count != 2 || k.MaxAbsent != 0 {
+		t.Errorf("link cut: %+v, want 2 runs, no absence", k)
+	}
+	if k := got[soak.Kill]; k.Count != 0 {
+		t.Errorf("kill -9: %+v, want 0 runs (skipped)", k)
+	}
+	if len(r.Kinds) != len(soak.AllKinds()) {
+		t.Errorf("%d kinds in the verdict, want every one of %d", len(r.Kinds), len(soak.AllKinds()))
 	}
 }

@@ -13,23 +13,35 @@ type Fault struct {
 	At, For time.Duration
 	// Standby: an instance fault aimed at a standby instead of the leader.
 	Standby bool
-	// Latency added by an OriginSlow fault.
+	// Latency added by an OriginSlow or LinkSlow fault (each way), or to the
+	// replies by a LinkRenew fault.
 	Latency time.Duration
+	// Rate is a LinkNarrow fault's bandwidth, KB/s each way.
+	Rate int64
 }
 
 // Schedule plans the faults of a soak of length total from seed: the same
 // seed and parameters always give the same plan. Each track (instance faults,
-// server faults) deals its kinds from a shuffled deck, so every kind comes up
-// once before any comes up twice; the tracks run side by side, so faults of
-// different tracks overlap (a leader paused while PostgreSQL is down). The
-// first warmup and the last cooldown are free of faults. The plan is in
-// order of start.
+// server faults, link faults) deals its kinds from a shuffled deck, so every
+// kind comes up once before any comes up twice; the tracks run side by side,
+// so faults of different tracks overlap (a leader paused while PostgreSQL is
+// down, a standby cut off while the leader is killed). The first warmup and
+// the last cooldown are free of faults. The plan is in order of start.
+//
+// The deck arithmetic: a fault and the pause after it take at most 23 s on
+// the server track (PostgreSQL down 15 s + 8 s), 17 s on the instance track
+// and 18 s on the link track, so 10 minutes deal at least 25, 34 and 32
+// faults: every kind of the 6, 5 and 5 at least 4, 6 and 6 times in the
+// worst case; on average (10, 9 and 11 s a fault) about 9, 12 and 11 times,
+// and over 500 seeds never fewer than 9 (TestScheduleDealsEveryKindFiveTimes).
 func Schedule(seed uint64, total time.Duration, p Params) []Fault {
 	const warmup, cooldown = 5 * time.Second, 15 * time.Second
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	between := func(a, b time.Duration) time.Duration { return a + time.Duration(rng.Int64N(int64(b-a)+1)) }
 	var out []Fault
-	for _, kinds := range [][]Kind{InstanceKinds, ServerKinds} {
+	// The link track comes last, so that a seed deals the other two as it
+	// did before the link track existed.
+	for _, kinds := range [][]Kind{InstanceKinds, ServerKinds, LinkKinds} {
 		var deck []Kind
 		at := warmup + between(0, 3*time.Second)
 		for {
@@ -63,6 +75,27 @@ func Schedule(seed uint64, total time.Duration, p Params) []Fault {
 				f.Latency = []time.Duration{150 * time.Millisecond, 1500 * time.Millisecond}[rng.IntN(2)]
 			case OriginReset:
 				f.For = between(2*time.Second, 8*time.Second)
+			case LinkSlow:
+				f.For = between(3*time.Second, 10*time.Second)
+				f.Latency = between(10*time.Millisecond, 500*time.Millisecond)
+				f.Standby = rng.IntN(4) == 0
+			case LinkNarrow:
+				f.For = between(3*time.Second, 10*time.Second)
+				f.Rate = []int64{16, 64}[rng.IntN(2)]
+				f.Standby = rng.IntN(4) == 0
+			case LinkReset:
+				f.For = between(time.Second, 5*time.Second)
+				f.Standby = rng.IntN(4) == 0
+			case LinkCut:
+				// Longer than a lease: a cut leader's term ends, a standby's takes over.
+				f.For = between(2*time.Second, 8*time.Second)
+				f.Standby = rng.IntN(4) == 0
+			case LinkRenew:
+				// Replies late by about the renew interval (lease/3): some
+				// renewals come back just in time, some after the read timeout.
+				f.For = between(3*time.Second, 8*time.Second)
+				f.Latency = between(p.Lease/3*4/5, p.Lease/3*6/5)
+				f.Standby = rng.IntN(8) == 0
 			}
 			if f.At+f.For > total-cooldown {
 				break

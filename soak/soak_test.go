@@ -33,7 +33,9 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
-// The soak's config. A family of soakKeys members (one batch), TTL 8 s
+// The soak's config. Two families of soakKeys members each (one batch): item,
+// plain fenced writes, and row, the same rows with a version_column, so that
+// every write of it leaves a version record carrying the writer's epoch. TTL 8 s
 // refreshed every 2 s (jitter 0.1: the smallest TTL is 7.6 s, so the takeover
 // margin is 7.6 − (2 + 1 + 0.05) − (1 + 0.25) = 3.3 s, above lease + the
 // campaign's longest backoff, 1.5 + 4 × 0.3 × 1.2 = 2.94 s).
@@ -50,6 +52,14 @@ var params = soak.Params{
 const (
 	soakKeys     = 40
 	soakInstance = 3
+)
+
+// The keys of Hearth's own that the observer reads beside the values, as
+// docs/leadership.md and docs/faults.md name them for namespace hearth on one
+// node; the version records' names are found by SCAN (recordKeys).
+const (
+	fenceKey = "hearth:fence"
+	leaseKey = "hearth:{lease}"
 )
 
 func configText(redisAddr, dsn string, jitter float64) string {
@@ -94,6 +104,15 @@ keys:
     param_pattern: "[0-9]+"
     members: [%s]
     query: "SELECT id, 'v' || version FROM items WHERE id = ANY($1)"
+  - name: row
+    key: "soak:row:{id}"
+    source: db
+    ttl: %[11]s
+    interval: %[12]s
+    param_pattern: "[0-9]+"
+    members: [%[13]s]
+    query: "SELECT id, 'v' || version, version FROM items WHERE id = ANY($1)"
+    version_column: version
 `, redisAddr, params.LoadTimeout, params.Spread, jitter, params.MaxStale, params.Lease, params.Retry,
 		params.RewarmCheck, dsn, params.BreakerOpenFor, params.TTL, params.Interval, strings.Join(members, ", "))
 }
@@ -102,6 +121,10 @@ keys:
 // name and listen address.
 type instance struct {
 	name, addr string
+	// link is the instance's own proxy to Redis, for the link faults; cfg
+	// its config file, which names that proxy.
+	link *testenv.Proxy
+	cfg  string
 
 	mu      sync.Mutex
 	proc    *e2e.Proc
@@ -158,6 +181,9 @@ func TestSoak(t *testing.T) {
 	if r.WriterChecks == 0 {
 		t.Error("soak: no scrape interval with landed writes was judged: the scrapers saw no writer")
 	}
+	if r.RecordWrites == 0 {
+		t.Error("soak: no write was seen in the version records: the observer read none")
+	}
 	if r.Reads < int(total/time.Second) {
 		t.Errorf("soak: only %d reads in %s: the observer did not run", r.Reads, total)
 	}
@@ -165,7 +191,8 @@ func TestSoak(t *testing.T) {
 
 // TestSoakCatchesPlantedFaults runs the harness for 30 s with no fault, and
 // plants what Hearth must never do, straight into Redis: an old version over
-// a newer one, a deleted key, a value the origin does not produce. The
+// a newer one, a deleted key, a value the origin does not produce, a write
+// carrying an epoch older than the fence (a deposed leader's). The
 // checker, fed by the live observer, must name each one, and only those: the
 // proof that a soak that passes could have failed.
 func TestSoakCatchesPlantedFaults(t *testing.T) {
@@ -185,6 +212,7 @@ func TestSoakCatchesPlantedFaults(t *testing.T) {
 		}
 		return elapsed < since[rule]+time.Second
 	}
+	var rk string // soak:row:4's version record
 	plant := func(ctx context.Context, elapsed time.Duration, c *redis.Client) {
 		// An old version over a newer one, as a stale writer would land it
 		// (once Hearth wrote a version above 1).
@@ -200,6 +228,22 @@ func TestSoakCatchesPlantedFaults(t *testing.T) {
 		if during(soak.Foreign, 19*time.Second, elapsed, true) {
 			c.Set(ctx, "soak:item:3", "not-a-version", time.Minute)
 			planted[soak.Foreign] = "soak:item:3"
+		}
+		// What a partitioned leader writing after its lease would leave: the
+		// record of soak:row:4 (found by its suffix) carrying an epoch older
+		// than the fence, which the current leader raised long ago.
+		if rk == "" {
+			keys, _ := c.Keys(ctx, "hearth:ver:*:soak:row:4").Result()
+			if len(keys) == 1 {
+				rk = keys[0]
+			}
+		}
+		fence, _ := c.Get(ctx, "hearth:fence").Int64()
+		cur, _ := c.Get(ctx, rk).Result()
+		_, rest, ok := strings.Cut(cur, ":")
+		if rk != "" && during(soak.TwoWriters, 24*time.Second, elapsed, ok && fence > 1000) {
+			c.Set(ctx, rk, fmt.Sprintf("%d:%s", fence-1000, rest), redis.KeepTTL)
+			planted[soak.TwoWriters] = "soak:row:4"
 		}
 	}
 	in, r := run(t, 30*time.Second, 1, nil, plant)
@@ -219,8 +263,8 @@ func TestSoakCatchesPlantedFaults(t *testing.T) {
 			t.Errorf("planted %s on %s, the checker did not see it", rule, key)
 		}
 	}
-	if len(planted) != 3 {
-		t.Errorf("only %d of 3 faults planted: %v", len(planted), planted)
+	if len(planted) != 4 {
+		t.Errorf("only %d of 4 faults planted: %v", len(planted), planted)
 	}
 }
 
@@ -243,28 +287,36 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 		INSERT INTO items SELECT i::text, 1 FROM generate_series(1, %d) i`, soakKeys)); err != nil {
 		t.Fatal(err)
 	}
-	keys := make([]string, soakKeys)
-	for i := range keys {
+	// Key i and key soakKeys+i are row i+1 in the two families.
+	keys := make([]string, 2*soakKeys)
+	for i := range soakKeys {
 		keys[i] = fmt.Sprintf("soak:item:%d", i+1)
+		keys[soakKeys+i] = fmt.Sprintf("soak:row:%d", i+1)
 	}
 	dsn := fmt.Sprintf("postgres://postgres@%s/test?sslmode=disable&connect_timeout=1", proxy.Addr)
-	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	dir := t.TempDir()
 	jitter := 0.1
+	insts := make([]*instance, soakInstance)
+	for i := range insts {
+		name := string(rune('a' + i))
+		insts[i] = &instance{name: name, addr: e2e.FreeAddr(t), wantUp: true,
+			link: testenv.NewProxy(t, rs.Addr), cfg: filepath.Join(dir, name+".yaml")}
+	}
+	// Each instance has its own config file, the same but for the address
+	// of its own proxy to Redis.
 	writeConfig := func() {
-		tmp := cfgPath + ".tmp"
-		if err := os.WriteFile(tmp, []byte(configText(rs.Addr, dsn, jitter)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, cfgPath); err != nil {
-			t.Fatal(err)
+		for _, in := range insts {
+			tmp := in.cfg + ".tmp"
+			if err := os.WriteFile(tmp, []byte(configText(in.link.Addr, dsn, jitter)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, in.cfg); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	writeConfig()
 
-	insts := make([]*instance, soakInstance)
-	for i := range insts {
-		insts[i] = &instance{name: string(rune('a' + i)), addr: e2e.FreeAddr(t), wantUp: true}
-	}
 	var crashes []string
 	crashed := map[*e2e.Proc]bool{}
 	var procs []*e2e.Proc
@@ -284,7 +336,7 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 	start := func(in *instance) {
 		in.mu.Lock()
 		in.gen++
-		in.proc = e2e.Start(t, []string{"run", "--config", cfgPath, "--listen", in.addr})
+		in.proc = e2e.Start(t, []string{"run", "--config", in.cfg, "--listen", in.addr})
 		procs = append(procs, in.proc)
 		in.mu.Unlock()
 	}
@@ -304,8 +356,9 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 		}
 		return true
 	})
+	records := recordKeys(t, obs, keys)
 
-	rec := &recorder{keys: keys, commits: make([][]soak.Commit, soakKeys)}
+	rec := &recorder{keys: keys, records: records, commits: make([][]soak.Commit, soakKeys)}
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { rec.observe(bg, obs) })
@@ -328,7 +381,9 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 	var running []active
 	var events []soak.Event
 	next := 0
-	leader := func(standby bool) *instance {
+	// leader picks the target of an instance or link fault, and says
+	// whether it was leading.
+	leader := func(standby bool) (*instance, string) {
 		var leaders, standbys []*instance
 		for _, in := range insts {
 			p, _ := in.current()
@@ -341,17 +396,17 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 				standbys = append(standbys, in)
 			}
 		}
-		pick := leaders
+		pick, as := leaders, "leader"
 		if standby || len(pick) == 0 {
-			pick = standbys
+			pick, as = standbys, "standby"
 		}
 		if len(pick) == 0 {
-			pick = leaders
+			pick, as = leaders, "leader"
 		}
 		if len(pick) == 0 {
-			return nil
+			return nil, ""
 		}
-		return pick[rng.IntN(len(pick))]
+		return pick[rng.IntN(len(pick))], as
 	}
 	end := begin.Add(total)
 	for now := time.Now(); now.Before(end); now = time.Now() {
@@ -362,7 +417,7 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 			a := active{f: f, until: ev.Start.Add(f.For)}
 			switch f.Kind {
 			case soak.Kill, soak.Term, soak.PauseShort, soak.PauseLong:
-				in := leader(f.Standby)
+				in, as := leader(f.Standby)
 				if in == nil {
 					ev.Note = "skipped: no instance up"
 					ev.End = ev.Start
@@ -370,7 +425,7 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 					continue
 				}
 				p, id := in.current()
-				ev.Target = id
+				ev.Target, ev.Note = id, as
 				a.inst = in
 				switch f.Kind {
 				case soak.Kill:
@@ -419,6 +474,29 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 			case soak.OriginReset:
 				ev.Target = "proxy"
 				proxy.Cut(t)
+			case soak.LinkSlow, soak.LinkNarrow, soak.LinkReset, soak.LinkCut, soak.LinkRenew:
+				in, as := leader(f.Standby)
+				if in == nil {
+					in, as = insts[rng.IntN(len(insts))], "down" // none up: its link is cut all the same
+				}
+				_, ev.Target = in.current()
+				ev.Note = as
+				a.inst = in
+				switch f.Kind {
+				case soak.LinkSlow:
+					ev.Note += fmt.Sprintf(", %s each way", f.Latency.Round(time.Millisecond))
+					in.link.SetLatency(t, f.Latency)
+				case soak.LinkNarrow:
+					ev.Note += fmt.Sprintf(", %d KB/s", f.Rate)
+					in.link.SetBandwidth(t, f.Rate)
+				case soak.LinkReset:
+					in.link.ResetPeers(t)
+				case soak.LinkCut:
+					in.link.Timeout(t) // a black hole: requests and replies dropped, nothing refused
+				case soak.LinkRenew:
+					ev.Note += fmt.Sprintf(", %s on replies", f.Latency.Round(time.Millisecond))
+					in.link.SetReplyLatency(t, f.Latency)
+				}
 			}
 			events = append(events, ev)
 			a.ev = len(events) - 1
@@ -447,6 +525,8 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 				pg.Start(t)
 			case soak.OriginSlow, soak.OriginReset:
 				proxy.Restore(t)
+			case soak.LinkSlow, soak.LinkNarrow, soak.LinkReset, soak.LinkCut, soak.LinkRenew:
+				a.inst.link.Restore(t)
 			}
 			events[a.ev].End = time.Now()
 		}
@@ -514,6 +594,8 @@ func role(addr string) string {
 // recorder holds what the observer, the updater and the scrapers saw.
 type recorder struct {
 	keys []string
+	// records[i] is the name of keys[i]'s version record, "" for none.
+	records []string
 
 	mu      sync.Mutex
 	reads   []soak.Read
@@ -524,12 +606,54 @@ type recorder struct {
 func (r *recorder) input() soak.Input {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return soak.Input{Reads: r.reads, Commits: r.commits, Samples: r.samples}
+	// Both families read the same rows: key soakKeys+i has row i's commits.
+	commits := append(append([][]soak.Commit(nil), r.commits...), r.commits...)
+	return soak.Input{Reads: r.reads, Commits: commits, Samples: r.samples}
 }
 
-// observe reads every key every 100 ms with MGET. A read that fails (Redis
-// down or paused) judges nothing.
+// recordKeys finds the version record of each key by SCAN over Hearth's
+// namespace (<ns>:ver:{slot}:<key>, docs/prewarm.md), once every key is warm:
+// the names are fixed, and finding them by their suffix leaves the hash slot
+// tag to Hearth. It waits until every key of the row family has one.
+func recordKeys(t *testing.T, c *redis.Client, keys []string) []string {
+	t.Helper()
+	out := make([]string, len(keys))
+	testenv.Eventually(t, 30*time.Second, "a version record for every row key", func() bool {
+		byKey := map[string]string{}
+		iter := c.Scan(t.Context(), 0, "hearth:ver:*", 1000).Iterator()
+		for iter.Next(t.Context()) {
+			name := iter.Val()
+			if _, key, ok := strings.Cut(name, "}:"); ok {
+				byKey[key] = name
+			}
+		}
+		if iter.Err() != nil {
+			return false
+		}
+		for i, k := range keys {
+			out[i] = byKey[k]
+			if strings.HasPrefix(k, "soak:row:") && out[i] == "" {
+				return false
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// observe reads every key every 100 ms with one MGET, with the version
+// records, the fence and the lease. A read that fails (Redis down or paused)
+// judges nothing.
 func (r *recorder) observe(ctx context.Context, c *redis.Client) {
+	names := append([]string(nil), r.keys...)
+	var withRecord []int
+	for i, rk := range r.records {
+		if rk != "" {
+			names = append(names, rk)
+			withRecord = append(withRecord, i)
+		}
+	}
+	names = append(names, fenceKey, leaseKey)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -539,12 +663,17 @@ func (r *recorder) observe(ctx context.Context, c *redis.Client) {
 		case <-tick.C:
 		}
 		sent := time.Now()
-		vals, err := c.MGet(ctx, r.keys...).Result()
+		all, err := c.MGet(ctx, names...).Result()
 		recv := time.Now()
 		if err != nil {
 			continue
 		}
-		rd := soak.Read{Sent: sent, Recv: recv, Versions: make([]int64, len(vals))}
+		vals := all[:len(r.keys)]
+		rd := soak.Read{Sent: sent, Recv: recv, Versions: make([]int64, len(vals)), Records: make([]string, len(vals)),
+			Fence: epochOf(all[len(names)-2]), Lease: epochOf(all[len(names)-1])}
+		for j, i := range withRecord {
+			rd.Records[i], _ = all[len(r.keys)+j].(string)
+		}
 		for i, v := range vals {
 			s, ok := v.(string)
 			if v == nil {
@@ -568,6 +697,15 @@ func (r *recorder) observe(ctx context.Context, c *redis.Client) {
 	}
 }
 
+// epochOf reads the epoch a fence (<epoch>) or a lease (<epoch>:<holder>)
+// holds: 0 when absent or not a number.
+func epochOf(v any) int64 {
+	s, _ := v.(string)
+	s, _, _ = strings.Cut(s, ":")
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
 // update bumps a random row's version every 50 ms, straight to PostgreSQL
 // (not through the proxy), and records when each commit returned.
 func (r *recorder) update(ctx context.Context, pool *pgxpool.Pool, seed uint64) {
@@ -580,7 +718,7 @@ func (r *recorder) update(ctx context.Context, pool *pgxpool.Pool, seed uint64) 
 			return
 		case <-tick.C:
 		}
-		i := rng.IntN(len(r.keys))
+		i := rng.IntN(len(r.commits))
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		var v int64
 		err := pool.QueryRow(cctx, `UPDATE items SET version = version + 1 WHERE id = $1 RETURNING version`, strconv.Itoa(i+1)).Scan(&v)

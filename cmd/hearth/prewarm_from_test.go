@@ -437,3 +437,25 @@ func TestPrewarmFromCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestPrewarmFromSentinel: the source is named by its Sentinels
+// (redis+sentinel://, as --redis takes), filled by an origin pre-warm through
+// the same URL: --from-only asks the Sentinels for the master and copies every
+// key with its record from it, with the origin closed.
+func TestPrewarmFromSentinel(t *testing.T) {
+	t.Parallel()
+	b := newBlueGreen(t)
+	s := testenv.RedisSentinel(t)
+	master := s.CurrentMaster(t)
+	b.from = master.Client(t)
+	sentinelURL := "redis+sentinel://" + strings.Join(s.SentinelAddrs(), ",") + "/" + testenv.SentinelMaster
+	if code, out := runHearth(t, "prewarm", "--config", b.config(t, b.pgDSN), "--redis", sentinelURL, "--top", "100"); code != 0 {
+		t.Fatalf("filling the sentinel master from the origin: exit %d\n%s", code, out)
+	}
+	code, out := runHearth(t, "prewarm", "--config", b.config(t, b.closedDSN(t)), "--redis", b.greenURL, "--from", sentinelURL, "--from-only", "--top", "100")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, out)
+	}
+	wantSummary(t, out, "access-log keys read", "wanted                22", "copied                22 (with version record 20)", "negative              1", "coverage              100.000%")
+	b.checkCopied(t, append([]string{"bg:top", b.sentinelKey}, b.itemKeys...))
+}

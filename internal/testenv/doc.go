@@ -61,8 +61,9 @@
 // # Faults
 //
 // [NewProxy] puts a Toxiproxy proxy (used as a library, in process) in front
-// of any TCP address; the test can then add latency, cut connections or black
-// hole traffic and restore it.
+// of any TCP address; the test can then add latency (both ways, or on the
+// replies only), limit the bandwidth, reset connections, cut connections or
+// black hole traffic, and restore it.
 //
 // All functions that take a testing.TB must be called from the test's own
 // goroutine, because they may call t.Fatalf or t.Skipf.

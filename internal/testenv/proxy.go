@@ -31,8 +31,11 @@ type Proxy struct {
 
 // Names of the toxics this package adds, one per direction.
 const (
-	latencyToxic = "hearth_latency"
-	timeoutToxic = "hearth_timeout"
+	latencyToxic   = "hearth_latency"
+	timeoutToxic   = "hearth_timeout"
+	bandwidthToxic = "hearth_bandwidth"
+	resetToxic     = "hearth_reset"
+	replyToxic     = "hearth_reply_latency"
 )
 
 var streams = []string{"upstream", "downstream"}
@@ -41,6 +44,11 @@ var streams = []string{"upstream", "downstream"}
 // (host:port). It is closed at cleanup.
 func NewProxy(t testing.TB, upstream string) *Proxy {
 	t.Helper()
+	// Some toxics (bandwidth) log at trace level to zerolog's global logger,
+	// which nothing here can hand a quiet one: trace goes, the rest stays.
+	if zerolog.GlobalLevel() < zerolog.DebugLevel {
+		zerolog.SetGlobalLevel(zerolog.DebugLevel)
+	}
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	var lastErr error
 	for range 5 {
@@ -70,7 +78,12 @@ func quietCtx() context.Context {
 
 // addToxics adds a toxic named name_<stream> of type typ in both directions.
 func (p *Proxy) addToxics(name, typ, attrs string) error {
-	for _, st := range streams {
+	return p.addToxicsOn(streams, name, typ, attrs)
+}
+
+// addToxicsOn adds a toxic named name_<stream> of type typ on each of sts.
+func (p *Proxy) addToxicsOn(sts []string, name, typ, attrs string) error {
+	for _, st := range sts {
 		js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`,
 			name+"_"+st, typ, st, attrs)
 		if _, err := p.tp.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
@@ -114,6 +127,53 @@ func (p *Proxy) SetLatency(t testing.TB, d time.Duration) {
 	p.latency = true
 }
 
+// SetBandwidth limits the data in each direction to kbps kilobytes a second
+// (Toxiproxy's bandwidth toxic), on current and new connections, until
+// [Proxy.Restore]. Setting it again replaces the limit.
+func (p *Proxy) SetBandwidth(t testing.TB, kbps int64) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.replaceLocked(t, bandwidthToxic, streams, "bandwidth", fmt.Sprintf(`{"rate":%d}`, max(kbps, 1)))
+}
+
+// SetReplyLatency delays only the data coming back from the upstream by d
+// (rounded up to whole milliseconds): requests arrive on time, their replies
+// late. It applies to current and new connections until [Proxy.Restore];
+// setting it again replaces it.
+func (p *Proxy) SetReplyLatency(t testing.TB, d time.Duration) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	p.replaceLocked(t, replyToxic, []string{"downstream"}, "latency", fmt.Sprintf(`{"latency":%d}`, ms))
+}
+
+// ResetPeers resets (TCP RST) every connection as soon as it sends data,
+// current and new ones, until [Proxy.Restore]: a connection is accepted, and
+// its first request is answered with a reset.
+func (p *Proxy) ResetPeers(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.replaceLocked(t, resetToxic, []string{"upstream"}, "reset_peer", `{"timeout":0}`)
+}
+
+// replaceLocked removes the toxic name on sts if it is there and adds it anew
+// with attrs (replaced rather than updated, see SetLatency).
+func (p *Proxy) replaceLocked(t testing.TB, name string, sts []string, typ, attrs string) {
+	t.Helper()
+	if err := p.startLocked(); err != nil {
+		t.Fatalf("testenv: proxy %s: %v", p.Addr, err)
+	}
+	for _, st := range sts {
+		_ = p.tp.Toxics.RemoveToxic(quietCtx(), name+"_"+st) // absent the first time
+	}
+	if err := p.addToxicsOn(sts, name, typ, attrs); err != nil {
+		t.Fatalf("testenv: proxy %s: %v", p.Addr, err)
+	}
+}
+
 // Cut closes all current connections and stops listening, so that new
 // connections are refused, until [Proxy.Restore].
 func (p *Proxy) Cut(t testing.TB) {
@@ -143,7 +203,7 @@ func (p *Proxy) Timeout(t testing.TB) {
 	p.blackout = true
 }
 
-// Restore removes all faults: latency, cut and black hole.
+// Restore removes all faults: latency, bandwidth, resets, cut and black hole.
 func (p *Proxy) Restore(t testing.TB) {
 	t.Helper()
 	p.mu.Lock()

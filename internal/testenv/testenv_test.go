@@ -489,6 +489,47 @@ func TestProxyTimeoutAndRestore(t *testing.T) {
 	}
 }
 
+func TestProxyBandwidthReplyLatencyAndResets(t *testing.T) {
+	t.Parallel()
+	p := testenv.NewProxy(t, echoServer(t))
+	c := dial(t, p.Addr)
+
+	// 20 KB at 10 KB/s each way: at least a second or so.
+	p.SetBandwidth(t, 10)
+	msg := strings.Repeat("x", 20<<10)
+	start := time.Now()
+	if err := roundTrip(c, msg, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if rtt := time.Since(start); rtt < 1500*time.Millisecond {
+		t.Fatalf("20 KB at 10 KB/s took %v; want at least 1.5s", rtt)
+	}
+	p.Restore(t)
+
+	// Replies only: one delay per round trip, not two.
+	const d = 100 * time.Millisecond
+	p.SetReplyLatency(t, d)
+	start = time.Now()
+	if err := roundTrip(c, "late", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if rtt := time.Since(start); rtt < d {
+		t.Fatalf("round trip took %v with %v on the replies; want at least %v", rtt, d, d)
+	}
+	p.Restore(t)
+
+	p.ResetPeers(t)
+	for _, conn := range []net.Conn{c, dial(t, p.Addr)} {
+		if err := roundTrip(conn, "reset", 2*time.Second); err == nil || isTimeout(err) {
+			t.Fatalf("round trip with resets: %v; want the connection reset at once", err)
+		}
+	}
+	p.Restore(t)
+	if err := roundTrip(dial(t, p.Addr), "after", 5*time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+}
+
 // TestProxyRedis checks the proxy with a real client: a cut fails commands on
 // pooled connections, and they work again after Restore.
 func TestProxyRedis(t *testing.T) {
