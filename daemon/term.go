@@ -21,7 +21,7 @@ import (
 //
 //	campaign ──wins──► term (context, epoch)
 //	                     │ one run group under the term's context
-//	                     ├─ change listeners    (Changes.Run)
+//	                     ├─ change listeners    (changes.Listeners.Run)
 //	                     ├─ hot-set ranking     (hotSets.Run)
 //	                     ├─ access-log roll-up  (Roller.Run)
 //	                     ├─ re-warm watch       (Rewarmer.Run)

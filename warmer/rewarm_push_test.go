@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
@@ -282,4 +283,63 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	}
 	t.Fatalf("no counter %s", name)
 	return 0
+}
+
+// TestRewarmPushSessionsPaced: a FLUSHDB 100 times a second ends the watch's
+// session each time, and the watch reconnects at once after a drop, but its
+// sessions that reach Redis (each a SUBSCRIBE) start at least MinCheckGap
+// apart; the flushes are still re-warmed.
+func TestRewarmPushSessionsPaced(t *testing.T) {
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	waitTracking(t, e)
+	const d = 2 * time.Second
+	before := testenv.CommandCalls(t, e.rdb, "subscribe")
+	t0 := time.Now()
+	hammer(t, e.rdb, 100, d, func(p redis.Pipeliner, _ int) { p.FlushDB(ctx) })
+	elapsed := time.Since(t0)
+	sessions := testenv.CommandCalls(t, e.rdb, "subscribe")["subscribe"] - before["subscribe"]
+	if limit := int64(elapsed/warmer.MinCheckGap) + 2; sessions > limit {
+		t.Errorf("%d watch sessions (SUBSCRIBE) in %v of flushes, want at most %d (one per %v)", sessions, elapsed, limit, warmer.MinCheckGap)
+	}
+	if sessions == 0 {
+		t.Errorf("the watch never reconnected during the flushes")
+	}
+	waitWarm(t, e, 10*time.Second)
+	t.Logf("%d sessions in %v", sessions, elapsed)
+}
+
+// TestRewarmPushRestartGated: a leader whose term ended during the outage
+// (the watch runs only within a term) writes nothing while Redis restarts;
+// the next term's first check re-warms the restart.
+func TestRewarmPushRestartGated(t *testing.T) {
+	srv, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
+	term, end := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rw.Run(term) }()
+	waitTracking(t, e)
+	end()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after its term = %v", err)
+	}
+	srv.Restart(t)
+	time.Sleep(300 * time.Millisecond)
+	if got := e.keys(t); len(got) != 0 {
+		t.Fatalf("keys written while not leading: %q", got)
+	}
+	term, end = context.WithCancel(context.Background())
+	defer end()
+	go func() { done <- rw.Run(term) }()
+	waitWarm(t, e, 10*time.Second)
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
+	}
+	end()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after the second term = %v", err)
+	}
 }
