@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		early: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_early_refreshes_total",
-			Help: "XFetch early refreshes decided, by result: started, coalesced (one already running here), locked (another process holds the lock), done_elsewhere (another process refreshed it meanwhile), error.",
+			Help: "XFetch early refreshes decided, by result: started, coalesced (one already running here), locked (another process holds the lock), held_off (another process was seen holding the lock less than δ ago, not tried again), done_elsewhere (another process refreshed it meanwhile), error.",
 		}, []string{"result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_fallbacks_total",
@@ -112,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"value", "acquired", "timeout"} {
 		m.lockWait.WithLabelValues(r)
 	}
-	for _, r := range []string{"started", "coalesced", "locked", "done_elsewhere", "error"} {
+	for _, r := range []string{"started", "coalesced", "locked", "held_off", "done_elsewhere", "error"} {
 		m.early.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "not_found", "error", "panic"} {

@@ -169,8 +169,12 @@ type Cache struct {
 
 	mu         sync.Mutex
 	refreshing map[string]bool
-	closed     bool
-	wg         sync.WaitGroup
+	// heldOff holds the keys whose early refresh another process was seen
+	// running (the lock held) less than its δ ago: no decision tries again
+	// until its value has had the time to land.
+	heldOff map[string]struct{}
+	closed  bool
+	wg      sync.WaitGroup
 
 	acc  *recorder
 	near *near
@@ -260,7 +264,7 @@ func New(opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cache{o: o, rdb: o.Client, m: m, log: log, refreshing: map[string]bool{}, near: nr}
+	c := &Cache{o: o, rdb: o.Client, m: m, log: log, refreshing: map[string]bool{}, heldOff: map[string]struct{}{}, near: nr}
 	if o.AccessSample > 0 {
 		c.acc = newRecorder(c)
 		c.wg.Add(1)
@@ -328,7 +332,7 @@ func (c *Cache) GetOrLoad(ctx context.Context, key string, load Loader, opts ...
 		c.m.readHit.Inc()
 		v, err := c.answer(e)
 		if err == nil && c.early(e) {
-			c.refreshEarly(key, load, co, e.remaining)
+			c.refreshEarly(key, load, co, e.remaining, e.delta)
 		}
 		return v, err
 	}
@@ -401,12 +405,19 @@ func (c *Cache) early(e entry) bool {
 // and only if no process holds its lock; the current value is served
 // meanwhile. seen is the remaining TTL the decision saw: a value that has
 // more left once the lock is taken was rewritten since (by another process's
-// refresh that already released the lock), and is not loaded again.
-func (c *Cache) refreshEarly(key string, load Loader, co callOpts, seen time.Duration) {
+// refresh that already released the lock), and is not loaded again. delta
+// is the key's δ: a lock found held stops this process's decisions on key
+// for that long (at most LockTTL), the time the holder's load takes to land.
+func (c *Cache) refreshEarly(key string, load Loader, co callOpts, seen, delta time.Duration) {
 	c.mu.Lock()
 	if c.closed || c.refreshing[key] {
 		c.mu.Unlock()
 		c.m.early.WithLabelValues("coalesced").Inc()
+		return
+	}
+	if _, ok := c.heldOff[key]; ok {
+		c.mu.Unlock()
+		c.m.early.WithLabelValues("held_off").Inc()
 		return
 	}
 	c.refreshing[key] = true
@@ -430,6 +441,7 @@ func (c *Cache) refreshEarly(key string, load Loader, co callOpts, seen time.Dur
 			return
 		case !ok:
 			c.m.early.WithLabelValues("locked").Inc()
+			c.holdOff(key, min(delta, c.o.LockTTL))
 			return
 		}
 		if e, err := c.read(ctx, key); err == nil && e.found && e.remaining > seen {
@@ -443,6 +455,25 @@ func (c *Cache) refreshEarly(key string, load Loader, co callOpts, seen time.Dur
 			c.log.Warn("readside: early refresh failed; the current value is served until it expires", "key", key, "err", err)
 		}
 	}()
+}
+
+// holdOff stops early-refresh decisions on key in this process for d.
+func (c *Cache) holdOff(key string, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	c.mu.Lock()
+	if _, ok := c.heldOff[key]; ok {
+		c.mu.Unlock()
+		return
+	}
+	c.heldOff[key] = struct{}{}
+	c.mu.Unlock()
+	time.AfterFunc(d, func() {
+		c.mu.Lock()
+		delete(c.heldOff, key)
+		c.mu.Unlock()
+	})
 }
 
 // coalesce runs one fill per key in this process; each caller waits for it

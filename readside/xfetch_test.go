@@ -26,34 +26,39 @@ func secondClient(t *testing.T, env *rstest.RedisEnv) *redis.Client {
 	return c
 }
 
-// TestEarlyRefreshElsewhereStopsOurs: two Caches on their own clients, as
-// two processes on one Redis, both deciding to refresh a key early on every
-// read. While A's early refresh loads, B's decisions find it (the lock) and
-// load nothing; once A's value has landed, a decision B made before it finds
-// the rewritten value and loads nothing either. The loaders count their
-// runs: A's two (the first load, the refresh), B's none.
+// TestEarlyRefreshElsewhereStopsOurs: Caches on their own clients, as
+// processes on one Redis, each deciding to refresh a key early on every
+// read. While A's early refresh loads, B's decisions find it (the lock),
+// load nothing, and stop trying for δ; once A's value has landed, a decision
+// C made before it finds the rewritten value and loads nothing either. The
+// loaders count their runs: A's two (the first load, the refresh), B's and
+// C's none.
 func TestEarlyRefreshElsewhereStopsOurs(t *testing.T) {
 	env := rstest.Redis(t)
 	ctx := context.Background()
 	ns, key := env.Prefix+"ns", env.Prefix+"k"
-	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
-	clock := newFakeClock(time.Unix(1_800_000_000, 0)) // A's loads take δ = 1 s exactly
-	a := newCache(t, env.Client, regA, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1, Now: clock.Now, Rand: always})
-	b := newCache(t, secondClient(t, env), regB, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1, Rand: always})
-	var loadsA, loadsB atomic.Int64
+	regA, regB, regC := prometheus.NewRegistry(), prometheus.NewRegistry(), prometheus.NewRegistry()
+	clock := newFakeClock(time.Unix(1_800_000_000, 0)) // A's loads take δ = 30 s exactly
+	opts := readside.Options{Namespace: ns, TTL: 24 * time.Hour, Jitter: -1, LockTTL: time.Minute, Rand: always}
+	optsA := opts
+	optsA.Now = clock.Now
+	a := newCache(t, env.Client, regA, optsA)
+	b := newCache(t, secondClient(t, env), regB, opts)
+	c := newCache(t, secondClient(t, env), regC, opts)
+	var loadsA, loadsOthers atomic.Int64
 	release := make(chan struct{})
 	loadA := func(context.Context) ([]byte, error) {
 		if loadsA.Add(1) > 1 {
 			<-release // the refresh holds the lock until told
 		}
-		clock.Add(time.Second)
+		clock.Add(30 * time.Second)
 		return []byte("from a"), nil
 	}
-	loadB := func(context.Context) ([]byte, error) { loadsB.Add(1); return []byte("from b"), nil }
+	loadOther := func(context.Context) ([]byte, error) { loadsOthers.Add(1); return []byte("from b or c"), nil }
 	if _, err := a.GetOrLoad(ctx, key, loadA); err != nil {
 		t.Fatal(err)
 	}
-	// Near expiry: 10 s left of the value and its δ (1 s).
+	// Near expiry: 10 s left of the value and its δ (30 s).
 	for _, k := range []string{key, readside.DeltaKey(ns, key)} {
 		if err := env.Client.PExpire(ctx, k, 10*time.Second).Err(); err != nil {
 			t.Fatal(err)
@@ -64,41 +69,61 @@ func TestEarlyRefreshElsewhereStopsOurs(t *testing.T) {
 	}
 	rstest.Eventually(t, 10*time.Second, "a's early refresh loading", func() bool { return loadsA.Load() == 2 })
 
+	if v, err := b.GetOrLoad(ctx, key, loadOther); err != nil || string(v) != "from a" {
+		t.Fatalf("b during a's refresh: %q, %v (the current value must be served)", v, err)
+	}
+	readside.WaitRefresh(b, key)
+	if got := rstest.Sum(t, regB, "hearth_readside_early_refreshes_total", "result", "locked"); got != 1 {
+		t.Fatalf("b's early refreshes locked: %v, want 1 (a holds the lock)", got)
+	}
 	for range 20 {
-		if v, err := b.GetOrLoad(ctx, key, loadB); err != nil || string(v) != "from a" {
+		if v, err := b.GetOrLoad(ctx, key, loadOther); err != nil || string(v) != "from a" {
 			t.Fatalf("b during a's refresh: %q, %v (the current value must be served)", v, err)
 		}
 	}
-	readside.RefreshEarly(b, key, loadB, 10*time.Second) // and waits for B's refresh, if any, to end
-	if n := loadsB.Load(); n != 0 {
-		t.Fatalf("b loaded %d times while a's early refresh was loading, want 0", n)
+	// B found the lock held with δ = 30 s: its decisions since were held
+	// off (LockTTL 1 min bounds the hold) and sent nothing to Redis.
+	if got := rstest.Sum(t, regB, "hearth_readside_early_refreshes_total", "result", "held_off"); got != 20 {
+		t.Errorf("b's early refreshes held off: %v, want 20", got)
+	}
+	if got := rstest.Sum(t, regB, "hearth_readside_early_refreshes_total", "result", "locked"); got != 1 {
+		t.Errorf("b's early refreshes locked: %v, want still 1", got)
 	}
 
 	close(release)
 	rstest.Eventually(t, 10*time.Second, "a's refresh written", func() bool {
-		return env.Client.PTTL(ctx, key).Val() > time.Minute && env.Client.Exists(ctx, readside.LockKey(ns, key)).Val() == 0
+		return env.Client.PTTL(ctx, key).Val() > time.Hour && env.Client.Exists(ctx, readside.LockKey(ns, key)).Val() == 0
 	})
-	readside.RefreshEarly(b, key, loadB, 10*time.Second) // decided on what it saw before a's value landed
-	for range 20 {
-		if v, err := b.GetOrLoad(ctx, key, loadB); err != nil || string(v) != "from a" {
-			t.Fatalf("b after a's refresh: %q, %v", v, err)
+	readside.RefreshEarly(c, key, loadOther, 10*time.Second) // decided on what it saw before a's value landed
+	if got := rstest.Sum(t, regC, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got != 1 {
+		t.Errorf("c's early refreshes done_elsewhere: %v, want 1", got)
+	}
+	for _, x := range []*readside.Cache{b, c} {
+		for range 20 {
+			if v, err := x.GetOrLoad(ctx, key, loadOther); err != nil || string(v) != "from a" {
+				t.Fatalf("after a's refresh: %q, %v", v, err)
+			}
 		}
 	}
-	readside.RefreshEarly(b, key, loadB, 10*time.Second)
-	if n := loadsB.Load(); n != 0 {
-		t.Errorf("b loaded %d times after a's early refresh, want 0", n)
+	for _, x := range []*readside.Cache{a, b, c} {
+		if err := x.Close(ctx); err != nil { // waits for background refreshes
+			t.Fatal(err)
+		}
+	}
+	if n := loadsOthers.Load(); n != 0 {
+		t.Errorf("b and c loaded %d times, want 0: a's early refresh was theirs", n)
 	}
 	if n := loadsA.Load(); n != 2 {
 		t.Errorf("a loaded %d times, want 2 (the first load and one early refresh)", n)
 	}
-	if got := rstest.Sum(t, regB, "hearth_readside_early_refreshes_total", "result", "started"); got != 0 {
-		t.Errorf("b's early refreshes started: %v, want 0", got)
-	}
-	if got := rstest.Sum(t, regB, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got < 1 {
-		t.Errorf("b's early refreshes done_elsewhere: %v, want ≥ 1", got)
-	}
-	if got := rstest.Sum(t, regA, "hearth_readside_early_refreshes_total", "result", "started"); got != 1 {
-		t.Errorf("a's early refreshes started: %v, want 1", got)
+	for name, reg := range map[string]*prometheus.Registry{"a": regA, "b": regB, "c": regC} {
+		want := 0.0
+		if name == "a" {
+			want = 1
+		}
+		if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "started"); got != want {
+			t.Errorf("%s's early refreshes started: %v, want %v", name, got, want)
+		}
 	}
 }
 
