@@ -14,6 +14,8 @@ type metrics struct {
 	readHit     prometheus.Counter
 	readMiss    prometheus.Counter
 	hits        *prometheus.CounterVec
+	hitValue    prometheus.Counter // hits{kind="value"}, resolved once: every hit counts
+	hitNegative prometheus.Counter
 	localHits   *prometheus.CounterVec
 	misses      prometheus.Counter
 	coalesced   prometheus.Counter
@@ -105,6 +107,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Reads counted into Hearth's access buckets, by result: sent, dropped (too long a key, too many keys, or Redis failed).",
 		}, []string{"result"}),
 	}
+	m.hitValue, m.hitNegative = m.hits.WithLabelValues("value"), m.hits.WithLabelValues("negative")
 	for _, k := range []string{"value", "negative"} {
 		m.hits.WithLabelValues(k)
 		m.localHits.WithLabelValues(k)

@@ -296,7 +296,7 @@ func TestXFetchDistribution(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	clock := newFakeClock(time.Unix(1_800_000_000, 0))
 	const delta = 10 * time.Second
-	c := newCache(t, env.Client, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1,
+	c := newCache(t, env.Client, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1, Beta: 1,
 		Now: clock.Now, Rand: lockedRand(42)})
 	if _, err := c.GetOrLoad(ctx, key, func(context.Context) ([]byte, error) {
 		clock.Add(delta)
