@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/hearth-dev/hearth/store"
 )
 
 // Tables Hearth reads and writes, resolved through the connection's search_path.
@@ -470,7 +472,7 @@ func BucketStart(t time.Time, width time.Duration) time.Time {
 // starts at start: "<namespace>:access:<unix seconds>". Applications run
 // ZINCRBY <BucketKey> 1 <cache key> per read.
 func BucketKey(namespace string, start time.Time) string {
-	return namespace + ":access:" + strconv.FormatInt(start.Unix(), 10)
+	return store.AccessBucketKey(namespace, start)
 }
 
 // ErrClosed is returned by a Roller used after Close.

@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/hearth-dev/hearth/store"
 )
 
 const (
@@ -238,51 +240,11 @@ func (r *Roller) closedBuckets(now time.Time) []time.Time {
 	return out
 }
 
-// rollingKey is the private name a bucket is renamed to while it is rolled up:
-// "<namespace>:rollup:{<bucket key>}", and tokenKey the token of that roll-up.
-// Their hash tag is the whole bucket key (which holds no brace), so in a
-// Cluster they live in the bucket's slot, as RENAME and the claim script need;
-// they keep the namespace prefix, for ACLs and for operators.
-func rollingKey(namespace, bucketKey string) string {
-	return namespace + ":rollup:{" + bucketKey + "}"
-}
+// rollingKey is the private name a bucket is renamed to while it is rolled up
+// (store.RollupKey), and tokenKey the token of that roll-up.
+func rollingKey(namespace, bucketKey string) string { return store.RollupKey(namespace, bucketKey) }
 
-func tokenKey(namespace, bucketKey string) string { return rollingKey(namespace, bucketKey) + ":token" }
-
-// claimScript hands the roller the next thing to roll up for one bucket, in
-// one atomic step. KEYS: the bucket, its private name, the token of the roll-up
-// of the private name. ARGV: a fresh token, the token's TTL in ms. Returns
-// {"resume", token} for a private key an earlier run left (its token if
-// valid, else the fresh one: "resume_new"); {"claimed", token} after renaming
-// the bucket to the private name; {"foreign", type} after deleting a private
-// key or bucket that is no sorted set (no Hearth or application writes one);
-// {"none"} when neither exists.
-var claimScript = redis.NewScript(`
-local function valid(t)
-  return type(t) == 'string' and #t == 32 and not string.find(t, '[^0-9a-f]')
-end
-local pt = redis.call('TYPE', KEYS[2]).ok
-if pt == 'zset' then
-  local t = redis.pcall('GET', KEYS[3])
-  if valid(t) then return {'resume', t} end
-  redis.call('DEL', KEYS[3])
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
-  return {'resume_new', ARGV[1]}
-end
-if pt ~= 'none' then
-  redis.call('UNLINK', KEYS[2], KEYS[3])
-  return {'foreign', pt}
-end
-local bt = redis.call('TYPE', KEYS[1]).ok
-if bt == 'none' then return {'none'} end
-if bt ~= 'zset' then
-  redis.call('UNLINK', KEYS[1])
-  return {'foreign', bt}
-end
-redis.call('RENAME', KEYS[1], KEYS[2])
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
-return {'claimed', ARGV[1]}
-`)
+func tokenKey(namespace, bucketKey string) string { return store.RollupTokenKey(namespace, bucketKey) }
 
 // rollBucket rolls up what Redis holds of one bucket: first a private key a
 // stopped run left behind, then the bucket itself, renamed to that private key.
@@ -296,7 +258,7 @@ func (r *Roller) rollBucket(ctx context.Context, key string, start time.Time, re
 		if err != nil {
 			return fmt.Errorf("roll up %s: %w", key, err)
 		}
-		v, err := claimScript.Run(ctx, r.opts.Client, keys, token, ttl).StringSlice()
+		v, err := store.RollupClaim.Run(ctx, r.opts.Client, keys, token, ttl).StringSlice()
 		if err != nil {
 			return fmt.Errorf("roll up %s: claim: %w", key, err)
 		}

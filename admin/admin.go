@@ -1,5 +1,6 @@
 // Package admin is Hearth's authenticated admin API (/admin/): refresh a
-// declaration or one key now, the status of every declaration, and pre-warm.
+// declaration or one key now, the status of every declaration, pre-warm, and
+// reload the config file.
 // It sees the engine through small interfaces, and is mounted by the daemon.
 package admin
 
@@ -20,11 +21,13 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// errClosed refuses work once the admin API is shutting down.
-var errClosed = errors.New("shutting down")
+// ErrClosed refuses work once the admin API, or what it drives, is shutting
+// down: 503.
+var ErrClosed = errors.New("shutting down")
 
 // NextRunner tells when a declaration runs next (the jobs.Scheduler).
 type NextRunner interface {
@@ -80,8 +83,10 @@ type API struct {
 	sched NextRunner
 	// reloadStatus, if set, adds the config reload state to /admin/status.
 	reloadStatus func() any
-	closed       bool
-	wg           sync.WaitGroup
+	// reload, if set, reloads the config file (POST /admin/reload).
+	reload func() (ReloadResult, error)
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // prewarmState is the running pre-warm, whoever started it, or else the last
@@ -132,6 +137,7 @@ func New(opts Options) *API {
 	a.mux.HandleFunc("GET /admin/status", a.status)
 	a.mux.HandleFunc("POST /admin/prewarm", a.startPrewarm)
 	a.mux.HandleFunc("GET /admin/prewarm", a.prewarmStatus)
+	a.mux.HandleFunc("POST /admin/reload", a.reloadNow)
 	return a
 }
 
@@ -145,6 +151,17 @@ func (a *API) Attach(s NextRunner, reloadStatus func() any) {
 	a.mu.Lock()
 	a.sched = s
 	a.reloadStatus = reloadStatus
+	a.mu.Unlock()
+}
+
+// AttachReload makes POST /admin/reload call reload once the reloader runs;
+// until then it answers 503. A nil API (no token) ignores it.
+func (a *API) AttachReload(reload func() (ReloadResult, error)) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.reload = reload
 	a.mu.Unlock()
 }
 
@@ -182,6 +199,8 @@ func route(r *http.Request) string {
 		return "status"
 	case "/admin/prewarm":
 		return "prewarm"
+	case "/admin/reload":
+		return "reload"
 	default:
 		return "other"
 	}
@@ -279,7 +298,7 @@ func (a *API) refresh(w http.ResponseWriter, r *http.Request) {
 		if res.Err != nil {
 			out.Error = res.Err.Error()
 			code = http.StatusBadGateway
-			if errors.Is(res.Err, errClosed) {
+			if errors.Is(res.Err, ErrClosed) {
 				code = http.StatusServiceUnavailable
 			}
 		}
@@ -295,7 +314,7 @@ func (a *API) refresh(w http.ResponseWriter, r *http.Request) {
 // declaration's interval: no manual refresh outlives a scheduled one.
 func (a *API) load(spec *warmer.Spec, member string) (val any, err error) {
 	if !a.enter() {
-		return nil, errClosed
+		return nil, ErrClosed
 	}
 	defer a.leave()
 	defer func() {
@@ -373,7 +392,7 @@ func (a *API) startPrewarm(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	if !a.enter() {
-		writeError(w, http.StatusServiceUnavailable, errClosed.Error())
+		writeError(w, http.StatusServiceUnavailable, ErrClosed.Error())
 		return
 	}
 	done, err := a.prewarm(a.base)
@@ -404,6 +423,54 @@ func (a *API) prewarmStatus(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, prewarmStateOf(a.w.PrewarmStatus()))
+}
+
+// ReloadResult is what a reload changed, by declaration name, and the
+// sections it left for a restart: the answer of POST /admin/reload.
+type ReloadResult struct {
+	Added           []string `json:"added"`
+	Removed         []string `json:"removed"`
+	Changed         []string `json:"changed"`
+	RestartRequired []string `json:"restart_required"`
+}
+
+// reloadRejected is the answer of POST /admin/reload when the file was not
+// applied: the error as `hearth validate` prints it, and each problem on its
+// own (file:line: field: what is wrong).
+type reloadRejected struct {
+	Error    string   `json:"error"`
+	Problems []string `json:"problems"`
+}
+
+// reloadNow reloads the config file: 200 with what changed, 422 with why the
+// file was rejected (the running config stays), 503 while shutting down.
+func (a *API) reloadNow(w http.ResponseWriter, _ *http.Request) {
+	a.mu.Lock()
+	reload := a.reload
+	a.mu.Unlock()
+	if reload == nil {
+		writeError(w, http.StatusServiceUnavailable, "reload not running yet")
+		return
+	}
+	res, err := reload()
+	switch {
+	case errors.Is(err, ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case err != nil:
+		out := reloadRejected{Error: err.Error(), Problems: []string{err.Error()}}
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			out.Problems = strings.Split(ce.Error(), "\n")
+		}
+		writeJSON(w, http.StatusUnprocessableEntity, out)
+	default:
+		for _, l := range []*[]string{&res.Added, &res.Removed, &res.Changed, &res.RestartRequired} {
+			if *l == nil {
+				*l = []string{}
+			}
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
 }
 
 // enter registers a load, unless the admin API is closing.

@@ -78,3 +78,46 @@ keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k}]
 		t.Errorf("refresh after the panic: %d %s, want 200", code, body)
 	}
 }
+
+// TestAdminReload: POST /admin/reload answers 503 until a reloader is
+// attached or once it is closing, 200 with what changed (lists, never null),
+// and 422 with each problem of a rejected file as `hearth validate` prints it.
+func TestAdminReload(t *testing.T) {
+	a := New(Options{Token: "tok", Warmer: nil, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop()})
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	reload := func() (int, string) {
+		req := httptest.NewRequest("POST", "/admin/reload", nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		rec := httptest.NewRecorder()
+		a.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := reload(); code != http.StatusServiceUnavailable {
+		t.Errorf("before AttachReload: %d %s, want 503", code, body)
+	}
+	var res ReloadResult
+	var err error
+	a.AttachReload(func() (ReloadResult, error) { return res, err })
+
+	res = ReloadResult{Added: []string{"c"}}
+	if code, body := reload(); code != http.StatusOK || !strings.Contains(body, `"added": [
+    "c"
+  ]`) || !strings.Contains(body, `"removed": []`) || !strings.Contains(body, `"restart_required": []`) {
+		t.Errorf("reload: %d %s, want 200 naming c added and empty lists", code, body)
+	}
+
+	_, err = config.Parse("hearth.yaml", []byte("keys:\n  - {name: p, ttl: sixty}\n  - {name: q, tll: 1s}\n"))
+	if err == nil {
+		t.Fatal("the invalid config parsed")
+	}
+	code, body := reload()
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, `"hearth.yaml:2: keys[p].ttl: invalid duration`) ||
+		!strings.Contains(body, `"hearth.yaml:3: keys[q]: unknown field(s): tll"`) {
+		t.Errorf("rejected reload: %d %s, want 422 naming file, line and field of each problem", code, body)
+	}
+
+	err = ErrClosed
+	if code, body := reload(); code != http.StatusServiceUnavailable {
+		t.Errorf("reload while closing: %d %s, want 503", code, body)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,7 +100,7 @@ func decode(name string, data []byte) (*Config, error) {
 		mapstructure.StringToSliceHookFunc(","),
 	)
 	if err := v.UnmarshalExact(&cfg, viper.DecodeHook(hook)); err != nil {
-		return nil, &Error{File: name, Problems: locate(&doc, decodeProblems(err))}
+		return nil, &Error{File: name, Problems: locate(&doc, decodeProblems(&doc, err))}
 	}
 	if len(expandErrs) > 0 {
 		return nil, &Error{File: name, Problems: expandErrs}
@@ -219,34 +220,156 @@ func expandHook(problems *[]Problem) mapstructure.DecodeHookFuncType {
 	}
 }
 
-var (
-	listItem    = regexp.MustCompile(`\[[0-9]+\]$`)
-	invalidKeys = regexp.MustCompile(`'([^']*)' has invalid keys: (.*)`)
-	fieldErr    = regexp.MustCompile(`^'([^']*)' (.*)$`)
-)
+var listItem = regexp.MustCompile(`\[[0-9]+\]$`)
 
-func decodeProblems(err error) []Problem {
+// decodeProblems turns the decoder's errors into problems, one per failed
+// field, from its typed errors (mapstructure.DecodeError names the field) rather
+// than their text. A struct the file gives unknown keys is reported as
+// unknown field(s), named from the file's own nodes (knownFields).
+func decodeProblems(doc *yaml.Node, err error) []Problem {
 	var out []Problem
-	for _, line := range strings.Split(err.Error(), "\n") {
-		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
-		if line == "" || strings.HasPrefix(line, "decoding failed due to") || strings.HasSuffix(line, "error(s) decoding:") {
-			continue
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+			return
+		case *mapstructure.DecodeError:
+			if inner := errors.Unwrap(e); inner != nil {
+				var de *mapstructure.DecodeError
+				if errors.As(inner, &de) {
+					walk(inner)
+					return
+				}
+				if unknown := unknownFields(doc, e.Name()); len(unknown) > 0 {
+					out = append(out, Problem{Path: e.Name(), Msg: "unknown field(s): " + strings.Join(unknown, ", ")})
+					return
+				}
+				out = append(out, Problem{Path: e.Name(), Msg: strings.TrimPrefix(inner.Error(), "time: ")})
+				return
+			}
 		}
-		if m := invalidKeys.FindStringSubmatch(line); m != nil {
-			out = append(out, Problem{Path: m[1], Msg: "unknown field(s): " + m[2]})
-			continue
+		if inner := errors.Unwrap(err); inner != nil {
+			walk(inner)
+			return
 		}
-		if m := fieldErr.FindStringSubmatch(line); m != nil {
-			msg := strings.TrimPrefix(m[2], "time: ")
-			out = append(out, Problem{Path: m[1], Msg: msg})
-			continue
-		}
-		out = append(out, Problem{Msg: line})
+		out = append(out, Problem{Msg: err.Error()})
 	}
+	walk(err)
 	if len(out) == 0 {
 		out = append(out, Problem{Msg: err.Error()})
 	}
 	return out
+}
+
+// unknownFields names the keys the file gives the struct at path (a decoder
+// path: keys[0].members_from) that the struct does not have, lower-cased as
+// the decoder compares them and sorted; none when path is not a struct.
+func unknownFields(doc *yaml.Node, path string) []string {
+	t := reflect.TypeFor[Config]()
+	n := doc
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = resolve(n.Content[0])
+	}
+	if path != "" {
+		for _, seg := range strings.Split(path, ".") {
+			m := pathSegment.FindStringSubmatch(seg)
+			if m == nil {
+				return nil
+			}
+			f, ok := fieldOf(t, m[1])
+			if !ok {
+				return nil
+			}
+			t = f
+			_, n = lookup(resolve(n), m[1])
+			n = resolve(n)
+			if m[2] != "" {
+				idx, _ := strconv.Atoi(m[2])
+				if n == nil || t.Kind() != reflect.Slice {
+					return nil
+				}
+				switch {
+				case n.Kind == yaml.SequenceNode && idx < len(n.Content):
+					n = resolve(n.Content[idx])
+				case n.Kind != yaml.SequenceNode && idx == 0:
+					// The decoder reads a lone value as a list of one.
+				default:
+					return nil
+				}
+				t = t.Elem()
+			}
+			for t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+		}
+	}
+	if n == nil || n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	var keys func(n *yaml.Node)
+	keys = func(n *yaml.Node) {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], resolve(n.Content[i+1])
+			if k.Kind != yaml.ScalarNode {
+				continue
+			}
+			if k.Tag == "!!merge" {
+				// <<: *base, or <<: [*a, *b]: their keys are this mapping's.
+				for _, m := range append([]*yaml.Node{v}, v.Content...) {
+					if m = resolve(m); m.Kind == yaml.MappingNode {
+						keys(m)
+					}
+				}
+				continue
+			}
+			// A dotted key is a path to the decoder: only its first part is
+			// this struct's.
+			name, _, _ := strings.Cut(k.Value, ".")
+			if _, ok := fieldOf(t, name); !ok {
+				out = append(out, strings.ToLower(name))
+			}
+		}
+	}
+	keys(n)
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// resolve follows an alias to the node it names.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+// fieldOf finds the field a key decodes into, ignoring case and looking
+// through squashed structs, as the decoder does.
+func fieldOf(t reflect.Type, key string) (reflect.Type, bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil, false
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+		switch {
+		case !f.IsExported() || name == "-":
+		case opts == "squash":
+			if ft, ok := fieldOf(f.Type, key); ok {
+				return ft, true
+			}
+		case strings.EqualFold(name, key) || (name == "" && strings.EqualFold(f.Name, key)):
+			return f.Type, true
+		}
+	}
+	return nil, false
 }
 
 func firstLine(s string) string {

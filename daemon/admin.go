@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 
@@ -34,4 +36,17 @@ func openAdmin(srv *server, w *warmer.Warmer, leading func() bool,
 	}
 	log.Info().Msg("admin API enabled")
 	return a
+}
+
+// adminReload is POST /admin/reload: a reload now, as a file change or
+// SIGHUP would start.
+func (r *reloader) adminReload() (admin.ReloadResult, error) {
+	r.log.Info().Msg("POST /admin/reload: reloading the config")
+	res, err := r.reload()
+	if errors.Is(err, errReloadClosed) {
+		return admin.ReloadResult{}, fmt.Errorf("%w: %w", admin.ErrClosed, err)
+	}
+	return admin.ReloadResult{
+		Added: res.Added, Removed: res.Removed, Changed: res.Changed, RestartRequired: res.RestartRequired,
+	}, err
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/internal/neterr"
 )
 
 // ClusterStateReload is how often a cluster client reloads the slot map even
@@ -66,13 +66,13 @@ func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 // topologyError reports whether err says the node that was asked is gone or
-// no longer serves the slot: a network error, or CLUSTERDOWN/TRYAGAIN/MASTERDOWN.
+// no longer serves the slot: a connection failure (neterr.Is), or
+// CLUSTERDOWN/TRYAGAIN/MASTERDOWN/LOADING.
 func topologyError(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	if neterr.Is(err) {
 		return true
 	}
 	s := err.Error()
@@ -81,7 +81,7 @@ func topologyError(err error) bool {
 			return true
 		}
 	}
-	return strings.Contains(s, "connection refused")
+	return false
 }
 
 // Schemes of `hearth prewarm --redis` for a Cluster and for Sentinels (the

@@ -8,10 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -29,6 +26,12 @@ type Options struct {
 	Logger zerolog.Logger
 	// Version is logged at start-up.
 	Version string
+	// Reload asks for the config file to be reloaded (cmd/hearth feeds it
+	// from SIGHUP); nil for none.
+	Reload <-chan struct{}
+	// Abort, once closed, abandons the drain that follows the end of Run's
+	// context (cmd/hearth closes it on a second SIGTERM/SIGINT); nil for none.
+	Abort <-chan struct{}
 }
 
 // Daemon is one `hearth run`.
@@ -69,13 +72,13 @@ func (c *cleanups) run(ctx context.Context) error {
 
 // Run connects to Redis and every source (failing fast), campaigns (the
 // leader loads, pre-warms and reports ready, then its jobs run), reloads the
-// config on SIGHUP or a file change, and waits for ctx to end. Then it drains
-// in-flight writes within refresh.shutdown_timeout (a second SIGTERM/SIGINT
-// aborts), releases the lease after the last write and closes the rest in
-// reverse order. A listener that fails mid-run ends Run with its error. A
-// close step that fails for another reason than running out of the drain
-// deadline (see abandoned) makes Run return its error; abandoning in-flight
-// writes at the deadline is only logged.
+// config on Options.Reload, POST /admin/reload or a file change, and waits for
+// ctx to end. Then it drains in-flight writes within refresh.shutdown_timeout
+// (closing Options.Abort abandons the drain), releases the lease after the
+// last write and closes the rest in reverse order. A listener that fails
+// mid-run ends Run with its error. A close step that fails for another reason
+// than running out of the drain deadline (see abandoned) makes Run return its
+// error; abandoning in-flight writes at the deadline is only logged.
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	cfg, log := d.cfg, d.log
 	// A failed HTTP listener ends the run as a signal does, then Run fails.
@@ -83,7 +86,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer stop(nil)
 	log.Info().Str("version", d.opts.Version).Str("config", cfg.File).Int("declarations", len(cfg.Keys)).Msg("starting")
 
-	// The drain context outlives the first signal: a second one aborts.
+	// The drain context outlives ctx: only Abort ends it early.
 	runCtx, abort := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer abort(nil)
 	var undo cleanups
@@ -97,14 +100,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	}()
 
-	// The watchers below live through the drain (a second signal aborts it)
+	// The watchers below live through the drain (Abort ends it)
 	// and are the last to stop: this step is pushed first.
 	quit := make(chan struct{})
 	var watchers sync.WaitGroup
 	undo.push(func(context.Context) error { close(quit); watchers.Wait(); return nil })
-
-	hup := notifyHUP()
-	undo.push(func(context.Context) error { signal.Stop(hup); return nil })
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -187,11 +187,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		case <-quit:
 			return
 		}
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(sig)
 		select {
-		case <-sig:
+		case <-d.opts.Abort:
 			log.Warn().Msg("second signal: aborting")
 			abort(errors.New("aborted by a second signal"))
 		case <-runCtx.Done():
@@ -220,10 +217,18 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	hot.open(ctx)
 	undo.push(hot.close)
-	rl := newReloader(cfg, hup, w, sched, reg, log)
-	rl.changes = chg
+	// The warmer takes each new snapshot first, so that a newly scheduled
+	// declaration finds itself there on its first run.
+	rl := newReloader(cfg, d.opts.Reload, w, reg, log)
+	rl.subscribe(func(s *snapshot) { sched.Apply(s.specs()) })
+	rl.subscribe(func(s *snapshot) {
+		if err := chg.Apply(s.specs()); err != nil {
+			rl.log.Warn().Err(err).Msg("change listeners not updated: they keep listening as the last config they ran with")
+		}
+	})
 	rl.open()
 	adm.Attach(sched, rl.status)
+	adm.AttachReload(rl.adminReload)
 	// The campaign's goroutine is waited for before anything it uses closes.
 	lead.Start(ctx, w, sched, srv, pw.startup)
 	undo.push(func(context.Context) error { lead.Wait(); return nil })

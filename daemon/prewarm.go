@@ -14,6 +14,7 @@ import (
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -183,9 +184,9 @@ func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalCli
 // reached the selection is the declared single keys (a warning says so).
 func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool,
 	from redis.UniversalClient, fromOnly bool, log zerolog.Logger) (*Prewarm, error) {
-	store := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
+	ps := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
 		Versioned: leader.NewPrewarmVersioned(rdb, cfg.Redis.Namespace, log), Logger: log})
-	fence, err := store.Prepare(ctx)
+	fence, err := ps.Prepare(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +203,7 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 		}
 	}
 	w, err := warmer.New(warmer.Options{
-		Store: store, Sources: sources.Guarded, Specs: cfg.Specs(),
+		Store: ps, Sources: sources.Guarded, Specs: cfg.Specs(),
 		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: prometheus.NewRegistry(), Logger: log,
 		OneShot: true,
 	})
@@ -221,8 +222,8 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 	if from != nil {
 		ns := cfg.Redis.Namespace
 		po.Copy = &warmer.CopySource{Client: from, FromOnly: fromOnly,
-			RecordKey:   func(key string) string { return leader.VersionKey(ns, key) },
-			ParseRecord: leader.ParseCopiedRecord}
+			RecordKey:   func(key string) string { return store.VersionKey(ns, key) },
+			ParseRecord: store.ParseCopiedRecord}
 		if logErr != nil {
 			// Read as a failing access log: the run selects by a scan of the source.
 			po.AccessLog = unreadableLog{logErr}

@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -20,7 +19,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -32,33 +30,44 @@ const reloadSettle = 150 * time.Millisecond
 // refresh setting is a default that declarations inherit, applied on reload.
 var restartOnly = map[string]bool{"max_concurrent_loads": true, "max_inflight_bytes": true, "spread": true, "shutdown_timeout": true}
 
-// notifyHUP starts catching SIGHUP at once, so that a reload signal sent while
-// the daemon is still starting waits for the reloader instead of killing it.
-func notifyHUP() chan os.Signal {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGHUP)
-	return ch
+// snapshot is one config as the daemon runs it: the config, its
+// declarations checked against the running warmer, and the settings that
+// differ from start-up but need a restart. It is built whole before anything
+// sees it and never changed afterwards, so a reload swaps one pointer and
+// never needs undoing.
+type snapshot struct {
+	cfg   *config.Config
+	decl  *warmer.Declarations
+	drift []string
 }
 
-// reloader re-reads the config on SIGHUP and when its file changes, and applies
-// the declarations that changed to the warmer and the scheduler, without a
-// restart: leadership, connections and warm keys stay. An invalid config is
-// rejected as a whole and the running one stays.
+func (s *snapshot) specs() []*warmer.Spec { return s.decl.Specs() }
+
+// reloader re-reads the config on a reload signal and when its file changes:
+// it builds and validates a new snapshot, swaps it in, and hands it to its
+// subscribers (the warmer first, then the scheduler and the change listeners),
+// without a restart: leadership, connections and warm keys stay. An invalid
+// config is rejected as a whole before the swap, and the running one stays.
 type reloader struct {
 	path string
 	// running is the file as it was at start-up, before command-line overrides,
 	// so that only real edits count as needing a restart.
 	running *config.Config
 	w       *warmer.Warmer
-	sched   schedule
-	// changes, when set, follows the reloaded notify declarations.
-	changes interface{ Apply([]*warmer.Spec) error }
 	metrics *reloadMetrics
 	log     zerolog.Logger
-	hup     chan os.Signal
+	hup     <-chan struct{}
 	watcher *fsnotify.Watcher
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	// cur is the snapshot in force; subs take each new one after the swap.
+	cur  atomic.Pointer[snapshot]
+	subs []func(*snapshot)
+	// reloading serialises reloads (file events, signals, POST /admin/reload);
+	// closed, under it, refuses them once the daemon stops.
+	reloading sync.Mutex
+	closed    bool
 
 	mu      sync.Mutex
 	content []byte
@@ -77,26 +86,35 @@ type reloadState struct {
 	RestartRequired []string   `json:"restart_required,omitempty"`
 }
 
-// schedule is the part of the scheduler a reload updates (*jobs.Scheduler):
-// all or nothing, the old schedule staying whole on error.
-type schedule interface {
-	Apply(specs []*warmer.Spec) (warmer.Changes, error)
+// reloaded is what one reload changed.
+type reloaded struct {
+	warmer.Changes
+	RestartRequired []string
 }
 
-var _ schedule = (*jobs.Scheduler)(nil)
+// errReloadClosed refuses a reload once the daemon is stopping.
+var errReloadClosed = errors.New("reload: shutting down")
 
-// newReloader builds the reloader of cfg's file; open starts watching, close stops it.
-func newReloader(cfg *config.Config, hup chan os.Signal, w *warmer.Warmer, sched schedule, reg prometheus.Registerer, log zerolog.Logger) *reloader {
-	return &reloader{
-		path: cfg.File, running: cfg, w: w, sched: sched,
+// newReloader builds the reloader of cfg's file, running w's declarations;
+// hup (nil for none) asks for a reload. open starts watching, close stops it.
+func newReloader(cfg *config.Config, hup <-chan struct{}, w *warmer.Warmer, reg prometheus.Registerer, log zerolog.Logger) *reloader {
+	r := &reloader{
+		path: cfg.File, running: cfg, w: w,
 		metrics: newReloadMetrics(reg),
 		log:     log.With().Str("component", "reload").Str("config", cfg.File).Logger(),
 		hup:     hup, cancel: func() {}, done: make(chan struct{}),
 		state: reloadState{File: cfg.File, LastReloadOK: true},
 	}
+	r.cur.Store(&snapshot{cfg: cfg, decl: w.Declarations()})
+	r.subscribe(func(s *snapshot) { w.Use(s.decl) })
+	return r
 }
 
-// open remembers the file as it is now and starts watching it and SIGHUP.
+// subscribe adds f to what takes every new snapshot, in the order subscribed,
+// once it is in force. Validation is over by then: f cannot refuse it.
+func (r *reloader) subscribe(f func(*snapshot)) { r.subs = append(r.subs, f) }
+
+// open remembers the file as it is now and starts watching it and the reload signal.
 func (r *reloader) open() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -149,7 +167,7 @@ func (r *reloader) loop(ctx context.Context) {
 			return
 		case <-r.hup:
 			r.log.Info().Msg("SIGHUP: reloading the config")
-			r.reload()
+			_, _ = r.reload()
 		case _, ok := <-events:
 			if !ok {
 				events = nil
@@ -180,75 +198,82 @@ func (r *reloader) loop(ctx context.Context) {
 			}
 			missing = false
 			r.log.Info().Msg("config file changed: reloading")
-			r.reload()
+			_, _ = r.reload()
 		}
 	}
 }
 
-// reload loads and validates the file, then applies what changed. It never
-// leaves the daemon half-configured: an invalid file changes nothing.
-func (r *reloader) reload() {
-	// Read once: what is validated is what is remembered as applied.
+// reload builds a snapshot of the file, swaps it in and tells the
+// subscribers, and returns what changed. It never leaves the daemon
+// half-configured: a file that is unreadable or invalid changes nothing, and
+// once a snapshot is built nothing can fail.
+func (r *reloader) reload() (reloaded, error) {
+	r.reloading.Lock()
+	defer r.reloading.Unlock()
+	if r.closed {
+		return reloaded{}, errReloadClosed
+	}
+	next, result, err := r.build()
+	if err != nil {
+		r.failed(result, err)
+		return reloaded{}, err
+	}
+	old := r.cur.Swap(next)
+	for _, sub := range r.subs {
+		sub(next)
+	}
+	ch := warmer.Diff(old.decl, next.decl)
+	now := time.Now()
+	r.metrics.reloads.WithLabelValues("ok").Inc()
+	r.metrics.lastSuccess.Set(1)
+	r.metrics.lastSuccessTime.Set(float64(now.UnixNano()) / 1e9)
+	r.metrics.restartRequired.Set(boolGauge(len(next.drift) > 0))
+	r.mu.Lock()
+	r.state = reloadState{File: r.path, LastReload: &now, LastReloadOK: true, RestartRequired: next.drift}
+	r.mu.Unlock()
+	r.log.Info().Strs("added", ch.Added).Strs("removed", ch.Removed).Strs("changed", ch.Changed).
+		Int("declarations", next.decl.Len()).Msg("config reloaded")
+	if len(next.drift) > 0 {
+		r.log.Warn().Strs("sections", next.drift).Msg("config changes that need a restart were NOT applied; restart to apply them")
+	}
+	return reloaded{Changes: ch, RestartRequired: next.drift}, nil
+}
+
+// build reads the file once (what is validated is what is remembered as
+// applied) and makes a snapshot of it, or says why not and under which
+// result of hearth_config_reloads_total.
+func (r *reloader) build() (_ *snapshot, result string, _ error) {
 	data, err := os.ReadFile(r.path)
 	if err != nil {
-		r.failed("unreadable", fmt.Errorf("read config: %w", err))
-		return
+		return nil, "unreadable", fmt.Errorf("read config: %w", err)
 	}
 	r.mu.Lock()
 	r.content, r.unread = data, false
 	r.mu.Unlock()
 	cfg, err := config.Parse(r.path, data)
 	if err != nil {
-		r.failed("invalid", err)
-		return
+		return nil, "invalid", err
 	}
 	drift := restartNeeded(r.running, cfg)
 	// A new redis.namespace applies only on restart; until then Hearth's own
-	// keys stay under the one in use, and declarations must keep out of it.
-	if ns := r.running.Redis.Namespace; cfg.Redis.Namespace != ns {
+	// keys stay under the one in use (every snapshot keeps it), and
+	// declarations must keep out of it.
+	if ns := r.cur.Load().cfg.Redis.Namespace; cfg.Redis.Namespace != ns {
 		inUse := *cfg
 		inUse.Redis.Namespace = ns
 		if err := inUse.Validate(); err != nil {
-			r.failed("invalid", fmt.Errorf("redis.namespace %q stays in use until a restart: %w", ns, err))
-			return
+			return nil, "invalid", fmt.Errorf("redis.namespace %q stays in use until a restart: %w", ns, err)
 		}
 		cfg = &inUse
 	}
-	specs := cfg.Specs()
-	// Warmer and schedule swap together: the warmer first, so that a newly
-	// scheduled declaration finds itself there on its first run; when the
-	// schedule cannot follow (it then stays the old one), the warmer's swap is
-	// undone and the old config stays whole.
-	sw, err := r.w.Swap(specs)
+	decl, err := r.w.Declare(cfg.Specs())
+	if errors.Is(err, warmer.ErrSourceAbsent) {
+		return nil, "error", fmt.Errorf("apply: %w (adding a source needs a restart)", err)
+	}
 	if err != nil {
-		r.failed("error", err)
-		return
+		return nil, "error", fmt.Errorf("apply: %w", err)
 	}
-	if _, err := r.sched.Apply(specs); err != nil {
-		sw.Undo()
-		r.failed("error", err)
-		return
-	}
-	sw.Keep()
-	if r.changes != nil {
-		if err := r.changes.Apply(specs); err != nil {
-			r.log.Warn().Err(err).Msg("change listeners not updated: they keep listening as the last config they ran with")
-		}
-	}
-	ch := sw.Changes()
-	now := time.Now()
-	r.metrics.reloads.WithLabelValues("ok").Inc()
-	r.metrics.lastSuccess.Set(1)
-	r.metrics.lastSuccessTime.Set(float64(now.UnixNano()) / 1e9)
-	r.metrics.restartRequired.Set(boolGauge(len(drift) > 0))
-	r.mu.Lock()
-	r.state = reloadState{File: r.path, LastReload: &now, LastReloadOK: true, RestartRequired: drift}
-	r.mu.Unlock()
-	r.log.Info().Strs("added", ch.Added).Strs("removed", ch.Removed).Strs("changed", ch.Changed).
-		Int("declarations", len(specs)).Msg("config reloaded")
-	if len(drift) > 0 {
-		r.log.Warn().Strs("sections", drift).Msg("config changes that need a restart were NOT applied; restart to apply them")
-	}
+	return &snapshot{cfg: cfg, decl: decl, drift: drift}, "", nil
 }
 
 func (r *reloader) failed(result string, err error) {
@@ -271,11 +296,13 @@ func (r *reloader) status() any {
 	return r.state
 }
 
-// close stops watching and waits for a reload in progress.
+// close stops watching, waits for a reload in progress and refuses later ones.
 func (r *reloader) close() {
 	r.cancel()
 	<-r.done
-	signal.Stop(r.hup)
+	r.reloading.Lock()
+	r.closed = true
+	r.reloading.Unlock()
 	if r.watcher != nil {
 		_ = r.watcher.Close()
 	}

@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/hearth-dev/hearth/warmer"
@@ -16,15 +15,15 @@ import (
 // run, so a standby that reloads stays idle. Before Open (a standby that has
 // never led), Apply only replaces the declarations that Open will schedule.
 //
-// Apply is all or nothing: when a step fails, the steps already taken are
-// undone in reverse (an unscheduled declaration is scheduled again at its
-// usual phase), and the schedule stays the old one.
-func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
+// specs are validated before they reach the scheduler (config validation and
+// warmer.Declare), so a step can fail only on a fault of gocron's own: it is
+// logged, and the other declarations are still brought in line.
+func (s *Scheduler) Apply(specs []*warmer.Spec) warmer.Changes {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	if !s.opened {
 		s.opts.Specs = specs
-		return warmer.Changes{}, nil
+		return warmer.Changes{}
 	}
 
 	old := make(map[string]*warmer.Spec, len(s.opts.Specs))
@@ -35,68 +34,38 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) (warmer.Changes, error) {
 	for _, spec := range specs {
 		next[spec.Name] = true
 	}
-	var (
-		ch warmer.Changes
-		// undo holds, last first, what puts back each step taken so far.
-		undo []func() error
-	)
-	// reschedule puts a declaration back on its schedule: its phase is a hash
-	// of its name, so it runs when it would have.
-	reschedule := func(spec *warmer.Spec) func() error {
-		return func() error { return s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)) }
+	var ch warmer.Changes
+	failed := func(name string, err error) {
+		if err != nil {
+			s.log.Error().Err(err).Str("family", name).Msg("schedule update failed for this declaration")
+		}
 	}
-	unschedule := func(name string) func() error { return func() error { return s.remove(name) } }
-	err := func() error {
-		for _, spec := range s.opts.Specs {
-			if !next[spec.Name] {
-				if err := s.remove(spec.Name); err != nil {
-					return err
-				}
-				undo = append(undo, reschedule(spec))
-				ch.Removed = append(ch.Removed, spec.Name)
-			}
+	for _, spec := range s.opts.Specs {
+		if !next[spec.Name] {
+			failed(spec.Name, s.remove(spec.Name))
+			ch.Removed = append(ch.Removed, spec.Name)
 		}
-		now := s.clock.Now()
-		for _, spec := range specs {
-			prev, ok := old[spec.Name]
-			switch {
-			case !ok:
-				// Undone even when add fails: it may have scheduled the job
-				// but not its negative re-check.
-				undo = append(undo, unschedule(spec.Name))
-				if err := s.add(spec, now); err != nil {
-					return err
-				}
-				ch.Added = append(ch.Added, spec.Name)
-			case prev.Interval != spec.Interval || warmer.NegativeInterval(prev) != warmer.NegativeInterval(spec):
-				if err := s.remove(spec.Name); err != nil {
-					return err
-				}
-				undo = append(undo, reschedule(prev), unschedule(spec.Name))
-				if err := s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)); err != nil {
-					return err
-				}
-				ch.Changed = append(ch.Changed, spec.Name)
-			}
+	}
+	now := s.clock.Now()
+	for _, spec := range specs {
+		prev, ok := old[spec.Name]
+		switch {
+		case !ok:
+			failed(spec.Name, s.add(spec, now))
+			ch.Added = append(ch.Added, spec.Name)
+		case prev.Interval != spec.Interval || warmer.NegativeInterval(prev) != warmer.NegativeInterval(spec):
+			failed(spec.Name, s.remove(spec.Name))
+			// Its phase is a hash of its name: it runs when it would have.
+			failed(spec.Name, s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)))
+			ch.Changed = append(ch.Changed, spec.Name)
 		}
-		return nil
-	}()
-	if err != nil {
-		errs := []error{err}
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](); uerr != nil {
-				errs = append(errs, fmt.Errorf("undo: %w", uerr))
-			}
-		}
-		s.log.Error().Err(err).Msg("schedule update failed; the old schedule stays")
-		return warmer.Changes{}, errors.Join(errs...)
 	}
 	s.opts.Specs = specs
 	if !ch.Empty() {
 		s.log.Info().Strs("added", ch.Added).Strs("removed", ch.Removed).Strs("rescheduled", ch.Changed).
 			Msg("schedule updated")
 	}
-	return ch, nil
+	return ch
 }
 
 // remove unschedules a declaration's job.

@@ -70,8 +70,6 @@ type Scheduler struct {
 	// applyMu serialises Open and Apply (reloads); opened is set by Open.
 	applyMu sync.Mutex
 	opened  bool
-	// fault, set only by tests (export_test.go), fails scheduling a declaration.
-	fault func(name string) error
 }
 
 // New builds the scheduler; nothing runs until Open.
@@ -178,11 +176,6 @@ func (s *Scheduler) add(spec *warmer.Spec, first time.Time) error {
 		first = now
 	}
 	name := spec.Name
-	if s.fault != nil {
-		if err := s.fault(name); err != nil {
-			return fmt.Errorf("schedule %s: %w", name, err)
-		}
-	}
 	interval := spec.Interval
 	if interval < MinPeriod {
 		return fmt.Errorf("schedule %s: interval %s is below the scheduler's minimum %s", name, interval, MinPeriod)

@@ -292,15 +292,8 @@ func TestOpenHonoursContext(t *testing.T) {
 		t.Errorf("jobs after Open(cancelled) = %v, want none", got)
 	}
 
-	mid, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// Cancelled while b is scheduled: a and b were scheduled, c was not.
-	jobs.SetFault(s, func(name string) error {
-		if name == "b" {
-			cancel()
-		}
-		return nil
-	})
+	// Ends once a and b are scheduled, before c is.
+	mid := endsWhen{Context: context.Background(), ended: func() bool { return len(s.Jobs()) >= 2 }}
 	if err := s.Open(mid); !errors.Is(err, context.Canceled) {
 		t.Errorf("Open cancelled mid-way = %v, want context.Canceled", err)
 	}
@@ -311,7 +304,6 @@ func TestOpenHonoursContext(t *testing.T) {
 		t.Error("a still has a next run after the cancelled Open")
 	}
 
-	jobs.SetFault(s, nil)
 	if err := s.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -320,4 +312,18 @@ func TestOpenHonoursContext(t *testing.T) {
 	if want := []string{"a", "b", "c"}; !slices.Equal(got, want) {
 		t.Errorf("jobs after Open = %v, want %v", got, want)
 	}
+}
+
+// endsWhen is a context whose Err reports it cancelled as soon as ended
+// returns true: Open checks it between declarations.
+type endsWhen struct {
+	context.Context
+	ended func() bool
+}
+
+func (c endsWhen) Err() error {
+	if c.ended() {
+		return context.Canceled
+	}
+	return c.Context.Err()
 }

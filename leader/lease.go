@@ -6,15 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -23,7 +20,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/internal/hstate"
+	"github.com/hearth-dev/hearth/internal/neterr"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -46,8 +44,8 @@ var (
 var _ warmer.Gate = (*Lease)(nil)
 
 // MaxEpochAhead bounds how far past Redis TIME an epoch read from Hearth's own
-// keys may lie and still count as one Hearth issued (see hstate.MaxEpochAhead).
-const MaxEpochAhead = hstate.MaxEpochAhead
+// keys may lie and still count as one Hearth issued (see store.MaxEpochAhead).
+const MaxEpochAhead = store.MaxEpochAhead
 
 // Fence is raised to a new leader's epoch before its first write, so that the
 // writes of every older leader are refused from then on.
@@ -92,7 +90,7 @@ type Lease struct {
 	safety   time.Duration
 	base     time.Time // monotonic origin of deadlines
 	metrics  *leaseMetrics
-	repairs  *hstate.Repairs
+	repairs  *store.Repairs
 	log      zerolog.Logger
 
 	attempt atomic.Uint64
@@ -143,20 +141,16 @@ func NewLease(opts LeaseOptions) (*Lease, error) {
 	log := opts.Logger.With().Str("component", "lease").Str("instance", opts.ID).Logger()
 	return &Lease{
 		opts:     opts,
-		leaseKey: ns + ":{lease}",
-		epochKey: epochKey(ns),
-		channel:  ns + ":lease:released",
+		leaseKey: store.LeaseKey(ns),
+		epochKey: store.EpochKey(ns),
+		channel:  store.ReleaseChannel(ns),
 		safety:   opts.Duration / 10,
 		base:     time.Now(),
 		metrics:  newLeaseMetrics(opts.Registerer),
-		repairs:  hstate.NewRepairs(opts.Registerer, log),
+		repairs:  store.NewRepairs(opts.Registerer, log),
 		log:      log,
 	}, nil
 }
-
-// epochKey names the epoch counter of namespace ns: the lease and the fenced
-// store both read it.
-func epochKey(ns string) string { return ns + ":{lease}:epoch" }
 
 // InstanceID returns host-pid-random: unique per process, readable in logs.
 func InstanceID() string {
@@ -174,110 +168,6 @@ func InstanceID() string {
 func (l *Lease) ID() string { return l.opts.ID }
 
 func (l *Lease) since() time.Duration { return time.Since(l.base) }
-
-// maxLeaseTTLFactor bounds the TTL a standby accepts on another instance's
-// lease, as a multiple of its own lease duration: a Hearth holder's lease
-// never has more left than that holder's lease duration, and the instances
-// of one fleet run with lease durations within this factor of each other
-// (docs/leadership.md). A longer TTL (SET … PX by hand) is foreign.
-const maxLeaseTTLFactor = 2
-
-// renewTolerance is how far the lease's expiry (Redis TIME + PTTL, in ms) may
-// move between two looks without counting as a renewal: the rounding of TIME
-// and PTTL to milliseconds. A renewal moves it by the time since the last one.
-const renewTolerance = 2
-
-// acquireScript takes the lease if it is free, or held by an earlier attempt of
-// this same instance, under a new epoch = max(last epoch + 1, Redis time in ms):
-// strictly increasing, and still increasing if Redis lost its data. A
-// retransmission of the same attempt (same token) returns the same epoch, so
-// the script is idempotent.
-//
-// What the keys hold is checked first (Hearth's own keys are untrusted), and
-// a lease no Hearth instance could hold is taken over at once, atomically:
-// one that is not <epoch>:<id>/<attempt> with a valid epoch, or not a string;
-// one without a TTL (every Hearth write and renewal sets PX), or with more
-// left than maxLeaseTTLFactor × this instance's lease; one whose epoch is not
-// the epoch counter's (this script sets both together, so a Hearth lease
-// always holds the counter's epoch). A lease that passes all that but that
-// the caller saw unrenewed for a whole lease is taken over too, when ARGV
-// names it (value and expiry as the caller last saw them) and it is still
-// exactly that: a compare-and-set, so a holder that renewed meanwhile is never
-// stolen from. An epoch counter that is not a valid epoch counts as absent, so
-// the new epoch is Redis time, never a value derived from the foreign one.
-//
-// KEYS lease, epoch; ARGV token, instance id, lease ms, then optionally the
-// unrenewed lease's value, its expiry (Redis ms) and for how long it was seen
-// unrenewed (ms, for the log). Returns {epoch, holder, expiry, kind, found,
-// why, …}: epoch is "" when another instance leads, holder and expiry are then
-// its lease value and when it expires (Redis ms), and each kind/found/why
-// triple is one repaired key (lease or epoch).
-var acquireScript = hstate.NewScript(`
-local now = hearth_now_ms()
-local out = {'', '', ''}
-local function repaired(kind, found, why)
-  table.insert(out, kind)
-  table.insert(out, string.sub(found, 1, ` + strconv.Itoa(hstate.FoundMax) + `))
-  table.insert(out, why or '')
-end
-local cur = redis.pcall('GET', KEYS[1])
-if type(cur) == 'table' and cur.err then
-  repaired('lease', hearth_type(KEYS[1]))
-  cur = false
-end
-local last, bad = hearth_epoch(KEYS[2], nil, now)
-if bad then repaired('epoch', bad) end
-if cur then
-  local e, id, n = string.match(cur, '^(%d+):([^:/]+)/(%d+)$')
-  if e == nil or not hearth_epoch_ok(e, now) then
-    repaired('lease', cur)
-  elseif id .. '/' .. n == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    out[1] = e
-    return out
-  elseif id ~= ARGV[2] then
-    local pttl = redis.call('PTTL', KEYS[1])
-    local ms = tonumber(ARGV[3])
-    if pttl == -1 then
-      repaired('lease', 'no ttl: ' .. cur, 'no ttl')
-    elseif pttl > ms * ` + strconv.Itoa(maxLeaseTTLFactor) + ` then
-      repaired('lease', cur, 'ttl ' .. pttl .. 'ms, over ` + strconv.Itoa(maxLeaseTTLFactor) + ` x the lease ' .. ms .. 'ms')
-    elseif tonumber(e) ~= last then
-      repaired('lease', cur, 'epoch ' .. e .. ' never issued: the epoch counter holds ' .. string.format('%.0f', last))
-    elseif ARGV[4] == cur and math.abs(now + pttl - tonumber(ARGV[5])) <= ` + strconv.Itoa(renewTolerance) + ` then
-      repaired('lease', cur, 'not renewed for ' .. ARGV[6] .. 'ms, ttl ' .. pttl .. 'ms')
-    else
-      out[2] = cur
-      out[3] = string.format('%.0f', now + pttl)
-      return out
-    end
-  end
-end
-local e = now
-if last >= e then e = last + 1 end
-local es = string.format('%.0f', e)
-redis.call('SET', KEYS[2], es)
-redis.call('SET', KEYS[1], es .. ':' .. ARGV[1], 'PX', ARGV[3])
-out[1] = es
-return out
-`)
-
-// renewScript extends the lease only if it still holds this term's value (a
-// key of another type is not this term's lease: pcall, not an error).
-var renewScript = redis.NewScript(`
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`)
-
-// releaseScript deletes the lease only if it still holds this term's value.
-var releaseScript = redis.NewScript(`
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
 
 // Campaign blocks until this instance holds the lease, then returns its term,
 // with the fence already raised to the term's epoch. While another instance
@@ -396,27 +286,19 @@ func campaignFailure(err error) (what, result string) {
 		return "fenced: the fence holds a newer epoch than the one just acquired", "fenced"
 	case errors.Is(err, ErrLeaseExpired):
 		return "raising the fence outlasted the lease", "error"
-	case errors.Is(err, errRaise) && unreachable(err):
+	case errors.Is(err, errRaise) && neterr.Is(err):
 		return "raising the fence failed: cannot reach redis", "error"
 	case errors.Is(err, errRaise) && errors.As(err, &rerr):
 		return "raising the fence failed: redis refused it", "error"
 	case errors.Is(err, errRaise):
 		return "raising the fence failed", "error"
-	case unreachable(err):
+	case neterr.Is(err):
 		return "cannot reach redis", "error"
 	case errors.As(err, &rerr):
 		return "acquiring the lease failed: redis refused it", "error"
 	default:
 		return "acquiring the lease failed", "error"
 	}
-}
-
-// unreachable reports whether err says Redis could not be reached or did not
-// answer in time, as opposed to an answer Hearth did not expect.
-func unreachable(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // subscribe listens for release announcements; without Redis it returns a
@@ -447,7 +329,7 @@ type holderWatch struct {
 
 // saw records one look at the lease: a new holder, or a renewal, restarts the clock.
 func (w *holderWatch) saw(value string, exp int64, at time.Duration) {
-	if value == w.value && exp >= w.exp-renewTolerance && exp <= w.exp+renewTolerance {
+	if value == w.value && exp >= w.exp-store.RenewTolerance && exp <= w.exp+store.RenewTolerance {
 		return
 	}
 	*w = holderWatch{value: value, exp: exp, since: at}
@@ -473,7 +355,7 @@ func (l *Lease) tryAcquire(ctx context.Context, watch *holderWatch) (*Term, erro
 		// exactly what was seen.
 		args = append(args, watch.value, watch.exp, (start - watch.since).Milliseconds())
 	}
-	reply, err := acquireScript.Run(actx, l.opts.Client, []string{l.leaseKey, l.epochKey}, args...).StringSlice()
+	reply, err := store.Acquire.Run(actx, l.opts.Client, []string{l.leaseKey, l.epochKey}, args...).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("acquire lease %s: %w", l.leaseKey, err)
 	}
@@ -482,7 +364,7 @@ func (l *Lease) tryAcquire(ctx context.Context, watch *holderWatch) (*Term, erro
 	}
 	for i := 3; i+2 < len(reply); i += 3 {
 		key := l.leaseKey
-		if reply[i] == hstate.KindEpoch {
+		if reply[i] == store.KindEpoch {
 			key = l.epochKey
 		}
 		l.repairs.RepairedWhy(reply[i], key, reply[i+1], reply[i+2])
@@ -560,7 +442,7 @@ func (l *Lease) renewLoop(t *Term) {
 		ctx, cancel := context.WithTimeout(context.Background(), deadline-start)
 		res := make(chan result, 1)
 		go func() {
-			n, err := renewScript.Run(ctx, l.opts.Client, []string{l.leaseKey}, t.value, l.opts.Duration.Milliseconds()).Int64()
+			n, err := store.Renew.Run(ctx, l.opts.Client, []string{l.leaseKey}, t.value, l.opts.Duration.Milliseconds()).Int64()
 			res <- result{n, err}
 		}()
 		var r result
@@ -705,7 +587,7 @@ func (t *Term) Release(ctx context.Context) error {
 }
 
 func (l *Lease) release(ctx context.Context, t *Term) error {
-	n, err := releaseScript.Run(ctx, l.opts.Client, []string{l.leaseKey}, t.value).Int64()
+	n, err := store.Release.Run(ctx, l.opts.Client, []string{l.leaseKey}, t.value).Int64()
 	if err != nil {
 		return fmt.Errorf("release lease %s: %w", l.leaseKey, err)
 	}

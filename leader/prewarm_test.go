@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -77,8 +78,8 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 					t.Errorf("%s = %q after the pre-warm, want %q", key, g, val)
 				}
 			}
-			rec, err := v.env.Client.Get(context.Background(), leader.VersionKey(v.env.NS, k("fresh"))).Result()
-			if ver, ok := leader.ParseVersionRecord(rec); err != nil || !ok || ver != 5 {
+			rec, err := v.env.Client.Get(context.Background(), store.VersionKey(v.env.NS, k("fresh"))).Result()
+			if ver, ok := store.ParseVersionRecord(rec); err != nil || !ok || ver != 5 {
 				t.Errorf("record of the pre-warmed key = %q (%v), want version 5", rec, err)
 			}
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -92,11 +92,11 @@ func TestVersionRecordMustBeBacked(t *testing.T) {
 			v := newVersionEnv(t, perSlot)
 			ctx := context.Background()
 			c := v.env.Client
-			huge := leader.EncodeVersion(math.MaxInt64)
+			huge := store.EncodeVersion(math.MaxInt64)
 
 			t.Run("planted record, value absent", func(t *testing.T) {
 				k := v.env.Prefix + "product:5"
-				vk := leader.VersionKey(v.env.NS, k)
+				vk := store.VersionKey(v.env.NS, k)
 				planted := "1:1:" + huge + ":" + sha1Hex("whatever")
 				c.Set(ctx, vk, planted, time.Minute)
 				got := v.checked(k, "v5", 10, 5, "")
@@ -117,13 +117,13 @@ func TestVersionRecordMustBeBacked(t *testing.T) {
 				if val := v.get(k); val != "v5" {
 					t.Fatalf("value %q after the re-read, want v5", val)
 				}
-				if ver, ok := leader.ParseVersionRecord(c.Get(ctx, vk).Val()); !ok || ver != 5 {
+				if ver, ok := store.ParseVersionRecord(c.Get(ctx, vk).Val()); !ok || ver != 5 {
 					t.Errorf("record after the repair holds %d, %v; want version 5", ver, ok)
 				}
 			})
 			t.Run("planted record, other bytes present", func(t *testing.T) {
 				k := v.env.Prefix + "product:6"
-				vk := leader.VersionKey(v.env.NS, k)
+				vk := store.VersionKey(v.env.NS, k)
 				c.Set(ctx, k, "an application's value", time.Minute)
 				planted := "1:1:" + huge + ":" + sha1Hex("not that value")
 				c.Set(ctx, vk, planted, time.Minute)
@@ -140,7 +140,7 @@ func TestVersionRecordMustBeBacked(t *testing.T) {
 			})
 			t.Run("a newer value the leader wrote is kept", func(t *testing.T) {
 				k := v.env.Prefix + "product:7"
-				vk := leader.VersionKey(v.env.NS, k)
+				vk := store.VersionKey(v.env.NS, k)
 				if got := v.checked(k, "seven v9", 30, 9, ""); got.Reason != "" {
 					t.Fatalf("first write found %+v", got)
 				}
@@ -193,7 +193,7 @@ func TestVersionRecordOutOfRange(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := v.env.Prefix + "oor:" + strings.ReplaceAll(tc.name, " ", "_")
-			c.Set(ctx, leader.VersionKey(v.env.NS, k), tc.record, time.Minute)
+			c.Set(ctx, store.VersionKey(v.env.NS, k), tc.record, time.Minute)
 			got := v.checked(k, "mine", 100, 1, "")
 			if got.Reason != warmer.RepairRecordMalformed || got.Recheck {
 				t.Errorf("check %+v, want record_malformed", got)
@@ -216,7 +216,7 @@ func TestVersionRecordOfEarlierFormat(t *testing.T) {
 	k := v.env.Prefix + "old"
 	sum := sha256.Sum256([]byte("same"))
 	c.Set(ctx, k, "SAME", time.Minute) // not the bytes the old record names
-	c.Set(ctx, leader.VersionKey(v.env.NS, k), fmt.Sprintf("%d:1:%s:%s", v.epoch, leader.EncodeVersion(1), hex.EncodeToString(sum[:16])), time.Minute)
+	c.Set(ctx, store.VersionKey(v.env.NS, k), fmt.Sprintf("%d:1:%s:%s", v.epoch, store.EncodeVersion(1), hex.EncodeToString(sum[:16])), time.Minute)
 	extends := counter(t, v.in.Reg, "hearth_conditional_extends_total", "family=f")
 	if got := v.checked(k, "same", 2, 1, ""); got.Reason != "" {
 		t.Errorf("check %+v, want nothing wrong (an unverifiable record is rewritten)", got)

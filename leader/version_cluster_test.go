@@ -14,6 +14,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -69,8 +70,8 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		return cc.Set(ctx, "probe{a}", "1", time.Second).Err() == nil && cc.Set(ctx, "probe{b}", "1", time.Second).Err() == nil
 	})
 	reg := prometheus.NewRegistry()
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: cc, Namespace: "hearth", Registerer: reg})
-	lease, err := leader.NewLease(leader.LeaseOptions{Client: cc, Namespace: "hearth", Duration: 10 * time.Second, Fence: store, Registerer: reg})
+	fs := leader.NewFencedStore(leader.FencedStoreOptions{Client: cc, Namespace: "hearth", Registerer: reg})
+	lease, err := leader.NewLease(leader.LeaseOptions{Client: cc, Namespace: "hearth", Duration: 10 * time.Second, Fence: fs, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,10 +90,10 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		}
 		return es
 	}
-	if err := store.Set(wctx, batch(1, 5, "v5")); err != nil {
+	if err := fs.Set(wctx, batch(1, 5, "v5")); err != nil {
 		t.Fatalf("versioned write on a cluster: %v", err)
 	}
-	if err := store.Set(wctx, batch(2, 4, "v4")); err != nil {
+	if err := fs.Set(wctx, batch(2, 4, "v4")); err != nil {
 		t.Fatal(err)
 	}
 	masters := map[string]bool{}
@@ -101,7 +102,7 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		if got := cc.Get(ctx, k).Val(); got != "v5" {
 			t.Fatalf("%s = %q, want v5 (version 4 refused)", k, got)
 		}
-		if got, want := warmer.HashSlot(leader.VersionKey("hearth", k)), warmer.HashSlot(k); got != want {
+		if got, want := warmer.HashSlot(store.VersionKey("hearth", k)), warmer.HashSlot(k); got != want {
 			t.Fatalf("record of %s in slot %d, value in %d", k, got, want)
 		}
 		m, err := cc.MasterForKey(ctx, k)

@@ -14,20 +14,21 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
 func TestEncodeVersionKeepsOrder(t *testing.T) {
 	vs := []int64{math.MinInt64, -1_000_000, -1, 0, 1, 9, 10, 1 << 40, math.MaxInt64 - 1, math.MaxInt64}
 	for i := 1; i < len(vs); i++ {
-		a, b := leader.EncodeVersion(vs[i-1]), leader.EncodeVersion(vs[i])
+		a, b := store.EncodeVersion(vs[i-1]), store.EncodeVersion(vs[i])
 		if len(a) != 20 || len(b) != 20 {
 			t.Fatalf("EncodeVersion lengths %d, %d, want 20", len(a), len(b))
 		}
 		if !(a < b) {
 			t.Errorf("EncodeVersion(%d) = %s is not below EncodeVersion(%d) = %s", vs[i-1], a, vs[i], b)
 		}
-		if got, ok := leader.ParseVersionRecord("1:1:" + b + ":" + strings.Repeat("0", 32)); !ok || got != vs[i] {
+		if got, ok := store.ParseVersionRecord("1:1:" + b + ":" + strings.Repeat("0", 32)); !ok || got != vs[i] {
 			t.Errorf("ParseVersionRecord round trip of %d = %d, %v", vs[i], got, ok)
 		}
 	}
@@ -35,7 +36,7 @@ func TestEncodeVersionKeepsOrder(t *testing.T) {
 
 func TestVersionKeyInValueSlot(t *testing.T) {
 	for _, k := range []string{"product:1", "{user1000}.following", "a{b}c", "x"} {
-		vk := leader.VersionKey("hearth", k)
+		vk := store.VersionKey("hearth", k)
 		if got, want := warmer.HashSlot(vk), warmer.HashSlot(k); got != want {
 			t.Errorf("VersionKey(%q) = %q in slot %d, want the value's slot %d", k, vk, got, want)
 		}
@@ -210,15 +211,15 @@ func testVersionRecordTamper(t *testing.T, perSlot bool) {
 		{"nan version", func(vk string) { c.Set(ctx, vk, "1:1:nan:"+hash, time.Minute) }},
 		{"huge epoch", func(vk string) { c.Set(ctx, vk, "9999999999999999:1::"+hash, time.Minute) }},
 		{"exponent seq", func(vk string) { c.Set(ctx, vk, "1:1e999::"+hash, time.Minute) }},
-		{"no ttl", func(vk string) { c.Set(ctx, vk, "1:999999:"+leader.EncodeVersion(math.MaxInt64)+":"+hash, 0) }},
+		{"no ttl", func(vk string) { c.Set(ctx, vk, "1:999999:"+store.EncodeVersion(math.MaxInt64)+":"+hash, 0) }},
 		{"ttl past the bound", func(vk string) {
-			c.Set(ctx, vk, "1:999999:"+leader.EncodeVersion(math.MaxInt64)+":"+hash, time.Hour)
+			c.Set(ctx, vk, "1:999999:"+store.EncodeVersion(math.MaxInt64)+":"+hash, time.Hour)
 		}},
 		{"wrong type", func(vk string) { c.HSet(ctx, vk, "v", "1") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := v.env.Prefix + "tamper:" + strings.ReplaceAll(tc.name, " ", "_")
-			vk := leader.VersionKey(v.env.NS, k)
+			vk := store.VersionKey(v.env.NS, k)
 			tc.plant(vk)
 			before := counter(t, v.in.Reg, "hearth_state_repairs_total", "key=version")
 			v.set(k, "mine", 100, ptr(1))
@@ -229,15 +230,15 @@ func testVersionRecordTamper(t *testing.T, perSlot bool) {
 				t.Errorf("version repairs = %v, want %v", got, before+1)
 			}
 			rec := c.Get(ctx, vk).Val()
-			if got, ok := leader.ParseVersionRecord(rec); !ok || got != 1 {
+			if got, ok := store.ParseVersionRecord(rec); !ok || got != 1 {
 				t.Errorf("record after repair = %q, want version 1", rec)
 			}
 		})
 	}
 	t.Run("far-future version within the bound expires with its TTL", func(t *testing.T) {
 		k := v.env.Prefix + "tamper:future"
-		vk := leader.VersionKey(v.env.NS, k)
-		c.Set(ctx, vk, "1:1:"+leader.EncodeVersion(math.MaxInt64)+":"+hash, 300*time.Millisecond)
+		vk := store.VersionKey(v.env.NS, k)
+		c.Set(ctx, vk, "1:1:"+store.EncodeVersion(math.MaxInt64)+":"+hash, 300*time.Millisecond)
 		v.set(k, "mine", 200, ptr(1))
 		if n := c.Exists(ctx, k).Val(); n != 0 {
 			t.Fatalf("write landed over a planted newer version")
@@ -281,7 +282,7 @@ func TestVersionedWriteOfManyKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			const tampered = 150 // planned older: its record is foreign, so it is written
-			if err := v.env.Client.Set(ctx, leader.VersionKey(v.env.NS, key(tampered)), "not a record", 0).Err(); err != nil {
+			if err := v.env.Client.Set(ctx, store.VersionKey(v.env.NS, key(tampered)), "not a record", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if err := v.in.Store.Set(v.ctx, batch(2, func(i int) int64 { return int64(4 + i%3) })); err != nil {

@@ -3,6 +3,7 @@ package warmer
 import (
 	"fmt"
 	"reflect"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,130 +20,129 @@ func (c Changes) Empty() bool {
 	return len(c.Added) == 0 && len(c.Removed) == 0 && len(c.Changed) == 0
 }
 
-// Apply replaces the declarations with specs, as a config reload does: new ones
+// Declarations is one checked set of declarations: the specs in declared
+// order and their index by name. Declare builds it and nothing changes it
+// afterwards, so that it can be shared by every reader of the running
+// config, and Use cannot fail.
+type Declarations struct {
+	specs []*Spec
+	index map[string]*Spec
+	// by is the warmer that checked the sources.
+	by *Warmer
+}
+
+// Specs returns the declarations in declared order.
+func (d *Declarations) Specs() []*Spec { return slices.Clone(d.specs) }
+
+// Len is the number of declarations.
+func (d *Declarations) Len() int { return len(d.specs) }
+
+// Declare checks specs against what the warmer can run and returns them as
+// Declarations for Use. It fails on a name declared twice and on a source the
+// warmer was not built with (opening a new source needs a restart).
+func (w *Warmer) Declare(specs []*Spec) (*Declarations, error) {
+	d := &Declarations{specs: slices.Clone(specs), index: make(map[string]*Spec, len(specs)), by: w}
+	for _, s := range specs {
+		if _, dup := d.index[s.Name]; dup {
+			return nil, fmt.Errorf("declaration %q twice", s.Name)
+		}
+		if _, ok := w.sources[s.Source]; !ok {
+			return nil, fmt.Errorf("declaration %q: %w: %q", s.Name, ErrSourceAbsent, s.Source)
+		}
+		d.index[s.Name] = s
+	}
+	return d, nil
+}
+
+// Declarations returns the declarations in force.
+func (w *Warmer) Declarations() *Declarations { return w.cur.Load().decl }
+
+// Diff names what replacing old by next adds, removes and changes, in the
+// order each declares them.
+func Diff(old, next *Declarations) Changes {
+	var ch Changes
+	for _, s := range next.specs {
+		prev, ok := old.index[s.Name]
+		switch {
+		case !ok:
+			ch.Added = append(ch.Added, s.Name)
+		case !sameSpec(prev, s):
+			ch.Changed = append(ch.Changed, s.Name)
+		}
+	}
+	for _, s := range old.specs {
+		if _, ok := next.index[s.Name]; !ok {
+			ch.Removed = append(ch.Removed, s.Name)
+		}
+	}
+	return ch
+}
+
+// view is what a refresh reads: the declarations and what the warmer knows of
+// each. A view is never changed once published; Use publishes a new one.
+type view struct {
+	decl  *Declarations
+	state map[string]*declState
+}
+
+func (v *view) lookup(name string) (*Spec, *declState, bool) {
+	s, ok := v.decl.index[name]
+	if !ok {
+		return nil, nil, false
+	}
+	return s, v.state[name], true
+}
+
+// Apply is Declare then Use: it changes nothing when specs are refused.
+func (w *Warmer) Apply(specs []*Spec) (Changes, error) {
+	d, err := w.Declare(specs)
+	if err != nil {
+		return Changes{}, err
+	}
+	return w.Use(d), nil
+}
+
+// Use replaces the declarations with d, as a config reload does: new ones
 // are added, missing ones removed, and changed ones take effect from their next
 // run. A declaration that stays keeps what the warmer knows of it (last
 // successful loads, stale budgets, member list, error count), so a reload never
 // shortens a stale budget or forgets a member. Keys already in Redis are left
-// alone: a removed declaration's keys simply expire at the end of their TTL.
-//
-// Apply checks everything first and changes nothing on error: every source must
-// be one the warmer was built with (opening a new source needs a restart).
-// A refresh already running finishes with the declaration it started with.
-func (w *Warmer) Apply(specs []*Spec) (Changes, error) {
-	sw, err := w.Swap(specs)
-	if err != nil {
-		return Changes{}, err
+// alone: a removed declaration's keys simply expire at the end of their TTL,
+// and its metric series go. A refresh already running finishes with the
+// declaration it started with; every later one reads the new declarations.
+// d must come from w.Declare.
+func (w *Warmer) Use(d *Declarations) Changes {
+	if d.by != w {
+		panic("warmer: Use of declarations another warmer checked")
 	}
-	sw.Keep()
-	return sw.Changes(), nil
-}
-
-// Swapped is a replacement of the declarations (Swap) that is not final yet:
-// Keep makes it final, Undo puts the old declarations back as they were, state
-// included. A reload swaps the warmer first, then the schedule, and undoes the
-// warmer's swap when the schedule cannot follow.
-type Swapped struct {
-	w  *Warmer
-	ch Changes
-	// old are the declarations, their order and state before the swap.
-	old      map[string]*Spec
-	oldOrder []string
-	oldState map[string]*declState
-	done     bool
-}
-
-// Swap is Apply that can be undone: it checks specs and changes nothing on
-// error, then swaps in the new declarations. Exactly one of Keep or Undo must
-// follow. Until Keep, a removed declaration's metric series stay. Until Keep
-// or Undo, refreshes do not start (they wait in lookup, Specs): a refresh
-// that starts while a reload may still be rolled back would run the new
-// declaration once. Refreshes already running finish with their declaration.
-// Swap waits for another swap's Keep or Undo.
-func (w *Warmer) Swap(specs []*Spec) (*Swapped, error) {
-	next := make(map[string]*Spec, len(specs))
-	order := make([]string, 0, len(specs))
-	for _, s := range specs {
-		if _, dup := next[s.Name]; dup {
-			return nil, fmt.Errorf("apply: declaration %q twice", s.Name)
+	w.applyMu.Lock()
+	defer w.applyMu.Unlock()
+	old := w.cur.Load()
+	ch := Diff(old.decl, d)
+	next := &Declarations{specs: make([]*Spec, 0, len(d.specs)), index: make(map[string]*Spec, len(d.specs)), by: w}
+	state := make(map[string]*declState, len(d.specs))
+	for _, s := range d.specs {
+		if prev, ok := old.decl.index[s.Name]; !ok {
+			state[s.Name] = newDeclState(s)
+		} else {
+			state[s.Name] = old.state[s.Name]
+			if sameSpec(prev, s) {
+				// Keep the old pointer: callers holding it see no difference.
+				s = prev
+			}
 		}
-		if _, ok := w.sources[s.Source]; !ok {
-			return nil, fmt.Errorf("apply: declaration %q: %w: %q (adding a source needs a restart)", s.Name, ErrSourceAbsent, s.Source)
-		}
-		next[s.Name] = s
-		order = append(order, s.Name)
+		next.specs = append(next.specs, s)
+		next.index[s.Name] = s
 	}
-
-	w.swapping.Lock() // until Keep or Undo
-	w.mu.Lock()
-	sw := &Swapped{w: w, old: w.specs, oldOrder: w.order, oldState: w.state}
-	state := make(map[string]*declState, len(specs))
-	for _, name := range order {
-		old, ok := w.specs[name]
-		switch {
-		case !ok:
-			sw.ch.Added = append(sw.ch.Added, name)
-			state[name] = newDeclState(next[name])
-		case !sameSpec(old, next[name]):
-			sw.ch.Changed = append(sw.ch.Changed, name)
-			state[name] = w.state[name]
-		default:
-			// Keep the old pointer: callers holding it see no difference.
-			next[name] = old
-			state[name] = w.state[name]
-		}
+	w.cur.Store(&view{decl: next, state: state})
+	for _, name := range slices.Concat(ch.Added, ch.Changed) {
+		w.decl.set(next.index[name])
+		w.hot.declare(next.index[name])
 	}
-	for _, name := range w.order {
-		if _, ok := next[name]; !ok {
-			sw.ch.Removed = append(sw.ch.Removed, name)
-		}
-	}
-	w.specs, w.order, w.state = next, order, state
-	w.mu.Unlock()
-
-	for _, name := range append(sw.ch.Added, sw.ch.Changed...) {
-		w.decl.set(next[name])
-		w.hot.declare(next[name])
-	}
-	return sw, nil
-}
-
-// Changes is what the swap did.
-func (s *Swapped) Changes() Changes { return s.ch }
-
-// Keep makes the swap final: removed declarations' metric series go, and
-// refreshes start again, with the new declarations.
-func (s *Swapped) Keep() {
-	if s.done {
-		return
-	}
-	s.done = true
-	defer s.w.swapping.Unlock()
-	for _, name := range s.ch.Removed {
-		s.w.forget(name)
-	}
-}
-
-// Undo puts back the declarations, order and state the warmer had before the
-// swap, and their published schedule; added declarations' series go.
-// Refreshes start again, with the old declarations.
-func (s *Swapped) Undo() {
-	if s.done {
-		return
-	}
-	s.done = true
-	defer s.w.swapping.Unlock()
-	w := s.w
-	w.mu.Lock()
-	w.specs, w.order, w.state = s.old, s.oldOrder, s.oldState
-	w.mu.Unlock()
-	for _, name := range s.ch.Added {
+	for _, name := range ch.Removed {
 		w.forget(name)
 	}
-	for _, name := range append(s.ch.Removed, s.ch.Changed...) {
-		w.decl.set(s.old[name])
-		w.hot.declare(s.old[name])
-	}
+	return ch
 }
 
 // forget drops a removed declaration's metric series, so that dashboards and
@@ -185,26 +185,19 @@ func patternOf(t Template) string {
 	return t.pattern.String()
 }
 
-// lookup returns a declaration and its state under the lock Apply takes.
+// lookup returns a declaration and its state, from the current view.
 func (w *Warmer) lookup(name string) (*Spec, *declState, bool) {
-	w.swapping.RLock()
-	defer w.swapping.RUnlock()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s, ok := w.specs[name]
-	if !ok {
-		return nil, nil, false
-	}
-	return s, w.state[name], true
+	return w.cur.Load().lookup(name)
 }
 
 // names returns the declaration names in declared order.
 func (w *Warmer) names() []string {
-	w.swapping.RLock()
-	defer w.swapping.RUnlock()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.order...)
+	specs := w.cur.Load().decl.specs
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.Name
+	}
+	return out
 }
 
 // declMetrics publishes each declaration's schedule, so that alerts can compare

@@ -131,41 +131,54 @@ func TestApply(t *testing.T) {
 		}
 	})
 
-	t.Run("undone swap puts the old declarations back whole", func(t *testing.T) {
+	t.Run("declared is not in force until used", func(t *testing.T) {
 		lastC := status(t, w, "c").LastOK
 		if lastC.IsZero() {
 			t.Fatal("c has no last success to keep")
 		}
-		sw, err := w.Swap(specs(t, origin.URL, fmt.Sprintf(`
+		if _, err := w.Declare(append(w.Specs(), w.Specs()[0])); err == nil || !strings.Contains(err.Error(), `"a" twice`) {
+			t.Errorf("Declare with a twice = %v, want an error naming a", err)
+		}
+		d, err := w.Declare(specs(t, origin.URL, fmt.Sprintf(`
   - {name: a, key: "%[1]sa", ttl: 3h, source: up, path: /a}
+  - {name: c, key: "%[1]sc", ttl: 1h, source: up, path: /c}
   - {name: d, key: "%[1]sd", ttl: 1h, source: up, path: /d}
 `, p)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := fmt.Sprint(sw.Changes().Added, sw.Changes().Removed, sw.Changes().Changed), "[d] [c] [a]"; got != want {
-			t.Errorf("added, removed, changed = %s, want %s", got, want)
-		}
-		sw.Undo()
+		// Checked, not in force: the warmer and its metrics are as they were.
 		if got, want := names(w.Status()), "a,c"; got != want {
-			t.Errorf("declarations after Undo = %s, want %s", got, want)
-		}
-		if got := status(t, w, "c").LastOK; !got.Equal(lastC) {
-			t.Errorf("c's last success = %v after Undo, want it kept (%v)", got, lastC)
-		}
-		// a's ttl is the old one, and undone d has no series.
-		if err := testutil.GatherAndCompare(reg, strings.NewReader(ttlAC), "hearth_key_ttl_seconds"); err != nil {
-			t.Errorf("ttl after Undo: %v", err)
-		}
-		// a and c: removed-then-restored c keeps its series.
-		if n, err := testutil.GatherAndCount(reg, "hearth_last_success_timestamp_seconds"); err != nil || n != 2 {
-			t.Errorf("last-success series after Undo = %d (%v), want 2 (a, c)", n, err)
+			t.Errorf("declarations before Use = %s, want %s", got, want)
 		}
 		if _, err := w.Refresh(ctx, "d", warmer.RunOptions{}); !errors.Is(err, warmer.ErrUnknownSpec) {
-			t.Errorf("refresh of undone d: err = %v, want ErrUnknownSpec", err)
+			t.Errorf("refresh of d before Use: err = %v, want ErrUnknownSpec", err)
 		}
-		if ch, err := w.Apply(w.Specs()); err != nil || !ch.Empty() {
-			t.Errorf("Apply(same) after Undo = %+v, %v; want no change", ch, err)
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(ttlAC), "hearth_key_ttl_seconds"); err != nil {
+			t.Errorf("ttl before Use: %v", err)
+		}
+		ch := w.Use(d)
+		if got, want := fmt.Sprint(ch.Added, ch.Removed, ch.Changed), "[d] [] [a]"; got != want {
+			t.Errorf("added, removed, changed = %s, want %s", got, want)
+		}
+		if got, want := names(w.Status()), "a,c,d"; got != want {
+			t.Errorf("declarations after Use = %s, want %s", got, want)
+		}
+		if got := status(t, w, "c").LastOK; !got.Equal(lastC) {
+			t.Errorf("c's last success = %v after Use, want it kept (%v)", got, lastC)
+		}
+		if _, err := w.Refresh(ctx, "d", warmer.RunOptions{}); err != nil {
+			t.Errorf("refresh of d after Use: %v", err)
+		}
+		// Back to a (2h) and c for the next subtests.
+		if _, err := w.Apply(specs(t, origin.URL, fmt.Sprintf(`
+  - {name: a, key: "%[1]sa", ttl: 2h, source: up, path: /a}
+  - {name: c, key: "%[1]sc", ttl: 1h, source: up, path: /c}
+`, p))); err != nil {
+			t.Fatal(err)
+		}
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(ttlAC), "hearth_key_ttl_seconds"); err != nil {
+			t.Errorf("ttl after removing d: %v", err)
 		}
 	})
 

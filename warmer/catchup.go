@@ -249,11 +249,8 @@ func (w *Warmer) CatchUp(ctx context.Context, opts CatchUpOptions) (CatchUpResul
 	return res, errors.Join(errs...)
 }
 
-// stateOf returns a declaration's state, under the lock that guards the
-// declarations.
+// stateOf returns a declaration's state, from the current view.
 func (w *Warmer) stateOf(name string) (*declState, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st, ok := w.state[name]
+	_, st, ok := w.lookup(name)
 	return st, ok
 }

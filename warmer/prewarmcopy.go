@@ -20,8 +20,8 @@ import (
 // from the origin instead unless FromOnly.
 type CopySource struct {
 	Client redis.UniversalClient
-	// RecordKey names the version record of a value key in the source (the
-	// leader's naming, leader.VersionKey); nil copies no records.
+	// RecordKey names the version record of a value key in the source
+	// (store.VersionKey); nil copies no records.
 	RecordKey func(key string) string
 	// ParseRecord decodes a version record: the origin version it holds
 	// (versioned false when it holds none) and the SHA-1 (hex) of the value

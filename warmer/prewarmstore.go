@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -12,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/hearth-dev/hearth/internal/hstate"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // ErrPrewarmFenced: a pre-warm write was refused because a leader took over
@@ -83,7 +82,7 @@ type PrewarmVersionedWriter interface {
 type PrewarmStore struct {
 	client    redis.UniversalClient
 	ns        string
-	perSlot   bool
+	fences    *store.Fences
 	overwrite bool
 	log       zerolog.Logger
 
@@ -97,14 +96,8 @@ var _ EachStore = (*PrewarmStore)(nil)
 
 // NewPrewarmStore builds a PrewarmStore; call Prepare before writing.
 func NewPrewarmStore(opts PrewarmStoreOptions) *PrewarmStore {
-	perSlot := false
-	if _, ok := opts.Client.(*redis.ClusterClient); ok {
-		perSlot = true
-	}
-	if opts.PerSlot != nil {
-		perSlot = *opts.PerSlot
-	}
-	return &PrewarmStore{client: opts.Client, ns: opts.Namespace, perSlot: perSlot, overwrite: opts.Overwrite,
+	perSlot := store.PerSlot(opts.Client, opts.PerSlot)
+	return &PrewarmStore{client: opts.Client, ns: opts.Namespace, fences: store.NewFences(opts.Namespace, perSlot), overwrite: opts.Overwrite,
 		versioned: opts.Versioned, log: opts.Logger.With().Str("component", "prewarm-store").Logger()}
 }
 
@@ -119,20 +112,13 @@ type PrewarmFence struct {
 	Leader string
 }
 
-// leaseValue is what a lease holds: <epoch>:<instance id>/<attempt>.
-var leaseValue = regexp.MustCompile(`^(0|[1-9][0-9]{0,15}):([^:/]+)/[0-9]+$`)
-
-// epochValue is a valid epoch: digits only (no sign, exponent, nan, inf, no
-// leading zero), at most 16 of them, as the leader's scripts accept.
-var epochValue = regexp.MustCompile(`^(0|[1-9][0-9]{0,15})$`)
-
 // Prepare reads the lease, the epoch counter and (on a single node) the fence
 // to decide whether writes are fenced and with which epoch. Values that are
 // not Hearth's (a foreign string, another type) are logged and ignored: the
 // epoch comes from the valid ones, and a fence the epoch cannot pass refuses
 // the writes, never the reverse.
 func (s *PrewarmStore) Prepare(ctx context.Context) (PrewarmFence, error) {
-	leaseKey, epochKey := s.ns+":{lease}", s.ns+":{lease}:epoch"
+	leaseKey, epochKey := store.LeaseKey(s.ns), store.EpochKey(s.ns)
 	get := func(key string) (string, bool, error) {
 		v, err := s.client.Get(ctx, key).Result()
 		switch {
@@ -153,10 +139,8 @@ func (s *PrewarmStore) Prepare(ctx context.Context) (PrewarmFence, error) {
 		return pf, err
 	}
 	present = present || ok
-	if m := leaseValue.FindStringSubmatch(lease); m != nil {
-		if e, err := strconv.ParseInt(m[1], 10, 64); err == nil {
-			pf.Epoch, pf.Leader = e, m[2]
-		}
+	if e, id, valid := store.ParseLease(lease); valid {
+		pf.Epoch, pf.Leader = e, id
 	} else if ok && lease != "" {
 		s.log.Warn().Str("key", leaseKey).Str("found", quoteKey(lease)).Msg("pre-warm: foreign lease value ignored")
 	}
@@ -165,8 +149,8 @@ func (s *PrewarmStore) Prepare(ctx context.Context) (PrewarmFence, error) {
 		return pf, err
 	}
 	present = present || ok
-	if epochValue.MatchString(counter) {
-		if e, err := strconv.ParseInt(counter, 10, 64); err == nil && e > pf.Epoch {
+	if e, valid := store.ParseEpoch(counter); valid {
+		if e > pf.Epoch {
 			pf.Epoch = e
 		}
 	} else if ok && counter != "" {
@@ -190,20 +174,21 @@ func (s *PrewarmStore) Prepare(ctx context.Context) (PrewarmFence, error) {
 // Cluster any of the one per hash slot (all 16,384 names checked in one
 // pipeline, each on its master: no SCAN of the keyspace).
 func (s *PrewarmStore) anyFence(ctx context.Context) (bool, error) {
-	if !s.perSlot {
-		n, err := s.client.Exists(ctx, s.ns+":fence").Result()
+	if !s.fences.PerSlot() {
+		key := s.fences.At(0)
+		n, err := s.client.Exists(ctx, key).Result()
 		if err != nil {
-			return false, fmt.Errorf("read %s: %w", s.ns+":fence", err)
+			return false, fmt.Errorf("read %s: %w", key, err)
 		}
 		return n > 0, nil
 	}
 	pipe := s.client.Pipeline()
-	cmds := make([]*redis.IntCmd, SlotCount)
-	for slot := range SlotCount {
-		cmds[slot] = pipe.Exists(ctx, s.ns+":fence:{"+SlotTag(slot)+"}")
+	cmds := make([]*redis.IntCmd, s.fences.Count())
+	for i := range cmds {
+		cmds[i] = pipe.Exists(ctx, s.fences.At(i))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return false, fmt.Errorf("read the fence keys %s:fence:{…}: %w", s.ns, err)
+		return false, fmt.Errorf("read the fence keys %s:{…}: %w", store.FenceKey(s.ns), err)
 	}
 	for _, c := range cmds {
 		if c.Val() > 0 {
@@ -213,44 +198,8 @@ func (s *PrewarmStore) anyFence(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// fenceKey is the fence guarding key, as the leader's FencedStore names it.
-func (s *PrewarmStore) fenceKey(key string) string {
-	if !s.perSlot {
-		return s.ns + ":fence"
-	}
-	return s.ns + ":fence:{" + SlotTag(HashSlot(key)) + "}"
-}
-
-// prewarmSetScript: KEYS value, fence; ARGV epoch, value, ttl ms, overwrite
-// ("1" or "0"). Replies 1 written, 2 present (left alone), 0 fenced; {code,
-// found} when the fence held a foreign value, which counts as absent (as in
-// the leader's scripts) and is left for the leader to repair. A fence is a
-// newer epoch only when it is written as Hearth writes one (digits only, no
-// leading zero): NaN, inf, 1e999 or a padded 0<epoch> never compare.
-var prewarmSetScript = redis.NewScript(`
-local e = tonumber(ARGV[1])
-local f = redis.pcall('GET', KEYS[2])
-local bad = nil
-if type(f) == 'table' and f.err then
-  bad = 'wrong type'
-elseif f then
-  if string.len(f) > 16 or not (f == '0' or string.match(f, '^[1-9]%d*$')) then
-    bad = string.sub(f, 1, 64)
-  elseif tonumber(f) > e then
-    return 0
-  end
-end
-local r
-if ARGV[4] == '1' then
-  r = redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-else
-  r = redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3], 'NX')
-end
-local code = 1
-if not r then code = 2 end
-if bad then return {code, bad} end
-return code
-`)
+// fenceKey is the fence guarding key, named as for the leader's FencedStore.
+func (s *PrewarmStore) fenceKey(key string) string { return s.fences.For(key) }
 
 // Set implements Store: present keys are left alone (unless Overwrite) and
 // fenced writes are an error wrapping ErrPrewarmFenced.
@@ -342,7 +291,7 @@ func (s *PrewarmStore) setSplit(ctx context.Context, entries []Entry, out []SetO
 	return out, nil
 }
 
-// setFenced writes entries through prewarmSetScript, each refused if a newer
+// setFenced writes entries through store.PrewarmSet, each refused if a newer
 // epoch holds its fence.
 func (s *PrewarmStore) setFenced(ctx context.Context, entries []Entry, out []SetOutcome) error {
 	epoch := strconv.FormatInt(s.epoch, 10)
@@ -350,7 +299,7 @@ func (s *PrewarmStore) setFenced(ctx context.Context, entries []Entry, out []Set
 	if s.overwrite {
 		overwrite = "1"
 	}
-	cmds, err := hstate.RunScript(ctx, s.client, prewarmSetScript, len(entries), func(i int) ([]string, []any) {
+	cmds, err := store.RunScript(ctx, s.client, store.PrewarmSet, len(entries), func(i int) ([]string, []any) {
 		e := entries[i]
 		return []string{e.Key, s.fenceKey(e.Key)}, []any{epoch, e.Value, max(1, e.TTL.Milliseconds()), overwrite}
 	})
@@ -358,7 +307,7 @@ func (s *PrewarmStore) setFenced(ctx context.Context, entries []Entry, out []Set
 		return fmt.Errorf("write %d keys: %w", len(entries), err)
 	}
 	for i, c := range cmds {
-		code, found, foreign, err := hstate.ScriptReply(c)
+		code, found, foreign, err := store.ScriptReply(c)
 		if err != nil {
 			return fmt.Errorf("write %d keys: %w", len(entries), err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,13 +13,8 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/hearth-dev/hearth/internal/hstate"
+	"github.com/hearth-dev/hearth/store"
 )
-
-// MarkerKey is the key, under Hearth's namespace, whose absence tells the
-// Rewarmer that Redis lost its data. It holds the Redis TIME (unix seconds) it
-// was written at and has no TTL.
-func MarkerKey(namespace string) string { return namespace + ":warm" }
 
 // DefaultRewarmMinGap is the least time between the starts of two full
 // re-warms. Losses seen sooner (a DEL loop on the marker, flushes in a row)
@@ -32,29 +26,6 @@ const DefaultRewarmMinGap = 10 * time.Second
 // second. A trigger that comes sooner is covered by one check once the gap
 // has passed.
 const MinCheckGap = 100 * time.Millisecond
-
-// markerScript checks the marker and writes it back when it is absent or
-// foreign (not the decimal unix seconds Hearth writes, at most hstate.MaxEpochAhead
-// ahead of Redis TIME; another Redis type; a TTL, which no Hearth sets),
-// or always with ARGV[1] = '1'. KEYS marker. Returns {state, found}: state
-// ok, absent or foreign; found is what a foreign marker held, truncated.
-var markerScript = hstate.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1])
-local state, found = 'ok', ''
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
-  state, found = 'foreign', hearth_type(KEYS[1])
-elseif not v then
-  state = 'absent'
-elseif string.len(v) > 12 or not string.match(v, '^%d+$') or tonumber(v) > now + HEARTH_AHEAD_MS / 1000 then
-  state, found = 'foreign', v
-elseif redis.call('PTTL', KEYS[1]) >= 0 then
-  state, found = 'foreign', 'ttl set: ' .. v
-end
-if state ~= 'ok' or ARGV[1] == '1' then redis.call('SET', KEYS[1], t[1]) end
-return {state, string.sub(found, 1, ` + strconv.Itoa(hstate.FoundMax) + `)}
-`)
 
 // Reasons for a re-warm.
 const (
@@ -76,7 +47,7 @@ const (
 // RewarmOptions configures a Rewarmer. Client, Namespace and Warmer are required.
 type RewarmOptions struct {
 	Client redis.UniversalClient
-	// Namespace prefixes the marker key (see MarkerKey).
+	// Namespace prefixes the marker key (see store.MarkerKey).
 	Namespace string
 	// Interval is how often Redis is checked (default 2s).
 	Interval time.Duration
@@ -115,7 +86,7 @@ type Rewarmer struct {
 	suppressed *prometheus.CounterVec
 	errors     prometheus.Counter
 	ignored    prometheus.Counter
-	repairs    *hstate.Repairs
+	repairs    *store.Repairs
 
 	detections *prometheus.CounterVec
 
@@ -155,7 +126,7 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 	r := &Rewarmer{
 		opts:    opts,
 		log:     log,
-		repairs: hstate.NewRepairs(opts.Registerer, log),
+		repairs: store.NewRepairs(opts.Registerer, log),
 		rewarms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_rewarms_total",
 			Help: "Re-warms started because Redis lost its data, by reason (restart, flush).",
@@ -309,7 +280,7 @@ func (r *Rewarmer) arm(ctx context.Context, sites []site) error {
 		ids[st.marker] = st.runID
 	}
 	r.runIDs = ids
-	r.log.Debug().Int("masters", len(sites)).Str("marker", MarkerKey(r.opts.Namespace)).Msg("re-warm watch armed")
+	r.log.Debug().Int("masters", len(sites)).Str("marker", store.MarkerKey(r.opts.Namespace)).Msg("re-warm watch armed")
 	return nil
 }
 
@@ -340,7 +311,7 @@ func (r *Rewarmer) setMarker(ctx context.Context, st site, force bool) (present 
 	if force {
 		arg = "1"
 	}
-	reply, err := markerScript.Run(ctx, st.node, []string{marker}, arg).StringSlice()
+	reply, err := store.Marker.Run(ctx, st.node, []string{marker}, arg).StringSlice()
 	if err == nil && len(reply) != 2 {
 		err = fmt.Errorf("unexpected reply %q", reply)
 	}
@@ -352,7 +323,7 @@ func (r *Rewarmer) setMarker(ctx context.Context, st site, force bool) (present 
 	case "ok":
 		return true, nil
 	case "foreign":
-		r.repairs.Repaired(hstate.KindMarker, marker, reply[1])
+		r.repairs.Repaired(store.KindMarker, marker, reply[1])
 	}
 	return false, nil
 }

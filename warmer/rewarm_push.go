@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/internal/neterr"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // invalidateChannel is where Redis publishes client-tracking invalidations
@@ -210,10 +212,9 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 	}
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
-		var ne net.Error
 		switch {
 		case err == nil:
-		case errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil:
+		case neterr.IsTimeout(err) && ctx.Err() == nil:
 			// Quiet: make sure the tracking connection is still there.
 			if err := conn.Ping(ctx).Err(); err != nil {
 				return fmt.Errorf("tracking connection: %w", err)
@@ -277,7 +278,7 @@ func (p *pushWatch) ignore(n int) {
 	}
 	p.ignoredMu.Unlock()
 	if logIt {
-		p.r.log.Warn().Int("ignored", count).Str("marker_prefix", MarkerKey(p.r.opts.Namespace)).Dur("log_every_ms", ignoredLogEvery).
+		p.r.log.Warn().Int("ignored", count).Str("marker_prefix", store.MarkerKey(p.r.opts.Namespace)).Dur("log_every_ms", ignoredLogEvery).
 			Msg("re-warm push watch ignored invalidations that were not of its marker (published on __redis__:invalidate by another client)")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -211,7 +212,7 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 	defer rw.Close(ctx)
 	waitTracking(t, e)
 	time.Sleep(200 * time.Millisecond) // the opening check and its marker write settle
-	marker := warmer.MarkerKey(rewarmNS)
+	marker := store.MarkerKey(rewarmNS)
 	before := testenv.CommandCalls(t, e.rdb, "info", "evalsha")
 	writes := hammer(t, e.rdb, 7400, 3*time.Second, func(p redis.Pipeliner, i int) {
 		p.Set(ctx, marker+"X"+strconv.Itoa(i%100), i, 0)
@@ -250,7 +251,7 @@ func TestRewarmChecksPaced(t *testing.T) {
 	}
 	defer rw.Close(ctx)
 	waitTracking(t, e)
-	marker := warmer.MarkerKey(rewarmNS)
+	marker := store.MarkerKey(rewarmNS)
 	const d = 3 * time.Second
 	before := testenv.CommandCalls(t, e.rdb, "info")
 	t0 := time.Now()

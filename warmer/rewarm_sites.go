@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/hearth-dev/hearth/store"
 )
 
 // site is one master the Rewarmer watches: its marker key (in one of the
@@ -24,13 +26,6 @@ type site struct {
 	ranges [][2]int // the master's slots (Cluster only)
 }
 
-// ClusterMarkerKey is the marker of the Cluster master whose lowest slot is
-// slot: MarkerKey with a hash tag in that slot, so that each master holds its
-// own and a flush or restart of one master is seen, and re-warmed, alone.
-func ClusterMarkerKey(namespace string, slot int) string {
-	return MarkerKey(namespace) + ":{" + SlotTag(slot) + "}"
-}
-
 // sites lists the masters now: the client itself on a single node or
 // Sentinel, every master serving slots on a Cluster.
 func (r *Rewarmer) sites(ctx context.Context) ([]site, error) {
@@ -40,7 +35,7 @@ func (r *Rewarmer) sites(ctx context.Context) ([]site, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []site{{marker: MarkerKey(r.opts.Namespace), node: r.opts.Client, runID: id}}, nil
+		return []site{{marker: store.MarkerKey(r.opts.Namespace), node: r.opts.Client, runID: id}}, nil
 	}
 	slots, err := cc.ClusterSlots(ctx).Result()
 	if err != nil {
@@ -62,7 +57,7 @@ func (r *Rewarmer) sites(ctx context.Context) ([]site, error) {
 	out := make([]site, 0, len(byAddr))
 	for _, st := range byAddr {
 		sort.Slice(st.ranges, func(i, j int) bool { return st.ranges[i][0] < st.ranges[j][0] })
-		st.marker = ClusterMarkerKey(r.opts.Namespace, st.ranges[0][0])
+		st.marker = store.ClusterMarkerKey(r.opts.Namespace, st.ranges[0][0])
 		out = append(out, *st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ranges[0][0] < out[j].ranges[0][0] })

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -83,8 +84,8 @@ func TestRewarmAfterFlush(t *testing.T) {
 	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
-	if n := e.rdb.Exists(ctx, warmer.MarkerKey(rewarmNS)).Val(); n != 1 {
-		t.Errorf("marker %s not written back", warmer.MarkerKey(rewarmNS))
+	if n := e.rdb.Exists(ctx, store.MarkerKey(rewarmNS)).Val(); n != 1 {
+		t.Errorf("marker %s not written back", store.MarkerKey(rewarmNS))
 	}
 }
 

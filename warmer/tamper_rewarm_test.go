@@ -12,6 +12,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -61,7 +62,7 @@ func TestRewarmDELLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rw.Close(ctx)
-	marker := warmer.MarkerKey(rewarmNS)
+	marker := store.MarkerKey(rewarmNS)
 	start := time.Now()
 	for time.Since(start) < 3*gap {
 		e.rdb.Del(ctx, marker)
@@ -90,7 +91,7 @@ func TestRewarmForeignMarker(t *testing.T) {
 		o.MinGap, o.Logger = time.Nanosecond, zerolog.New(logs)
 	})
 	ctx := context.Background()
-	marker := warmer.MarkerKey(rewarmNS)
+	marker := store.MarkerKey(rewarmNS)
 	if reason, err := rw.CheckOnce(ctx); err != nil || reason != "" {
 		t.Fatalf("baseline = %q, %v", reason, err)
 	}

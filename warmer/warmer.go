@@ -45,8 +45,6 @@ type Warmer struct {
 	store   Store
 	gate    Gate
 	sources map[string]Source
-	specs   map[string]*Spec
-	order   []string
 	loads   *semaphore.Weighted
 	metrics *metrics
 	decl    *declMetrics
@@ -54,17 +52,13 @@ type Warmer struct {
 	now     func() time.Time
 	rand    func() float64
 
-	// mu guards specs, order and state, which Apply replaces on a reload.
-	mu    sync.Mutex
-	state map[string]*declState
+	// cur is the declarations and their state as of the last Use; every
+	// refresh reads it once, at its start. applyMu serialises Use.
+	cur     atomic.Pointer[view]
+	applyMu sync.Mutex
 
 	pw  *prewarmer
 	stm *stateMetrics
-
-	// swapping is write-locked from Swap until Keep or Undo. Refresh starts
-	// read the declarations under its read lock (lookup, Specs, names), so
-	// none of them starts with a declaration a rolled-back reload undoes.
-	swapping sync.RWMutex
 
 	hot     *hotMetrics
 	oneShot bool
@@ -131,48 +125,34 @@ func New(opts Options) (*Warmer, error) {
 		store:   opts.Store,
 		gate:    opts.Gate,
 		sources: opts.Sources,
-		specs:   make(map[string]*Spec, len(opts.Specs)),
 		loads:   semaphore.NewWeighted(int64(opts.MaxConcurrentLoads)),
 		metrics: newMetrics(opts.Registerer),
 		decl:    newDeclMetrics(opts.Registerer),
 		log:     opts.Logger.With().Str("component", "warmer").Logger(),
 		now:     opts.Now,
 		rand:    opts.Rand,
-		state:   make(map[string]*declState, len(opts.Specs)),
 		pw:      newPrewarmer(opts.Registerer),
 		stm:     newStateMetrics(opts.Registerer),
 		hot:     newHotMetrics(opts.Registerer),
 		oneShot: opts.OneShot,
 	}
-	for _, s := range opts.Specs {
-		if _, dup := w.specs[s.Name]; dup {
-			return nil, fmt.Errorf("warmer: declaration %q twice", s.Name)
-		}
-		if _, ok := opts.Sources[s.Source]; !ok {
-			return nil, fmt.Errorf("warmer: declaration %q: %w: %q", s.Name, ErrSourceAbsent, s.Source)
-		}
-		w.specs[s.Name] = s
-		w.order = append(w.order, s.Name)
-		w.state[s.Name] = newDeclState(s)
+	d, err := w.Declare(opts.Specs)
+	if err != nil {
+		return nil, fmt.Errorf("warmer: %w", err)
+	}
+	st := make(map[string]*declState, d.Len())
+	for _, s := range d.specs {
+		st[s.Name] = newDeclState(s)
 		w.decl.set(s)
 		w.hot.declare(s)
 	}
+	w.cur.Store(&view{decl: d, state: st})
 	w.watchRecoveries(opts.Sources)
 	return w, nil
 }
 
 // Specs returns the declarations in their declared order.
-func (w *Warmer) Specs() []*Spec {
-	w.swapping.RLock()
-	defer w.swapping.RUnlock()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]*Spec, 0, len(w.order))
-	for _, n := range w.order {
-		out = append(out, w.specs[n])
-	}
-	return out
-}
+func (w *Warmer) Specs() []*Spec { return w.cur.Load().decl.Specs() }
 
 // Spec returns the declaration with the given name.
 func (w *Warmer) Spec(name string) (*Spec, bool) {
@@ -836,11 +816,10 @@ type Status struct {
 // Status reports every declaration's state, in declared order.
 func (w *Warmer) Status() []Status {
 	now := w.now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]Status, 0, len(w.order))
-	for _, n := range w.order {
-		s, st := w.specs[n], w.state[n]
+	v := w.cur.Load()
+	out := make([]Status, 0, v.decl.Len())
+	for _, s := range v.decl.specs {
+		n, st := s.Name, v.state[s.Name]
 		st.mu.Lock()
 		stale := time.Duration(0)
 		if st.errors > 0 && !st.lastRunOK.IsZero() {

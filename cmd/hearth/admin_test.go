@@ -7,6 +7,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +22,7 @@ func TestAdminAPI(t *testing.T) {
 	rdb := sharedRedis(t)
 	id := rdb.Prefix
 	up := newOrigin(t)
-	d := startDaemon(t, fmt.Sprintf(`
+	config := fmt.Sprintf(`
 redis: {addrs: [%[3]q], namespace: %[4]q}
 log: {level: debug, format: json}
 sources:
@@ -29,14 +30,15 @@ sources:
 keys:
   - {name: single, key: "%[1]ssingle", source: up, ttl: 1h, path: /single}
   - {name: fam, key: "%[1]sfam:{id}", source: up, ttl: 1h, path: "/fam/{id}", members: ["1", "2"], param_pattern: "[0-9a-z]{1,8}"}
-`, id, up.URL, rdb.Addr, rdb.Namespace), "HEARTH_ADMIN_TOKEN="+adminToken)
+`, id, up.URL, rdb.Addr, rdb.Namespace)
+	d := startDaemon(t, config, "HEARTH_ADMIN_TOKEN="+adminToken)
 	bearer := "Bearer " + adminToken
 
 	t.Run("401 without a valid token, and no hint", func(t *testing.T) {
 		before := up.count("/single")
 		for _, auth := range []string{"", "Bearer", "Bearer ", "Bearer wrong", "Basic " + adminToken, "Bearer " + adminToken + "x", adminToken, "Bearer " + adminToken[:len(adminToken)-1]} {
 			for _, r := range []struct{ method, path string }{
-				{"GET", "/admin/status"}, {"POST", "/admin/refresh?declaration=single"}, {"POST", "/admin/prewarm"}, {"GET", "/admin/nope"},
+				{"GET", "/admin/status"}, {"POST", "/admin/refresh?declaration=single"}, {"POST", "/admin/prewarm"}, {"POST", "/admin/reload"}, {"GET", "/admin/nope"},
 			} {
 				code, body := call(t, r.method, d.URL+r.path, auth)
 				if code != http.StatusUnauthorized || body != "unauthorized\n" {
@@ -239,6 +241,48 @@ keys:
 		if got := up.count("/single") - before; got != 1 {
 			t.Errorf("origin calls = %d, want 1", got)
 		}
+	})
+
+	// Last: it changes the declarations the subtests above use.
+	t.Run("reload", func(t *testing.T) {
+		bad := config + fmt.Sprintf("  - {name: extra, key: \"%sextra\", source: up, ttl: sixty, path: /extra}\n", id)
+		if err := os.WriteFile(d.Config, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, body := call(t, "POST", d.URL+"/admin/reload", bearer)
+		var rej struct {
+			Problems []string `json:"problems"`
+		}
+		if code != http.StatusUnprocessableEntity || json.Unmarshal([]byte(body), &rej) != nil || len(rej.Problems) != 1 {
+			t.Fatalf("POST /admin/reload of an invalid file: %d %s, want 422 with one problem", code, body)
+		}
+		// As `hearth validate` prints it: file, line, field.
+		if want := d.Config + ":9: keys[extra].ttl: invalid duration \"sixty\""; !strings.HasPrefix(rej.Problems[0], want) {
+			t.Errorf("problem %q, want it to start with %q", rej.Problems[0], want)
+		}
+		if _, body := call(t, "GET", d.URL+"/admin/status", bearer); strings.Contains(body, `"extra"`) {
+			t.Errorf("the rejected declaration is running: %s", body)
+		}
+
+		good := config + fmt.Sprintf("  - {name: extra, key: \"%sextra\", source: up, ttl: 1h, path: /extra}\n", id)
+		if err := os.WriteFile(d.Config, []byte(good), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// The file watcher may have applied it first: then nothing is left to add.
+		code, body = call(t, "POST", d.URL+"/admin/reload", bearer)
+		var res struct {
+			Added           []string `json:"added"`
+			Removed         []string `json:"removed"`
+			RestartRequired []string `json:"restart_required"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &res) != nil || res.Removed == nil || len(res.Removed) != 0 ||
+			res.RestartRequired == nil || len(res.Added) > 1 {
+			t.Fatalf("POST /admin/reload: %d %s, want 200 with the changes", code, body)
+		}
+		if _, body := call(t, "GET", d.URL+"/admin/status", bearer); !strings.Contains(body, `"name": "extra"`) {
+			t.Errorf("the reloaded declaration is not running: %s", body)
+		}
+		testenv.Eventually(t, 20*time.Second, "the added declaration loads", func() bool { return up.count("/extra") >= 1 })
 	})
 }
 

@@ -57,6 +57,10 @@ func fail(code int, err error) error { return &exitError{code: code, err: err} }
 // component is stuck.
 const abortGrace = time.Second
 
+// main turns signals into what the commands take: a context that ends on the
+// first SIGTERM or SIGINT, and an abort channel closed on the second (then the
+// process exits after abortGrace, whatever still runs). `hearth run` turns
+// SIGHUP into reload requests itself (notifyReload).
 func main() {
 	// Registered before the context's own handler sees a signal, so that no
 	// signal is missed between the first and the second.
@@ -64,24 +68,56 @@ func main() {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go exitOnSecondSignal(sigs, abortGrace, os.Stderr, os.Exit)
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	abort := make(chan struct{})
+	go exitOnSecondSignal(sigs, abort, abortGrace, os.Stderr, os.Exit)
+	os.Exit(runWith(ctx, abort, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // exitOnSecondSignal lets the first signal drain (the command's context
-// ends), and on the second gives the command grace to abort by itself, then
-// exits with exitFail whatever is still running.
-func exitOnSecondSignal(sigs <-chan os.Signal, grace time.Duration, stderr io.Writer, exit func(int)) {
+// ends), and on the second closes abort, gives the command grace to abort by
+// itself, then exits with exitFail whatever is still running.
+func exitOnSecondSignal(sigs <-chan os.Signal, abort chan<- struct{}, grace time.Duration, stderr io.Writer, exit func(int)) {
 	<-sigs
 	<-sigs
+	close(abort)
 	time.Sleep(grace)
 	fmt.Fprintln(stderr, "hearth: second signal: still not stopped after", grace, "- exiting")
 	exit(exitFail)
 }
 
+// notifyReload turns SIGHUP into reload requests from now on, so that a
+// SIGHUP sent while the daemon starts waits for it instead of ending the
+// process. Requests sent while one is pending merge into it. stop ends the
+// requests and SIGHUP's handling.
+func notifyReload() (reload <-chan struct{}, stop func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGHUP)
+	out := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-sig:
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return out, func() { signal.Stop(sig); close(done) }
+}
+
 // run executes the command line and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot(stdout, stderr)
+	return runWith(ctx, nil, args, stdout, stderr)
+}
+
+// runWith is run where closing abort (nil for none) abandons a command's drain.
+func runWith(ctx context.Context, abort <-chan struct{}, args []string, stdout, stderr io.Writer) int {
+	root := newRootOf(&globals{stdout: stdout, stderr: stderr, abort: abort})
 	started := markStarts(root)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -130,10 +166,15 @@ type globals struct {
 	configPath string
 	stdout     io.Writer
 	stderr     io.Writer
+	// abort is closed on the second SIGTERM/SIGINT (nil for none).
+	abort <-chan struct{}
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{stdout: stdout, stderr: stderr}
+	return newRootOf(&globals{stdout: stdout, stderr: stderr})
+}
+
+func newRootOf(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "hearth",
 		Short: "Keep hot Redis keys permanently warm",
@@ -143,8 +184,8 @@ miss on it and the database never sees a cache stampede.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "config.yaml", "path of the config file")
 	root.AddCommand(newRunCmd(g), newValidateCmd(g), newVersionCmd(g), newDemoCmd(g))
 	root.AddCommand(newPrewarmCmd(g), newMigrateCmd(g))

@@ -17,6 +17,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -215,11 +216,11 @@ func TestPrewarmFromOnlyOriginDown(t *testing.T) {
 		t.Errorf("green holds the undeclared %s", b.undeclared)
 	}
 	for _, k := range b.itemKeys {
-		rec, err := b.green.Get(ctx, leader.VersionKey(b.ns, k)).Result()
+		rec, err := b.green.Get(ctx, store.VersionKey(b.ns, k)).Result()
 		if err != nil {
 			t.Fatalf("green's version record of %s: %v", k, err)
 		}
-		if v, ok := leader.ParseVersionRecord(rec); !ok || v != 50 {
+		if v, ok := store.ParseVersionRecord(rec); !ok || v != 50 {
 			t.Errorf("green's version record of %s = %q, want version 50", k, rec)
 		}
 	}
@@ -259,7 +260,7 @@ func TestPrewarmFromMixed(t *testing.T) {
 		}
 		// Loaded from the origin into a green Redis with no leader yet: the
 		// row's version is recorded too.
-		if v, ok := leader.ParseVersionRecord(b.green.Get(ctx, leader.VersionKey(b.ns, k)).Val()); !ok || v != 10 {
+		if v, ok := store.ParseVersionRecord(b.green.Get(ctx, store.VersionKey(b.ns, k)).Val()); !ok || v != 10 {
 			t.Errorf("green's record of %s: version %d (ok %v), want the origin's 10", k, v, ok)
 		}
 	}
@@ -277,7 +278,7 @@ func TestPrewarmFromForeign(t *testing.T) {
 	b.blue.Persist(ctx, b.itemKeys[3])
 	// A planted record claiming version 99 for item 5, which its value does
 	// not back: the value is copied, the version is not.
-	b.blue.Set(ctx, leader.VersionKey(b.ns, b.itemKeys[4]), "1:1:"+leader.EncodeVersion(99)+":"+strings.Repeat("ab", 20), time.Hour)
+	b.blue.Set(ctx, store.VersionKey(b.ns, b.itemKeys[4]), "1:1:"+store.EncodeVersion(99)+":"+strings.Repeat("ab", 20), time.Hour)
 	code, out := runHearth(t, "prewarm", "--config", b.config(t, b.closedDSN(t)), "--redis", b.greenURL, "--from", b.blueURL, "--from-only", "--top", "100")
 	if code != 3 {
 		t.Fatalf("exit %d, want 3 (two keys could not be copied)\n%s", code, out)
@@ -290,7 +291,7 @@ func TestPrewarmFromForeign(t *testing.T) {
 	}
 	b.checkCopied(t, b.itemKeys[4:])
 	wantSummary(t, out, "(with version record 17)")
-	if v, ok := leader.ParseVersionRecord(b.green.Get(ctx, leader.VersionKey(b.ns, b.itemKeys[4])).Val()); ok {
+	if v, ok := store.ParseVersionRecord(b.green.Get(ctx, store.VersionKey(b.ns, b.itemKeys[4])).Val()); ok {
 		t.Errorf("green's record of %s carries version %d from a record its value did not back", b.itemKeys[4], v)
 	}
 }

@@ -23,9 +23,10 @@ write fenced by its epoch; a standby stays idle and takes over when the leader
 goes. SIGTERM or SIGINT drain in-flight writes within refresh.shutdown_timeout,
 release the lease and exit 0. A second signal aborts at once.
 
-SIGHUP, or a change to the config file, reloads the config: declarations are
-added, removed or rescheduled without a restart; an invalid file is rejected
-(logged, hearth_config_reloads_total{result="invalid"}) and the old config stays.
+SIGHUP, POST /admin/reload or a change to the config file reloads the config:
+declarations are added, removed or rescheduled without a restart; an invalid file
+is rejected (logged, hearth_config_reloads_total{result="invalid"}) and the old
+config stays.
 With HEARTH_ADMIN_TOKEN set, the admin API answers under /admin/ (docs/operations.md).`,
 		Example: `  hearth run --config config.yaml
   HEARTH_REDIS_PASSWORD=secret hearth run -c /etc/hearth/config.yaml
@@ -34,6 +35,8 @@ With HEARTH_ADMIN_TOKEN set, the admin API answers under /admin/ (docs/operation
   kill -HUP "$(cat /run/hearth.pid)"   # reload the config of this instance only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			reload, stopReload := notifyReload()
+			defer stopReload()
 			if listen != "" {
 				if err := checkListen(listen); err != nil {
 					return fail(exitConfig, fmt.Errorf("--listen: %w", err))
@@ -52,7 +55,9 @@ With HEARTH_ADMIN_TOKEN set, the admin API answers under /admin/ (docs/operation
 				}
 				defer func() { _ = os.Remove(pidFile) }()
 			}
-			d, err := daemon.New(cfg, daemon.Options{Logger: newLogger(g.stderr, cfg.Log), Version: version})
+			d, err := daemon.New(cfg, daemon.Options{
+				Logger: newLogger(g.stderr, cfg.Log), Version: version, Reload: reload, Abort: g.abort,
+			})
 			if err != nil {
 				return fail(exitFail, err)
 			}

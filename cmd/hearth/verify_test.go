@@ -15,7 +15,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // TestVersionedValuesRepairedE2E runs the binary on a version-checked family
@@ -142,7 +142,7 @@ keys:
 	hash := hex.EncodeToString(h[:16])
 	t.Run("planted far-future record", func(t *testing.T) {
 		before5, before1 := loads(5), loads(1)
-		if err := rd.Client.Set(ctx, leader.VersionKey(ns, key(5)), "1:1:"+leader.EncodeVersion(math.MaxInt64)+":"+hash, 15*time.Second).Err(); err != nil {
+		if err := rd.Client.Set(ctx, store.VersionKey(ns, key(5)), "1:1:"+store.EncodeVersion(math.MaxInt64)+":"+hash, 15*time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 		rd.Client.Del(ctx, key(5))
@@ -167,7 +167,7 @@ keys:
 			9:  "1e999:1::" + hash,
 			10: "not a record",
 		} {
-			if err := rd.Client.Set(ctx, leader.VersionKey(ns, key(id)), rec, 15*time.Second).Err(); err != nil {
+			if err := rd.Client.Set(ctx, store.VersionKey(ns, key(id)), rec, 15*time.Second).Err(); err != nil {
 				t.Fatal(err)
 			}
 			rd.Client.Del(ctx, key(id))

@@ -215,11 +215,9 @@ keys: [{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/v/{id
 	if n := up.NotModified(); n != 1 {
 		t.Fatalf("the origin answered %d 304s, want 1: it is not conditional, the test proves nothing", n)
 	}
-	sw, err := w.Swap(decl("/w"))
-	if err != nil {
+	if _, err := w.Apply(decl("/w")); err != nil {
 		t.Fatal(err)
 	}
-	sw.Keep()
 	refresh("new-field")
 	refresh("new-field")
 	if n := up.NotModified(); n != 2 {

@@ -7,12 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -22,6 +19,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
+	"github.com/hearth-dev/hearth/internal/neterr"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -500,14 +498,10 @@ func Retryable(err error) bool {
 		errors.Is(err, warmer.ErrTooLarge), errors.Is(err, warmer.ErrBadPayload), errors.Is(err, warmer.ErrNullValue),
 		errors.Is(err, warmer.ErrDuplicate), errors.Is(err, warmer.ErrBadMember), errors.Is(err, warmer.ErrTooMany):
 		return false
-	case errors.Is(err, warmer.ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):
+	case errors.Is(err, warmer.ErrUnavailable):
 		return true
 	}
-	var ne net.Error
-	return errors.As(err, &ne)
+	return neterr.Is(err)
 }
 
 // GuardMetrics are the origin protection's metrics, shared by every guarded
