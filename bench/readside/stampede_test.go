@@ -6,7 +6,11 @@
 //	cd bench/readside && go test -run '^$' -bench . -benchtime 1x -timeout 30m
 //
 // READSIDE_BENCH_DURATION (default 20s) sets each run's length; the issue's
-// figures are for 60s.
+// figures are for 60s. READSIDE_BENCH_BETAS adds readside rows with other β
+// (and Jitter) values, the sweep behind readside.DefaultBeta:
+//
+//	READSIDE_BENCH_DURATION=60s READSIDE_BENCH_BETAS=0.2,0.3,0.5,1,0.3/-1 \
+//	  go test -run '^$' -bench 'Stampede/^readside_β=.*$/flush' -benchtime 1x .
 package readside_test
 
 import (
@@ -159,19 +163,29 @@ var contenders = append([]contender{
 }, betaContenders()...)
 
 // betaContenders are readside rows with β from READSIDE_BENCH_BETAS (a
-// comma-separated list, e.g. "0.1,0.2,0.5,1"), for the sweep that chose
-// readside's default β; none when unset.
+// comma-separated list, e.g. "0.1,0.2,0.5,1"; -1 is XFetch off), for the
+// sweep that chose readside's default β; none when unset. An entry
+// "β/j" also sets Jitter to j (-1: none).
 func betaContenders() []contender {
 	var cs []contender
 	for _, f := range strings.Split(os.Getenv("READSIDE_BENCH_BETAS"), ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
-		beta, err := strconv.ParseFloat(f, 64)
+		bs, js, hasJ := strings.Cut(f, "/")
+		beta, err := strconv.ParseFloat(bs, 64)
+		var jitter float64
+		if err == nil && hasJ {
+			jitter, err = strconv.ParseFloat(js, 64)
+		}
 		if err != nil {
 			panic(fmt.Sprintf("READSIDE_BENCH_BETAS: %q: %v", f, err))
 		}
-		cs = append(cs, readsideContenderOpts("readside β="+f, readside.Options{Beta: beta}))
+		name := "readside β=" + bs
+		if hasJ {
+			name += " jitter=" + js
+		}
+		cs = append(cs, readsideContenderOpts(name, readside.Options{Beta: beta, Jitter: jitter}))
 	}
 	return cs
 }
