@@ -64,6 +64,7 @@ func TestEarlyRefreshElsewhereStopsOurs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	clock.Add(24 * time.Hour) // past the expiry A wrote, so that A reads the PTTL again
 	if v, err := a.GetOrLoad(ctx, key, loadA); err != nil || string(v) != "from a" {
 		t.Fatalf("a: %q, %v", v, err)
 	}
