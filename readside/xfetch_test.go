@@ -216,3 +216,62 @@ func TestDeltaExcludesLockWait(t *testing.T) {
 		t.Errorf("b's lock waits ended by acquiring: %v, want 1", got)
 	}
 }
+
+// TestPlainGetFarFromExpiry: a read far from the expiry this process last
+// saw sends one GET; within 20·δ·β of it, the read asks for the PTTL and δ
+// again (three commands) and XFetch decides on them, so the refresh before
+// expiry still happens; a key another process deleted is still a miss.
+func TestPlainGetFarFromExpiry(t *testing.T) {
+	env := rstest.Redis(t)
+	ctx := context.Background()
+	ns, key := env.Prefix+"ns", env.Prefix+"k"
+	rdb := newCountingClient(t, env.Addr)
+	reg := prometheus.NewRegistry()
+	clock := newFakeClock(time.Unix(1_800_000_000, 0))
+	var u atomic.Value
+	u.Store(0.999999)
+	c := newCache(t, rdb, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1, Beta: 1, Now: clock.Now,
+		Rand: func() float64 { return u.Load().(float64) }})
+	var loads atomic.Int64
+	load := func(context.Context) ([]byte, error) {
+		loads.Add(1)
+		clock.Add(time.Second) // δ = 1 s: the full reads start 20 s before expiry
+		return []byte("v"), nil
+	}
+	if _, err := c.GetOrLoad(ctx, key, load); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 1 {
+			t.Fatalf("read %d an hour from expiry: %d commands, want 1 (a plain GET)", i, n)
+		}
+	}
+	// 19 s before the expiry written (Redis's own PTTL set to match).
+	clock.Add(time.Hour - 20*time.Second)
+	env.Client.PExpire(ctx, key, 19*time.Second)
+	if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 3 {
+		t.Fatalf("read near expiry: %d commands, want 3 (value, PTTL, δ)", n)
+	}
+	u.Store(1e-12) // −δ·β·ln(u) ≈ 27.6 s ≥ 19 s: refresh
+	if v, err := c.GetOrLoad(ctx, key, load); err != nil || string(v) != "v" {
+		t.Fatalf("read near expiry: %q, %v", v, err)
+	}
+	readside.WaitRefresh(c, key)
+	if n := loads.Load(); n != 2 {
+		t.Fatalf("loads %d, want 2: no early refresh near expiry", n)
+	}
+	u.Store(0.999999)
+	if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 1 {
+		t.Errorf("read after the refresh: %d commands, want 1 (its write set the expiry an hour on)", n)
+	}
+	env.Client.Del(ctx, key)
+	if _, err := c.GetOrLoad(ctx, key, load); err != nil {
+		t.Fatal(err)
+	}
+	if n := loads.Load(); n != 3 {
+		t.Errorf("loads %d, want 3: a deleted key read by plain GET must miss and load", n)
+	}
+	if got := rstest.Sum(t, reg, "hearth_readside_misses_total"); got != 2 {
+		t.Errorf("misses %v, want 2", got)
+	}
+}
