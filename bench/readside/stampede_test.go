@@ -361,7 +361,8 @@ type result struct {
 // counts an early refresh that shortens every window as the extra load it
 // is. A cache that loads each key once per TTL scores about 1 (the loads
 // at the start are counted, so a run of n windows holds n loads per key,
-// and a FLUSHDB adds up to one more).
+// and a FLUSHDB adds up to one more); a run of a few TTLs or less
+// overstates it, since every key's first load is counted.
 func (r result) perWindow() float64 {
 	return float64(r.loads) / (keys * r.wall.Seconds() / ttl.Seconds())
 }
