@@ -111,6 +111,9 @@ func (w *Warmer) watchRun(spec *Spec, o ordered, start time.Time) *runWatch {
 		}
 	}
 	w.metrics.behindSeconds.WithLabelValues(spec.Name).Set(0)
+	// From 0, so that the first increase shows in a rate (alerts on it).
+	w.metrics.behind.WithLabelValues(spec.Name)
+	w.metrics.overruns.WithLabelValues(spec.Name)
 	return rw
 }
 
