@@ -7,13 +7,14 @@ CONFIG  ?= config.yaml
 
 .PHONY: build run demo test test-daemon test-readside test-deps soak fuzz bench lint docker clean
 
-build: ## static binary in bin/hearth
+build: ## static binary in bin/hearth (the daemon; the demo is bin/hearth-demo, built by make demo)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth ./cmd/hearth
 
 run: build ## run the daemon on $(CONFIG)
 	./bin/hearth run --config $(CONFIG)
 
 demo: build ## self-contained demo: no Redis or PostgreSQL needed
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth-demo ./cmd/hearth-demo
 	./bin/hearth demo
 
 test: test-deps ## every test, race detector on, against real Redis and PostgreSQL; the soak for 2m on its own; then each fuzzer briefly
@@ -35,8 +36,9 @@ test-deps: ## find, install (apt-get, as root) and start what the tests need: re
 
 DURATION ?= 10m
 SEED     ?=
-soak: ## nemesis soak (docs/soak.md): three instances through a seeded fault schedule for $(DURATION); SEED=n replays one
-	SOAK_DURATION=$(DURATION) SOAK_SEED=$(SEED) $(GO) test -race -count=1 -timeout 2h -v ./soak/
+CLUSTER  ?=
+soak: ## nemesis soak (docs/soak.md): three instances through a seeded fault schedule for $(DURATION); SEED=n replays one; CLUSTER=1 on a Redis Cluster
+	SOAK_DURATION=$(DURATION) SOAK_SEED=$(SEED) SOAK_CLUSTER=$(CLUSTER) $(GO) test -race -count=1 -timeout 2h -v ./soak/
 
 FUZZTIME ?= 10s
 fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation)
@@ -45,7 +47,7 @@ fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation
 	$(GO) test -run '^$$' -fuzz '^FuzzMemberClass$$' -fuzztime $(FUZZTIME) ./warmer/
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigParse$$' -fuzztime $(FUZZTIME) ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzPointer$$' -fuzztime $(FUZZTIME) ./sources/http/
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./daemon/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePayload$$' -fuzztime $(FUZZTIME) ./changes/
 	cd readside && $(GO) test -run '^$$' -fuzz '^FuzzOpenStale$$' -fuzztime $(FUZZTIME) ./
 
 bench: ## benchmarks that print figures (see README "Performance")

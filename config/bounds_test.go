@@ -215,7 +215,7 @@ func TestEdgeDurations(t *testing.T) {
 		{"redis: {read_timeout: 1ns}\n" + base, "redis.read_timeout: must be at least 10ms (got 1ns)"},
 		{"redis: {dial_timeout: 1ms}\n" + base, "redis.dial_timeout: must be at least 10ms (got 1ms)"},
 		{"refresh: {shutdown_timeout: 1ns}\n" + base, "refresh.shutdown_timeout: must be at least 100ms (got 1ns)"},
-		{key("notify: {channel: c, coalesce: 1ns}"), "keys[p].notify.coalesce: must be 0 (the default 20ms) or at least 1ms (got 1ns)"},
+		{key("notify: {channel: c, coalesce: 1ns}"), "keys[p].notify.coalesce: must be 0 (no extra wait) or at least 1ms (got 1ns)"},
 	} {
 		_, err := config.Parse("edge.yaml", []byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), "edge.yaml: "+tc.want) {

@@ -13,13 +13,12 @@ import (
 type Notify struct {
 	// Channel is the LISTEN channel, a plain identifier.
 	Channel string `mapstructure:"channel"`
-	// Coalesce gathers notifications this long before refreshing their
-	// members in one batched load (default DefaultCoalesce).
+	// Coalesce is an extra wait before each change-driven refresh, to gather
+	// more changes into it. Zero (the default) waits for nothing: a change
+	// after an idle spell is refreshed at once, and the changes that arrive
+	// while a refresh runs are gathered into the next.
 	Coalesce time.Duration `mapstructure:"coalesce"`
 }
-
-// DefaultCoalesce is the default notify.coalesce window.
-const DefaultCoalesce = 20 * time.Millisecond
 
 // MaxCoalesce bounds notify.coalesce: longer belongs to the schedule.
 const MaxCoalesce = 10 * time.Second
@@ -51,9 +50,6 @@ func checkFreshness(c *checker, path, typ string, k Key, spec *warmer.Spec) {
 	}
 	if !identRe.MatchString(n.Channel) {
 		c.add(path+".notify.channel", "must be a lower-case identifier (letters, digits, '_', at most 63; got %q)", truncate(n.Channel))
-	}
-	if n.Coalesce == 0 {
-		n.Coalesce = DefaultCoalesce
 	}
 	spec.Notify, spec.Coalesce = n.Channel, n.Coalesce
 }

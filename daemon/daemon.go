@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/changes"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/leader"
@@ -165,7 +166,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	adm := openAdmin(srv, w, lead.Leading, pw.startAdmin, reg, log)
 	undo.push(adm.Close)
 	// Change-driven refresh (notify declarations), on the leader only.
-	chg, err := OpenChanges(ctx, w, ChangeOptions{Specs: specs, DSNs: changeDSNs(cfg), Leading: lead.Leading, Registerer: reg, Logger: log})
+	chg, err := changes.Open(ctx, w, changes.Options{Specs: specs, DSNs: changeDSNs(cfg), Leading: lead.Leading, Registerer: reg, Logger: log, ConnectTimeout: ConnectTimeout})
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,12 @@ const (
 	LinkReset  Kind = "redis link resets"
 	LinkCut    Kind = "redis link cut (one-way)"
 	LinkRenew  Kind = "redis replies slow at renewal"
+	// The Cluster variant's faults (SOAK_CLUSTER=1), each on one node of a
+	// 3-master, 3-replica Redis Cluster.
+	MasterKill  Kind = "master kill -9 + rejoin"
+	Failover    Kind = "CLUSTER FAILOVER"
+	Reshard     Kind = "reshard 2,000 slots"
+	MasterPause Kind = "master paused < node-timeout"
 )
 
 // InstanceKinds, ServerKinds and LinkKinds are the three tracks of the
@@ -54,11 +60,37 @@ var (
 	LinkKinds     = []Kind{LinkSlow, LinkNarrow, LinkReset, LinkCut, LinkRenew}
 )
 
-// AllKinds is every fault kind, in the order the verdict prints them.
-func AllKinds() []Kind {
-	out := append([]Kind(nil), InstanceKinds...)
-	out = append(out, ServerKinds...)
-	return append(out, LinkKinds...)
+// In the Cluster variant the server track keeps the origin's faults only and
+// a cluster track replaces the link track: a Redis restart, FLUSHDB and pause
+// of the only node become a master's kill -9, failover and pause; the link
+// faults are left out (Hearth finds the nodes by CLUSTER SLOTS, so a proxy in
+// front of one seed would not carry its traffic).
+var (
+	ClusterServerKinds = []Kind{PGDown, OriginSlow, OriginReset}
+	ClusterKinds       = []Kind{MasterKill, Failover, Reshard, MasterPause}
+)
+
+// AllKinds is every fault kind of the single-node soak, in the order the
+// verdict prints them.
+func AllKinds() []Kind { return Params{}.Kinds() }
+
+// Tracks are the schedule's tracks: instance, server and link faults on a
+// single node; instance, origin and cluster faults on a Cluster.
+func (p Params) Tracks() [][]Kind {
+	if p.Cluster {
+		return [][]Kind{InstanceKinds, ClusterServerKinds, ClusterKinds}
+	}
+	return [][]Kind{InstanceKinds, ServerKinds, LinkKinds}
+}
+
+// Kinds is every fault kind of the soak p describes, in the order the verdict
+// prints them.
+func (p Params) Kinds() []Kind {
+	var out []Kind
+	for _, t := range p.Tracks() {
+		out = append(out, t...)
+	}
+	return out
 }
 
 // Params are the timings of the soak's config and of Hearth's documented
@@ -72,6 +104,12 @@ type Params struct {
 	RewarmGap                  time.Duration // re-warms are coalesced at least this far apart (10 s)
 	BreakerOpenFor             time.Duration
 	Slack                      time.Duration // scheduling noise of 2 shared cores under -race
+	// Cluster: the soak runs on a Redis Cluster (its tracks, per-slot fences
+	// and per-master windows).
+	Cluster bool
+	// TolerateSpill reports FAILOVER-SPILL without failing the run
+	// (SOAK_CLUSTER_TOLERATE_SPILL=1): the known cost of a failover, issue 26.
+	TolerateSpill bool
 }
 
 // Cycle is how long a healthy leader may take to rewrite every key: one
@@ -94,6 +132,12 @@ type Event struct {
 	Target     string // process (name#generation) for instance faults, else the server
 	Start, End time.Time
 	Note       string
+	// Slots are the slots the target master served when a cluster fault
+	// began, as [start, end] ranges (nil for other faults).
+	Slots [][2]int
+	// Promoted is when a failover's replica became master (kill -9 and
+	// CLUSTER FAILOVER).
+	Promoted time.Time
 }
 
 // Read is one pass of the observer over every key: version per key index, -1
@@ -109,9 +153,19 @@ type Read struct {
 	// absent or for a family without records; nil when none was read.
 	Records []string
 	// Fence is the epoch the fence key held, Lease the epoch in the lease key
-	// (<epoch>:<token>); 0 when absent.
+	// (<epoch>:<token>); 0 when absent, Lease -1 when it could not be read.
 	Fence, Lease int64
+	// Fences is, on a Cluster, each key's own fence (its slot's), read with
+	// the key and its record in one MGET; nil on a single node, where Fence
+	// guards every key.
+	Fences []int64
+	// Unread marks the keys whose MGET failed (their master down, paused or
+	// failing over): nothing is judged of them in this read. Nil when every
+	// key was read.
+	Unread []bool
 }
+
+func (rd *Read) unread(i int) bool { return rd.Unread != nil && rd.Unread[i] }
 
 // Commit is a version the updater committed: Ack is when COMMIT returned (the
 // real commit is earlier, so staleness measured from Ack is never overstated).
@@ -140,6 +194,9 @@ type Input struct {
 	Commits [][]Commit // per key index, ascending versions
 	Samples []Sample
 	Crashes []string // processes whose output shows a panic or a data race
+	// LeaseKey is the lease's key name: on a Cluster, a master killed while
+	// serving its slot may come back (promoted) without the last lease.
+	LeaseKey string
 }
 
 // Rule names a checker rule.
@@ -155,6 +212,11 @@ const (
 	TwoWriters Rule = "TWO-WRITERS"
 	Lease      Rule = "LEASE"
 	Crash      Rule = "CRASH"
+	// FailoverSpill is a key absent on a master that did not fail, during a
+	// failover of another (kill -9 or CLUSTER FAILOVER, to the promotion +
+	// takeover): the known cost of issue 26 item 4, reported apart from
+	// MISSING and tolerated only with Params.TolerateSpill.
+	FailoverSpill Rule = "FAILOVER-SPILL"
 )
 
 // Violation is one breach, with the time span it covers.
@@ -186,6 +248,29 @@ type Report struct {
 	// Kinds is, per fault kind, how often it ran and the longest absence
 	// that overlapped one of its windows.
 	Kinds []KindStat
+	// Failovers is, per failover (kill -9 of a master, CLUSTER FAILOVER),
+	// what went missing on the failed master and on the others.
+	Failovers []FailoverStat
+	// Tolerated are the FAILOVER-SPILL violations, kept out of Violations
+	// when Params.TolerateSpill is set.
+	Tolerated []Violation
+}
+
+// FailoverStat is what one failover cost, from the fault to the promotion
+// plus a takeover (lengthened by the faults overlapping that, as the
+// FAILOVER-SPILL window): absent key-reads and distinct keys absent, on the master
+// that failed (its slots when the fault began) and on the others, and the
+// key-reads that could not be read at all (the failed master's, until the
+// promotion).
+type FailoverStat struct {
+	Kind                          Kind
+	Target                        string
+	Start                         time.Time
+	Promotion                     time.Duration // fault to promotion
+	Until                         time.Time     // the window's end
+	FailedReads, FailedKeys       int
+	SurvivingReads, SurvivingKeys int
+	Unread                        int
 }
 
 // KindStat is what one fault kind did in a soak.
@@ -204,29 +289,99 @@ func (w window) overlaps(a, b time.Time) bool { return !a.After(w.end) && !b.Bef
 
 func dataLoss(k Kind) bool { return k == RedisDown || k == RedisFlush }
 
+func failover(k Kind) bool { return k == MasterKill || k == Failover }
+
+// keyWindow is a window for some keys: every key when slots is nil, else the
+// keys in slots (or outside them, when outside is set).
+type keyWindow struct {
+	window
+	slots   [][2]int
+	outside bool
+	spill   bool // a failover's spill window: its absences are FAILOVER-SPILL
+	ev      int  // the event it came from
+}
+
+func (w keyWindow) covers(slot int) bool {
+	return w.slots == nil || inSlots(w.slots, slot) != w.outside
+}
+
+// promoted is when e's replica was promoted, or its end if it never was.
+func promoted(e Event) time.Time {
+	if e.Promoted.IsZero() {
+		return e.End
+	}
+	return e.Promoted
+}
+
 // missingWindows are the spans in which a declared key may be absent: after
 // Redis lost its data (restart, FLUSHDB), until the coalesced re-warm or a new
 // term's catch-up has run; while Redis is paused and until the new term's
 // catch-up reloaded the keys that expired meanwhile. A window that overlaps
 // another fault (no leader, origin down) lasts until that fault's own window
 // ends plus a takeover, since the reload cannot happen before.
-func missingWindows(p Params, evs []Event) []window {
-	var ms []window
-	for _, e := range evs {
+//
+// On a Cluster the windows are a master's: a paused master's keys until
+// SIGCONT + takeover; a failed master's keys (kill -9, CLUSTER FAILOVER) until
+// the promotion + re-warm gap + rewarm_check + takeover (the promoted
+// replica's new run_id re-warms its keys, and the lease may have been there).
+// A failover also has a spill window for the keys of the other masters, from
+// the fault to the promotion + takeover: their absences are FAILOVER-SPILL,
+// not excused. A failover's own staleness window does not lengthen its
+// windows (its end is the old master's rejoin, not the promotion).
+func missingWindows(p Params, evs []Event) []keyWindow {
+	var ms []keyWindow
+	for n, e := range evs {
 		switch e.Kind {
-		case RedisDown:
-			ms = append(ms, window{e.Start, e.End.Add(p.RewarmGap + p.RewarmCheck + p.Takeover())})
-		case RedisFlush:
-			ms = append(ms, window{e.Start, e.End.Add(p.RewarmGap + p.RewarmCheck + p.Takeover())})
+		case RedisDown, RedisFlush:
+			ms = append(ms, keyWindow{window: window{e.Start, e.End.Add(p.RewarmGap + p.RewarmCheck + p.Takeover())}, ev: -1})
 		case RedisPause:
-			ms = append(ms, window{e.Start, e.End.Add(p.Takeover())})
+			ms = append(ms, keyWindow{window: window{e.Start, e.End.Add(p.Takeover())}, ev: -1})
+		case MasterPause:
+			ms = append(ms, keyWindow{window: window{e.Start, e.End.Add(p.Takeover())}, slots: e.Slots, ev: -1})
+		case MasterKill, Failover:
+			ms = append(ms, keyWindow{window: window{e.Start, promoted(e).Add(p.RewarmGap + p.RewarmCheck + p.Takeover())}, slots: e.Slots, ev: -1},
+				keyWindow{window: window{e.Start, promoted(e).Add(p.Takeover())}, slots: e.Slots, outside: true, spill: true, ev: -1})
+		default:
+			continue
+		}
+		for i := len(ms) - 1; i >= 0 && ms[i].ev < 0; i-- {
+			ms[i].ev = n
 		}
 	}
-	others := staleWindows(p, evs)
+	var others []window
+	var from []int
+	for n, e := range evs {
+		if e.Kind != Reload {
+			others = append(others, window{e.Start, e.End.Add(recovery(p, e.Kind))})
+			from = append(from, n)
+		}
+	}
+	// A spill window is lengthened by the faults overlapping it as it was
+	// planned (one in progress at the promotion may delay the takeover), not
+	// from one to the next: an absence long after the failover is not its cost.
+	for i := range ms {
+		if !ms[i].spill {
+			continue
+		}
+		orig := ms[i].window
+		for k, o := range others {
+			if from[k] != ms[i].ev && o.overlaps(orig.start, orig.end) {
+				if end := o.end.Add(p.Takeover()); end.After(ms[i].end) {
+					ms[i].end = end
+				}
+			}
+		}
+	}
 	for changed := true; changed; {
 		changed = false
 		for i := range ms {
-			for _, o := range others {
+			if ms[i].spill {
+				continue
+			}
+			for k, o := range others {
+				if from[k] == ms[i].ev && failover(evs[ms[i].ev].Kind) {
+					continue
+				}
 				if o.overlaps(ms[i].start, ms[i].end) {
 					if end := o.end.Add(p.Takeover()); end.After(ms[i].end) {
 						ms[i].end, changed = end, true
@@ -234,7 +389,7 @@ func missingWindows(p Params, evs []Event) []window {
 				}
 			}
 			for j := range ms {
-				if j != i && ms[j].overlaps(ms[i].start, ms[i].end) && ms[j].end.After(ms[i].end) {
+				if j != i && !ms[j].spill && ms[j].slots == nil && ms[j].overlaps(ms[i].start, ms[i].end) && ms[j].end.After(ms[i].end) {
 					ms[i].end, changed = ms[j].end, true
 				}
 			}
@@ -262,9 +417,10 @@ func staleWindows(p Params, evs []Event) []window {
 // refused), so it recovers like a leader that went.
 func recovery(p Params, k Kind) time.Duration {
 	switch k {
-	case Kill, PauseShort, PauseLong, Term, RedisPause, LinkSlow, LinkNarrow, LinkReset, LinkCut, LinkRenew:
+	case Kill, PauseShort, PauseLong, Term, RedisPause, LinkSlow, LinkNarrow, LinkReset, LinkCut, LinkRenew,
+		MasterPause, Reshard:
 		return p.Takeover()
-	case RedisDown, RedisFlush:
+	case RedisDown, RedisFlush, MasterKill, Failover:
 		return p.RewarmGap + p.RewarmCheck + p.Takeover()
 	case PGDown, OriginSlow, OriginReset:
 		return p.BreakerOpenFor + p.LoadTimeout + p.Slack
@@ -318,6 +474,15 @@ func Judge(in Input) Report {
 
 	missing := missingWindows(p, in.Events)
 	stale := staleWindows(p, in.Events)
+	slots := make([]int, len(in.Keys))
+	for i, k := range in.Keys {
+		slots[i] = Slot(k)
+	}
+	fos := failoverStats(p, in.Events, missing)
+	foKeys := make([]map[int]bool, len(fos))
+	for i := range foKeys {
+		foKeys[i] = map[int]bool{}
+	}
 	seen := make([]int64, len(in.Keys))
 	absentSince := make([]time.Time, len(in.Keys))
 	var absences []window // each key's absent stretch: first absent read to the next read that found it
@@ -329,15 +494,26 @@ func Judge(in Input) Report {
 			continue
 		}
 		r.Reads++
-		excused := false
+		var now []keyWindow
 		for _, w := range missing {
 			if w.overlaps(rd.Sent, rd.Recv) {
-				excused = true
-				break
+				now = append(now, w)
+			}
+		}
+		var foNow []int
+		for j, f := range fos {
+			if f.w.overlaps(rd.Sent, rd.Recv) {
+				foNow = append(foNow, j)
 			}
 		}
 		for i, v := range rd.Versions {
 			key := in.Keys[i]
+			if rd.unread(i) {
+				for _, j := range foNow {
+					fos[j].Unread++
+				}
+				continue // its master did not answer: nothing to judge
+			}
 			if v == -1 && absentSince[i].IsZero() {
 				absentSince[i] = rd.Sent
 			} else if v != -1 && !absentSince[i].IsZero() {
@@ -347,9 +523,33 @@ func Judge(in Input) Report {
 			}
 			switch {
 			case v == -1:
-				if excused {
+				for _, j := range foNow {
+					if inSlots(fos[j].slots, slots[i]) {
+						fos[j].FailedReads++
+					} else {
+						fos[j].SurvivingReads++
+					}
+					foKeys[j][i] = true
+				}
+				var excused bool
+				var spill *Event
+				for _, w := range now {
+					if !w.covers(slots[i]) {
+						continue
+					}
+					if !w.spill {
+						excused = true
+					} else if e := &in.Events[w.ev]; spill == nil || e.Start.After(spill.Start) {
+						spill = e // the latest failover it overlaps
+					}
+				}
+				switch {
+				case excused:
 					r.Absent++
-				} else {
+				case spill != nil:
+					flag(FailoverSpill, key, rd.Sent, fmt.Sprintf("absent on a master that did not fail, during %s of %s at %s (promoted after %s)",
+						spill.Kind, spill.Target, clock(spill.Start), promoted(*spill).Sub(spill.Start).Round(time.Millisecond)))
+				default:
 					flag(Missing, key, rd.Sent, "absent outside every documented window")
 				}
 				continue
@@ -395,11 +595,61 @@ func Judge(in Input) Report {
 		}
 	}
 	r.Kinds = kindStats(p, in.Events, absences)
+	for j := range fos {
+		for i := range foKeys[j] {
+			if inSlots(fos[j].slots, slots[i]) {
+				fos[j].FailedKeys++
+			} else {
+				fos[j].SurvivingKeys++
+			}
+		}
+		r.Failovers = append(r.Failovers, fos[j].FailoverStat)
+	}
 
 	judgeWriters(in, &r, flag)
 	judgeRecords(in, &r, flag)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].First.Before(r.Violations[j].First) })
+	if p.TolerateSpill {
+		kept := r.Violations[:0]
+		for _, v := range r.Violations {
+			if v.Rule == FailoverSpill {
+				r.Tolerated = append(r.Tolerated, v)
+			} else {
+				kept = append(kept, v)
+			}
+		}
+		r.Violations = kept
+	}
 	return r
+}
+
+type failoverWindow struct {
+	FailoverStat
+	w     window
+	slots [][2]int
+}
+
+// failoverStats are the failovers of evs, each with its spill window: the
+// fault to the promotion + takeover, lengthened by the faults overlapping it.
+func failoverStats(p Params, evs []Event, ms []keyWindow) []failoverWindow {
+	var out []failoverWindow
+	for n, e := range evs {
+		if !failover(e.Kind) || strings.HasPrefix(e.Note, "skipped") {
+			continue
+		}
+		w := window{e.Start, promoted(e).Add(p.Takeover())}
+		for _, m := range ms {
+			if m.spill && m.ev == n {
+				w = m.window
+			}
+		}
+		out = append(out, failoverWindow{
+			FailoverStat: FailoverStat{Kind: e.Kind, Target: e.Target, Start: e.Start, Promotion: promoted(e).Sub(e.Start), Until: w.end},
+			w:            w,
+			slots:        e.Slots,
+		})
+	}
+	return out
 }
 
 // judgeWriters applies SAME-EPOCH and TWO-WRITERS to the scrapes.
@@ -462,7 +712,9 @@ func judgeWriters(in Input, r *Report, flag func(Rule, string, time.Time, string
 		switch {
 		case e.Kind == PauseShort || e.Kind == PauseLong:
 			stopped[e.Target] = append(stopped[e.Target], window{e.Start, e.End})
-		case dataLoss(e.Kind):
+		case dataLoss(e.Kind), e.Kind == MasterKill:
+			// A kill -9 of a master may lose the fences it had not yet
+			// replicated: its promoted replica may hold older ones.
 			losses = append(losses, e.Start)
 		}
 	}
@@ -509,7 +761,7 @@ func judgeWriters(in Input, r *Report, flag func(Rule, string, time.Time, string
 func kindStats(p Params, evs []Event, absences []window) []KindStat {
 	idx := map[Kind]int{}
 	var out []KindStat
-	for _, k := range AllKinds() {
+	for _, k := range p.Kinds() {
 		idx[k] = len(out)
 		out = append(out, KindStat{Kind: k})
 	}
@@ -556,18 +808,36 @@ func kindStats(p Params, evs []Event, absences []window) []KindStat {
 // SIGSTOP of the epoch's process (from /metrics) excuses it too, since a
 // process stopped between its check and its write sends it when it wakes (the
 // fence, not the lease, stops that one).
+//
+// On a Cluster each key is judged against its own slot's fence, read with it;
+// a kill -9 of a master is a data loss for the slots it served (its replica
+// may not have the last fences; the lease too, if its slot was there).
 func judgeRecords(in Input, r *Report, flag func(Rule, string, time.Time, string)) {
-	var losses []time.Time
+	type loss struct {
+		at    time.Time
+		slots [][2]int // nil: every slot
+	}
+	var losses []loss
 	stopped := map[string][]window{}
 	for _, e := range in.Events {
 		switch {
 		case dataLoss(e.Kind):
-			losses = append(losses, e.Start)
+			losses = append(losses, loss{at: e.Start})
+		case e.Kind == MasterKill:
+			losses = append(losses, loss{at: e.Start, slots: e.Slots})
 		case e.Kind == PauseShort || e.Kind == PauseLong:
 			stopped[e.Target] = append(stopped[e.Target], window{e.Start, e.End})
 		}
 	}
-	sort.Slice(losses, func(i, j int) bool { return losses[i].Before(losses[j]) })
+	sort.Slice(losses, func(i, j int) bool { return losses[i].at.Before(losses[j].at) })
+	slots := make([]int, len(in.Keys))
+	for i, k := range in.Keys {
+		slots[i] = Slot(k)
+	}
+	leaseSlot := -1
+	if in.LeaseKey != "" {
+		leaseSlot = Slot(in.LeaseKey)
+	}
 	owner := map[int64]string{}
 	for _, s := range in.Samples {
 		if s.Leader && s.Epoch > 0 && owner[s.Epoch] == "" {
@@ -576,23 +846,38 @@ func judgeRecords(in Input, r *Report, flag func(Rule, string, time.Time, string
 	}
 	last := make([]string, len(in.Keys))
 	var prev *Read
-	var floor int64
-	var floorAt time.Time
+	floor := make([]int64, len(in.Keys)) // the highest fence seen guarding each key
+	floorAt := make([]time.Time, len(in.Keys))
+	rebase := make([]bool, len(in.Keys))
 	held := map[int64]bool{}       // epochs seen holding the lease since the last data loss
 	ended := map[int64]time.Time{} // epoch → the read that found its lease gone
 	li := 0
 	for k := range in.Reads {
 		rd := &in.Reads[k]
-		lost := false
-		for li < len(losses) && !losses[li].After(rd.Recv) {
-			li, lost = li+1, true
-		}
-		if lost {
-			floor, held = 0, map[int64]bool{}
+		for ; li < len(losses) && !losses[li].at.After(rd.Recv); li++ {
+			l := losses[li]
+			for i := range floor {
+				if l.slots == nil || inSlots(l.slots, slots[i]) {
+					floor[i] = 0
+					// The promoted replica may hold an older record: the
+					// next one read is where judging starts again.
+					rebase[i] = l.slots != nil
+				}
+			}
+			if l.slots == nil || leaseSlot < 0 || inSlots(l.slots, leaseSlot) {
+				held = map[int64]bool{}
+			}
 		}
 		if rd.Records != nil {
 			for i, rec := range rd.Records {
-				if i >= len(last) || rec == last[i] {
+				if i >= len(last) || rd.unread(i) {
+					continue
+				}
+				if rebase[i] {
+					last[i], rebase[i] = rec, false
+					continue
+				}
+				if rec == last[i] {
 					continue
 				}
 				last[i] = rec
@@ -610,9 +895,9 @@ func judgeRecords(in Input, r *Report, flag func(Rule, string, time.Time, string
 				if prev == nil {
 					continue // the first read: nothing before it to judge from
 				}
-				if e < floor {
+				if e < floor[i] {
 					flag(TwoWriters, key, rd.Sent, fmt.Sprintf("a write with epoch %d (record %s) landed between %s and %s, after the fence held epoch %d (read %s)",
-						e, short(rec), clock(prev.Sent), clock(rd.Recv), floor, clock(floorAt)))
+						e, short(rec), clock(prev.Sent), clock(rd.Recv), floor[i], clock(floorAt[i])))
 				}
 				if end, ok := ended[e]; ok && prev.Sent.Sub(end) > leaseGuard {
 					paused := false
@@ -628,21 +913,29 @@ func judgeRecords(in Input, r *Report, flag func(Rule, string, time.Time, string
 				}
 			}
 		}
-		for e := range held {
-			if e != rd.Lease {
-				if _, ok := ended[e]; !ok {
-					ended[e] = rd.Recv
+		if rd.Lease >= 0 { // -1: the lease's master did not answer
+			for e := range held {
+				if e != rd.Lease {
+					if _, ok := ended[e]; !ok {
+						ended[e] = rd.Recv
+					}
+					delete(held, e)
 				}
-				delete(held, e)
+			}
+			if rd.Lease > 0 {
+				if _, ok := ended[rd.Lease]; !ok {
+					held[rd.Lease] = true
+				}
 			}
 		}
-		if rd.Lease > 0 {
-			if _, ok := ended[rd.Lease]; !ok {
-				held[rd.Lease] = true
+		for i := range floor {
+			f := rd.Fence
+			if rd.Fences != nil {
+				f = rd.Fences[i]
 			}
-		}
-		if rd.Fence > floor {
-			floor, floorAt = rd.Fence, rd.Sent
+			if !rd.unread(i) && f > floor[i] {
+				floor[i], floorAt[i] = f, rd.Sent
+			}
 		}
 		prev = rd
 	}
@@ -671,6 +964,8 @@ func Format(in Input, r Report, seed uint64) string {
 	verdict := "PASS"
 	if !r.OK() {
 		verdict = fmt.Sprintf("FAIL (%d violations)", len(r.Violations))
+	} else if len(r.Tolerated) > 0 {
+		verdict = fmt.Sprintf("PASS with %d FAILOVER-SPILL tolerated", len(r.Tolerated))
 	}
 	fmt.Fprintf(&b, "soak verdict: %s — seed %d, %s judged, %d keys\n", verdict, seed, in.End.Sub(in.Start).Round(time.Second), len(in.Keys))
 	fmt.Fprintf(&b, "  reads %d (one read = every key), absences inside windows %d, commits %d, epochs %d, leading processes %d, max value age %s (%s)\n",
@@ -680,6 +975,16 @@ func Format(in Input, r Report, seed uint64) string {
 	for _, k := range r.Kinds {
 		fmt.Fprintf(&b, "    %-30s %3d  %s\n", k.Kind, k.Count, k.MaxAbsent.Round(time.Millisecond))
 	}
+	if len(r.Failovers) > 0 {
+		fmt.Fprintf(&b, "  failovers (fault to promotion + takeover %s, lengthened by the faults overlapping it): absent key-reads (distinct keys) on the failed master | on the surviving masters, unreadable key-reads:\n", in.Params.Takeover())
+		var fr, fk, sr, sk int
+		for _, f := range r.Failovers {
+			fmt.Fprintf(&b, "    %s – %s  %-23s %-16s promoted after %-8s failed %4d (%2d) | surviving %4d (%2d), unread %d\n",
+				off(f.Start), off(f.Until), f.Kind, f.Target, f.Promotion.Round(time.Millisecond), f.FailedReads, f.FailedKeys, f.SurvivingReads, f.SurvivingKeys, f.Unread)
+			fr, fk, sr, sk = fr+f.FailedReads, fk+f.FailedKeys, sr+f.SurvivingReads, sk+f.SurvivingKeys
+		}
+		fmt.Fprintf(&b, "    total: failed masters %d key-reads (%d keys), surviving masters %d key-reads (%d keys)\n", fr, fk, sr, sk)
+	}
 	fmt.Fprintf(&b, "  windows: cycle %s, takeover %s, re-warm gap %s, max_stale+ttl+cycle %s\n", in.Params.Cycle(), in.Params.Takeover(), in.Params.RewarmGap, in.Params.HardStale())
 	fmt.Fprintf(&b, "fault timeline (t=0 is %s UTC, every key warm):\n", clock(in.Start))
 	for _, e := range in.Events {
@@ -688,6 +993,12 @@ func Format(in Input, r Report, seed uint64) string {
 	if len(r.Violations) > 0 {
 		fmt.Fprintf(&b, "violations:\n")
 		for _, v := range r.Violations {
+			fmt.Fprintf(&b, "  %s – %s  %-11s %s ×%d: %s\n", off(v.First), off(v.Last), v.Rule, v.Key, v.Count, v.Detail)
+		}
+	}
+	if len(r.Tolerated) > 0 {
+		fmt.Fprintf(&b, "tolerated (SOAK_CLUSTER_TOLERATE_SPILL=1; the known cost of a failover, issue 26 item 4):\n")
+		for _, v := range r.Tolerated {
 			fmt.Fprintf(&b, "  %s – %s  %-11s %s ×%d: %s\n", off(v.First), off(v.Last), v.Rule, v.Key, v.Count, v.Detail)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,19 +58,24 @@ const (
 
 // The keys of Hearth's own that the observer reads beside the values, as
 // docs/leadership.md and docs/faults.md name them for namespace hearth on one
-// node; the version records' names are found by SCAN (recordKeys).
+// node; the version records' names are found by SCAN (recordKeys). On a
+// Cluster the fences are per slot (clusterNames).
 const (
 	fenceKey = "hearth:fence"
 	leaseKey = "hearth:{lease}"
 )
 
-func configText(redisAddr, dsn string, jitter float64) string {
+func configText(redisAddrs []string, dsn string, jitter float64) string {
+	quoted := make([]string, len(redisAddrs))
+	for i, a := range redisAddrs {
+		quoted[i] = strconv.Quote(a)
+	}
 	var members []string
 	for i := 1; i <= soakKeys; i++ {
 		members = append(members, strconv.Quote(strconv.Itoa(i)))
 	}
 	return fmt.Sprintf(`redis:
-  addrs: [%q]
+  addrs: [%s]
   namespace: hearth
   dial_timeout: 500ms
   read_timeout: 500ms
@@ -113,7 +120,7 @@ keys:
     members: [%[13]s]
     query: "SELECT id, 'v' || version, version FROM items WHERE id = ANY($1)"
     version_column: version
-`, redisAddr, params.LoadTimeout, params.Spread, jitter, params.MaxStale, params.Lease, params.Retry,
+`, strings.Join(quoted, ", "), params.LoadTimeout, params.Spread, jitter, params.MaxStale, params.Lease, params.Retry,
 		params.RewarmCheck, dsn, params.BreakerOpenFor, params.TTL, params.Interval, strings.Join(members, ", "))
 }
 
@@ -157,7 +164,10 @@ func env(name, def string) string {
 // 2m), while an updater bumps versioned rows, an observer reads every key
 // every 100 ms and a scraper reads each instance's /metrics every 250 ms; then
 // the checker judges what they saw (docs/soak.md). SOAK_SEED replays a
-// schedule; unset, the seed is the clock's and is printed.
+// schedule; unset, the seed is the clock's and is printed. SOAK_CLUSTER=1 runs
+// the Cluster variant: a private 3-master, 3-replica Redis Cluster and its
+// faults; SOAK_CLUSTER_TOLERATE_SPILL=1 reports FAILOVER-SPILL without
+// failing.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak: runs for minutes")
@@ -172,11 +182,18 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("SOAK_SEED=%q: %v", s, err)
 		}
 	}
-	t.Logf("soak: seed %d, %s (replay: make soak SEED=%d DURATION=%s)", seed, total, seed, total)
-	in, r := run(t, total, seed, soak.Schedule(seed, total, params), nil)
+	p := params
+	replay := fmt.Sprintf("make soak SEED=%d DURATION=%s", seed, total)
+	if os.Getenv("SOAK_CLUSTER") == "1" {
+		p.Cluster = true
+		p.TolerateSpill = os.Getenv("SOAK_CLUSTER_TOLERATE_SPILL") == "1"
+		replay += " CLUSTER=1"
+	}
+	t.Logf("soak: seed %d, %s, cluster %t (replay: %s)", seed, total, p.Cluster, replay)
+	in, r := run(t, p, total, seed, soak.Schedule(seed, total, p), nil)
 	t.Log("\n" + soak.Format(in, r, seed))
 	if !r.OK() {
-		t.Errorf("soak: %d violations; replay with make soak SEED=%d DURATION=%s", len(r.Violations), seed, total)
+		t.Errorf("soak: %d violations; replay with %s", len(r.Violations), replay)
 	}
 	if r.WriterChecks == 0 {
 		t.Error("soak: no scrape interval with landed writes was judged: the scrapers saw no writer")
@@ -198,6 +215,9 @@ func TestSoak(t *testing.T) {
 func TestSoakCatchesPlantedFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak: runs for 30s")
+	}
+	if os.Getenv("SOAK_CLUSTER") == "1" {
+		t.Skip("soak: the planted faults prove the single-node harness; the Cluster variant's rules are proven by the checker's tests (cluster_test.go)")
 	}
 	// Each fault is planted every 50 ms for a second, so the observer
 	// (every 100 ms) cannot miss it between two of Hearth's rewrites.
@@ -246,7 +266,7 @@ func TestSoakCatchesPlantedFaults(t *testing.T) {
 			planted[soak.TwoWriters] = "soak:row:4"
 		}
 	}
-	in, r := run(t, 30*time.Second, 1, nil, plant)
+	in, r := run(t, params, 30*time.Second, 1, nil, plant)
 	t.Log("\n" + soak.Format(in, r, 1))
 	got := map[soak.Rule]string{}
 	for _, v := range r.Violations {
@@ -270,14 +290,28 @@ func TestSoakCatchesPlantedFaults(t *testing.T) {
 
 // run starts the servers and instances, runs plan (and plant, if not nil,
 // every 50 ms with the time since every key was warm) for total, and judges.
-func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plant func(context.Context, time.Duration, *redis.Client)) (soak.Input, soak.Report) {
+// With p.Cluster, Redis is a private Cluster: the instances are seeded with
+// every node, the observer reads through a cluster client, and the cluster
+// track's faults run on their own goroutine (clusterTrack).
+func run(t *testing.T, p soak.Params, total time.Duration, seed uint64, plan []soak.Fault, plant func(context.Context, time.Duration, *redis.Client)) (soak.Input, soak.Report) {
 	ctx := t.Context()
-	rs := testenv.PrivateRedis(t)
+	var rs *testenv.RedisServer
+	var cl *testenv.Cluster
+	var obs *redis.Client
+	var cobs *redis.ClusterClient
+	if p.Cluster {
+		cl = testenv.RedisCluster(t)
+		cobs = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DialTimeout: 300 * time.Millisecond,
+			ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+		t.Cleanup(func() { _ = cobs.Close() })
+	} else {
+		rs = testenv.PrivateRedis(t)
+		obs = redis.NewClient(&redis.Options{Addr: rs.Addr, DialTimeout: 300 * time.Millisecond,
+			ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+		t.Cleanup(func() { _ = obs.Close() })
+	}
 	pg := testenv.PrivatePostgres(t)
 	proxy := testenv.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.Port))
-	obs := redis.NewClient(&redis.Options{Addr: rs.Addr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { _ = obs.Close() })
 	pool, err := pgxpool.New(ctx, pg.DSN()+"&connect_timeout=1")
 	if err != nil {
 		t.Fatal(err)
@@ -299,15 +333,25 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 	insts := make([]*instance, soakInstance)
 	for i := range insts {
 		name := string(rune('a' + i))
-		insts[i] = &instance{name: name, addr: e2e.FreeAddr(t), wantUp: true,
-			link: testenv.NewProxy(t, rs.Addr), cfg: filepath.Join(dir, name+".yaml")}
+		insts[i] = &instance{name: name, addr: e2e.FreeAddr(t), wantUp: true, cfg: filepath.Join(dir, name+".yaml")}
+		if !p.Cluster {
+			insts[i].link = testenv.NewProxy(t, rs.Addr)
+		}
 	}
 	// Each instance has its own config file, the same but for the address
-	// of its own proxy to Redis.
+	// of its own proxy to Redis. On a Cluster every instance is seeded with
+	// every node, directly: Hearth finds the nodes by CLUSTER SLOTS, so a
+	// proxy in front of one seed would not carry its traffic.
 	writeConfig := func() {
 		for _, in := range insts {
 			tmp := in.cfg + ".tmp"
-			if err := os.WriteFile(tmp, []byte(configText(in.link.Addr, dsn, jitter)), 0o600); err != nil {
+			addrs := []string{}
+			if p.Cluster {
+				addrs = cl.Addrs()
+			} else {
+				addrs = append(addrs, in.link.Addr)
+			}
+			if err := os.WriteFile(tmp, []byte(configText(addrs, dsn, jitter)), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Rename(tmp, in.cfg); err != nil {
@@ -345,7 +389,13 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 	}
 	// Warm: one leader ready, every key present.
 	testenv.Eventually(t, 60*time.Second, "a leader ready and every key warm", func() bool {
-		vals, err := obs.MGet(ctx, keys...).Result()
+		var vals []any
+		var err error
+		if p.Cluster {
+			vals, err = clusterGet(ctx, cobs, keys)
+		} else {
+			vals, err = obs.MGet(ctx, keys...).Result()
+		}
 		if err != nil {
 			return false
 		}
@@ -356,17 +406,38 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 		}
 		return true
 	})
-	records := recordKeys(t, obs, keys)
-
-	rec := &recorder{keys: keys, records: records, commits: make([][]soak.Commit, soakKeys)}
+	rec := &recorder{keys: keys, commits: make([][]soak.Commit, soakKeys)}
+	if p.Cluster {
+		rec.records, rec.fences = clusterNames(t, cobs, keys)
+	} else {
+		rec.records = recordKeys(t, obs, keys)
+	}
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { rec.observe(bg, obs) })
+	if p.Cluster {
+		wg.Go(func() { rec.observeCluster(bg, cobs) })
+	} else {
+		wg.Go(func() { rec.observe(bg, obs) })
+	}
 	wg.Go(func() { rec.update(bg, pool, seed) })
 	for _, in := range insts {
 		wg.Go(func() { rec.scrape(bg, in) })
 	}
 	begin := time.Now()
+	end := begin.Add(total)
+	var clusterEvents []soak.Event
+	if p.Cluster {
+		var own, rest []soak.Fault
+		for _, f := range plan {
+			if slices.Contains(soak.ClusterKinds, f.Kind) {
+				own = append(own, f)
+			} else {
+				rest = append(rest, f)
+			}
+		}
+		plan = rest
+		wg.Go(func() { clusterEvents = clusterTrack(bg, t, cl, own, begin, end, seed) })
+	}
 
 	// The executor: starts and ends faults on time, and restarts instances
 	// that should be up (a restart while Redis or PostgreSQL is down exits 1:
@@ -408,7 +479,6 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 		}
 		return pick[rng.IntN(len(pick))], as
 	}
-	end := begin.Add(total)
 	for now := time.Now(); now.Before(end); now = time.Now() {
 		for next < len(plan) && !begin.Add(plan[next].At).After(now) {
 			f := plan[next]
@@ -558,8 +628,11 @@ func run(t *testing.T, total time.Duration, seed uint64, plan []soak.Fault, plan
 		checkCrash(p, "a process")
 	}
 
+	events = append(events, clusterEvents...)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Start.Before(events[j].Start) })
 	in := rec.input()
-	in.Params, in.Start, in.End, in.Keys, in.Events, in.Crashes = params, begin, time.Now(), keys, events, crashes
+	in.Params, in.Start, in.End, in.Keys, in.Events, in.Crashes = p, begin, time.Now(), keys, events, crashes
+	in.LeaseKey = leaseKey
 	return in, soak.Judge(in)
 }
 
@@ -594,8 +667,9 @@ func role(addr string) string {
 // recorder holds what the observer, the updater and the scrapers saw.
 type recorder struct {
 	keys []string
-	// records[i] is the name of keys[i]'s version record, "" for none.
-	records []string
+	// records[i] is the name of keys[i]'s version record, "" for none;
+	// fences[i] its fence's on a Cluster.
+	records, fences []string
 
 	mu      sync.Mutex
 	reads   []soak.Read
@@ -675,21 +749,13 @@ func (r *recorder) observe(ctx context.Context, c *redis.Client) {
 			rd.Records[i], _ = all[len(r.keys)+j].(string)
 		}
 		for i, v := range vals {
-			s, ok := v.(string)
-			if v == nil {
-				rd.Versions[i] = -1
-				continue
-			}
-			n, err := strconv.ParseInt(strings.TrimPrefix(s, "v"), 10, 64)
-			if !ok || !strings.HasPrefix(s, "v") || err != nil || n < 1 {
-				rd.Versions[i] = -2
+			rd.Versions[i] = versionOf(v)
+			if rd.Versions[i] == -2 {
 				if rd.Raw == nil {
 					rd.Raw = make([]string, len(vals))
 				}
-				rd.Raw[i] = s
-				continue
+				rd.Raw[i], _ = v.(string)
 			}
-			rd.Versions[i] = n
 		}
 		r.mu.Lock()
 		r.reads = append(r.reads, rd)

@@ -63,10 +63,11 @@ type Spec struct {
 	// a write never replaces a value of a newer version (see version.go).
 	VersionColumn string
 	// Notify is the PostgreSQL channel whose notifications name changed
-	// members (see daemon/changes.go); empty for none.
+	// members (see package changes); empty for none.
 	Notify string
-	// Coalesce is how long change notifications are gathered before their
-	// members are refreshed in one batched load.
+	// Coalesce is an extra wait before a change-driven refresh, to gather
+	// more changes into it; zero refreshes at once when idle and gathers only
+	// while a refresh is in flight.
 	Coalesce time.Duration
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -399,7 +400,20 @@ func (c *Cluster) KillMaster(t testing.TB, m *RedisServer) *RedisServer {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	id := c.NodeID(t, m)
+	replica := c.ReplicaOf(t, m)
+	m.Kill(t)
+	if err := waitPromoted(replica); err != nil {
+		t.Fatalf("testenv: after killing %s: %v", m.Addr, err)
+	}
+	if err := c.waitStable(30 * time.Second); err != nil {
+		t.Fatalf("testenv: after killing %s: %v", m.Addr, err)
+	}
+	return replica
+}
+
+// ReplicaOf returns a running replica of master m (the test fails if it has none).
+func (c *Cluster) ReplicaOf(t testing.TB, m *RedisServer) *RedisServer {
+	t.Helper()
 	var replica *RedisServer
 	for _, n := range c.Nodes {
 		if n == m || !n.running() {
@@ -416,26 +430,60 @@ func (c *Cluster) KillMaster(t testing.TB, m *RedisServer) *RedisServer {
 		}
 	}
 	if replica == nil {
-		t.Fatalf("testenv: master %s (%s) has no running replica", m.Addr, id)
+		t.Fatalf("testenv: master %s (%s) has no running replica", m.Addr, c.NodeID(t, m))
 	}
-	m.Kill(t)
-	err := waitFor(30*time.Second, 50*time.Millisecond, nil, func() error {
-		v, err := viewOf(context.Background(), replica.Addr)
+	return replica
+}
+
+// Replicas returns the running nodes that are not masters serving slots now.
+func (c *Cluster) Replicas(t testing.TB) []*RedisServer {
+	t.Helper()
+	masters := c.Masters(t)
+	var out []*RedisServer
+	for _, n := range c.Nodes {
+		if n.running() && !slices.Contains(masters, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// WaitPromoted waits (up to 30 s) until n is a master serving slots: a
+// replica promoted after its master failed or by CLUSTER FAILOVER.
+func (c *Cluster) WaitPromoted(t testing.TB, n *RedisServer) {
+	t.Helper()
+	if err := waitPromoted(n); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+}
+
+func waitPromoted(n *RedisServer) error {
+	return waitFor(30*time.Second, 50*time.Millisecond, nil, func() error {
+		v, err := viewOf(context.Background(), n.Addr)
 		if err != nil {
 			return err
 		}
 		if v.role != "master" || v.nslots == 0 {
-			return errors.New("replica " + replica.Addr + " not promoted yet")
+			return errors.New("replica " + n.Addr + " not promoted yet")
 		}
 		return nil
 	})
+}
+
+// Failover sends CLUSTER FAILOVER to replica (a graceful failover: its
+// master stops taking writes until the replica has caught up, then the two
+// swap roles), waits until the replica serves the slots and the cluster is
+// ok again.
+func (c *Cluster) Failover(t testing.TB, replica *RedisServer) {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	err := cl.ClusterFailover(context.Background()).Err()
+	_ = cl.Close()
 	if err != nil {
-		t.Fatalf("testenv: after killing %s: %v", m.Addr, err)
+		t.Fatalf("testenv: cluster failover on %s: %v", replica.Addr, err)
 	}
-	if err := c.waitStable(30 * time.Second); err != nil {
-		t.Fatalf("testenv: after killing %s: %v", m.Addr, err)
-	}
-	return replica
+	c.WaitPromoted(t, replica)
+	c.WaitStable(t)
 }
 
 // Restart starts a killed or stopped node again (same port, same nodes.conf,

@@ -1,4 +1,4 @@
-package daemon_test
+package changes_test
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/changes"
 	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/migrations"
@@ -40,7 +40,7 @@ type changeEnv struct {
 	w       *warmer.Warmer
 	reg     *prometheus.Registry
 	term    *leader.Term
-	chg     *daemon.Changes
+	chg     *changes.Listeners
 	// standby, when set, makes the listener see this instance as not leading.
 	standby atomic.Bool
 }
@@ -66,18 +66,39 @@ func notifyFunctionSQL(t *testing.T) string {
 // the listener connects to (a proxy in the fault tests).
 func newChangeEnv(t *testing.T, pool *pgxpool.Pool, loadDSN, listenDSN string, rows int) *changeEnv {
 	t.Helper()
-	return newChangeEnvSpaced(t, pool, loadDSN, listenDSN, rows, 300*time.Millisecond)
+	return newChangeEnvWith(t, pool, loadDSN, listenDSN, rows, envOptions{})
 }
 
 // newChangeEnvSpaced is newChangeEnv with change-driven full refreshes minFull apart.
 func newChangeEnvSpaced(t *testing.T, pool *pgxpool.Pool, loadDSN, listenDSN string, rows int, minFull time.Duration) *changeEnv {
 	t.Helper()
+	return newChangeEnvWith(t, pool, loadDSN, listenDSN, rows, envOptions{minFull: minFull})
+}
+
+// envOptions shape a changeEnv beyond its defaults.
+type envOptions struct {
+	minFull  time.Duration // change-driven full refreshes this far apart (300 ms)
+	coalesce time.Duration // notify.coalesce (0, the default)
+	batch    int           // batch_size (the default)
+	// gate, when set, makes every load of the origin take this advisory lock
+	// shared and count itself in the sequence origin_loads: a test holding
+	// it exclusively holds the loads back.
+	gate int64
+}
+
+// newChangeEnvWith is newChangeEnv shaped by o.
+func newChangeEnvWith(t *testing.T, pool *pgxpool.Pool, loadDSN, listenDSN string, rows int, o envOptions) *changeEnv {
+	t.Helper()
+	if o.minFull == 0 {
+		o.minFull = 300 * time.Millisecond
+	}
 	ctx := context.Background()
 	r := testenv.Redis(t)
 	channel := "hearth_test_" + strconv.FormatUint(rand.Uint64()%1e12, 10)
 	e := &changeEnv{t: t, pool: pool, rdb: r.Client, prefix: r.Prefix, channel: channel, rows: rows, reg: prometheus.NewRegistry()}
 	for _, q := range []string{
 		`CREATE TABLE products (id bigint PRIMARY KEY, name text NOT NULL, version bigint NOT NULL DEFAULT 1)`,
+		`CREATE SEQUENCE origin_loads`,
 		fmt.Sprintf(`INSERT INTO products (id, name) SELECT i, 'product ' || i FROM generate_series(1, %d) AS i`, rows),
 		notifyFunctionSQL(t),
 	} {
@@ -102,13 +123,19 @@ func newChangeEnvSpaced(t *testing.T, pool *pgxpool.Pool, loadDSN, listenDSN str
 	cfg := config.Default()
 	cfg.Redis.Namespace = ns
 	cfg.Sources = []config.Source{{Name: "db", Type: "postgres", DSN: loadDSN}}
+	query := `SELECT id::text, json_build_object('id', id, 'name', name, 'version', version)::text, version
+FROM products WHERE id = ANY($1::bigint[])`
+	if o.gate != 0 {
+		query = fmt.Sprintf(`WITH gate AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(%d)::text AS g, nextval('origin_loads') AS n)
+SELECT id::text, json_build_object('id', id, 'name', name, 'version', version)::text, version
+FROM products, gate WHERE id = ANY($1::bigint[])`, o.gate)
+	}
 	cfg.Keys = []config.Key{{
 		Name: "product", Key: r.Prefix + "product:{id}", Source: "db", TTL: time.Minute,
-		Members: members, ParamPattern: "[0-9]{1,12}",
-		Query: `SELECT id::text, json_build_object('id', id, 'name', name, 'version', version)::text, version
-FROM products WHERE id = ANY($1::bigint[])`,
+		Members: members, ParamPattern: "[0-9]{1,12}", BatchSize: o.batch,
+		Query:         query,
 		VersionColumn: "version",
-		Notify:        &config.Notify{Channel: channel, Coalesce: 10 * time.Millisecond},
+		Notify:        &config.Notify{Channel: channel, Coalesce: o.coalesce},
 	}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -139,10 +166,10 @@ FROM products WHERE id = ANY($1::bigint[])`,
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	e.chg, err = daemon.OpenChanges(cctx, e.w, daemon.ChangeOptions{
+	e.chg, err = changes.Open(cctx, e.w, changes.Options{
 		Specs: cfg.Specs(), DSNs: map[string]string{"db": listenDSN},
 		Leading:         func() bool { return e.term.Valid() && !e.standby.Load() },
-		MinFullInterval: minFull, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		MinFullInterval: o.minFull, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -285,8 +312,9 @@ func TestChangesRefreshChangedRows(t *testing.T) {
 	t.Run("flood", func(t *testing.T) {
 		okBefore := e.metric("hearth_change_notifications_total", "channel="+e.channel, "result=ok")
 		// 30,000 distinct notifications in one transaction, then 42,000
-		// members in 60 payloads of 700 (the queue's bound is per window;
-		// see TestQueueOverflow for what happens past it).
+		// members in 60 payloads of 700 (the queue's bound is on what
+		// gathers during one refresh; TestChangesPendingBoundWhileInFlight
+		// shows what happens past it).
 		e.exec(`SELECT pg_notify($1, '{"hearth":1,"ts":0,"ids":["' || i || '"]}') FROM generate_series(1, 30000) AS i`, e.channel)
 		e.exec(`SELECT pg_notify($1, json_build_object('hearth', 1, 'ts', 0, 'ids',
 			(SELECT json_agg(g::text) FROM generate_series(b * 700 + 1, b * 700 + 700) AS g))::text)
@@ -620,5 +648,211 @@ func TestChangesReloadPaced(t *testing.T) {
 	time.Sleep(time.Second)
 	if got := fulls(); got != 2 {
 		t.Errorf("%g full refreshes, want 2", got)
+	}
+}
+
+// histogram is a histogram's sample count and sum in e's registry.
+func (e *changeEnv) histogram(name string) (count uint64, sum float64) {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			count += m.GetHistogram().GetSampleCount()
+			sum += m.GetHistogram().GetSampleSum()
+		}
+	}
+	return count, sum
+}
+
+// settle waits for the session's opening full refresh and a little more, so
+// that nothing is in flight when the test's changes come.
+func (e *changeEnv) settle() {
+	e.t.Helper()
+	testenv.Eventually(e.t, 20*time.Second, "the session's full refresh", func() bool {
+		return e.metric("hearth_change_refreshes_total", "family=product", "kind=full") >= 1
+	})
+	time.Sleep(time.Second)
+}
+
+// TestChangesIsolatedAtOnce: with notify.coalesce at its default (0) an
+// isolated change is refreshed the moment it reaches the queue: no window is
+// waited (the listener's own hearth_change_wait_seconds, bounded generously
+// against a loaded machine; the exact zero is TestPacingIsolatedChangeAtOnce).
+// With coalesce set, that wait is added.
+func TestChangesIsolatedAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		coalesce time.Duration
+		ok       func(wait float64) bool
+		want     string
+	}{
+		{0, func(w float64) bool { return w < 0.25 }, "< 250 ms: no window"},
+		{time.Second, func(w float64) bool { return w >= 1 }, ">= 1 s: the coalesce wait"},
+	} {
+		t.Run("coalesce="+tc.coalesce.String(), func(t *testing.T) {
+			pg := testenv.Postgres(t)
+			e := newChangeEnvWith(t, pg.Pool, pg.DSN, pg.DSN, 20, envOptions{coalesce: tc.coalesce})
+			e.settle()
+			n0, s0 := e.histogram("hearth_change_wait_seconds")
+			sent := time.Now()
+			e.exec(`UPDATE products SET name = 'isolated', version = version + 1 WHERE id = 3`)
+			e.waitName(3, "isolated")
+			seen := time.Since(sent)
+			testenv.Eventually(t, 20*time.Second, "one wait observed", func() bool {
+				n, _ := e.histogram("hearth_change_wait_seconds")
+				return n == n0+1
+			})
+			_, s1 := e.histogram("hearth_change_wait_seconds")
+			if w := s1 - s0; !tc.ok(w) {
+				t.Errorf("the isolated change waited %.1f ms in the queue, want %s", w*1000, tc.want)
+			}
+			t.Logf("queue wait %.2f ms; UPDATE to the new value read from outside %v", (s1-s0)*1000, seen.Round(time.Microsecond))
+		})
+	}
+}
+
+// TestChangesGatheredWhileInFlight: the origin holds the first change's load
+// back (an advisory lock the query takes); the changes that arrive meanwhile
+// are gathered into exactly the next load (counted at the origin: a sequence
+// the query advances), or into loads of at most batch_size members.
+func TestChangesGatheredWhileInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		batch, changes, wantLoads int
+	}{
+		{"into the next load", 0, 4, 2},
+		{"at most batch_size each", 2, 5, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pg := testenv.Postgres(t)
+			ctx := context.Background()
+			gate := rand.Int64N(1<<31-1) + 1
+			e := newChangeEnvWith(t, pg.Pool, pg.DSN, pg.DSN, 20, envOptions{batch: tc.batch, gate: gate})
+			e.settle()
+			loads := func() int64 {
+				var n int64
+				if err := pg.Pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM origin_loads`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			refreshes := func() float64 { return e.metric("hearth_change_refreshes_total", "family=product", "kind=members") }
+			notified := func() float64 {
+				return e.metric("hearth_change_notifications_total", "channel="+e.channel, "result=ok")
+			}
+			l0, r0, n0 := loads(), refreshes(), notified()
+
+			hold, err := pg.Pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hold.Release()
+			if _, err := hold.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate); err != nil {
+				t.Fatal(err)
+			}
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					if _, err := hold.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			defer release()
+			update := func(id int) {
+				e.exec(`UPDATE products SET name = 'gathered ' || id, version = version + 1 WHERE id = $1`, id)
+			}
+			update(1)
+			testenv.Eventually(t, 20*time.Second, "the first load waiting at the origin", func() bool {
+				var n int
+				err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = 0 AND objid::bigint = $1`, gate).Scan(&n)
+				return err == nil && n == 1
+			})
+			for id := 2; id <= tc.changes+1; id++ {
+				update(id)
+			}
+			testenv.Eventually(t, 20*time.Second, "every change heard", func() bool { return notified() == n0+float64(tc.changes+1) })
+			if got := refreshes() - r0; got != 1 {
+				t.Fatalf("%g refreshes issued while the first was held, want that one", got)
+			}
+			release()
+			for id := 1; id <= tc.changes+1; id++ {
+				e.waitName(id, "gathered "+strconv.Itoa(id))
+			}
+			time.Sleep(300 * time.Millisecond)
+			if got := loads() - l0; got != int64(tc.wantLoads) {
+				t.Errorf("%d origin loads for 1 change and %d arriving during its load (batch_size %d), want %d", got, tc.changes, tc.batch, tc.wantLoads)
+			}
+			if got := refreshes() - r0; got != float64(tc.wantLoads) {
+				t.Errorf("%g change-driven refreshes, want %d", got, tc.wantLoads)
+			}
+		})
+	}
+}
+
+// TestChangesPendingBoundWhileInFlight: while the origin holds a load back,
+// 12,000 distinct members are named (more than MaxPendingChanges): they are
+// dropped for one full refresh, which runs when the held load ends, and no
+// member is loaded alone.
+func TestChangesPendingBoundWhileInFlight(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	gate := rand.Int64N(1<<31-1) + 1
+	e := newChangeEnvWith(t, pg.Pool, pg.DSN, pg.DSN, 20, envOptions{gate: gate})
+	e.settle()
+	loads := func() int64 {
+		var n int64
+		if err := pg.Pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM origin_loads`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	members := func() float64 { return e.metric("hearth_change_refreshes_total", "family=product", "kind=members") }
+	fulls := func() float64 { return e.metric("hearth_change_refreshes_total", "family=product", "kind=full") }
+	notified := func() float64 {
+		return e.metric("hearth_change_notifications_total", "channel="+e.channel, "result=ok")
+	}
+	l0, m0, f0, n0 := loads(), members(), fulls(), notified()
+
+	hold, err := pg.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	if _, err := hold.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(`UPDATE products SET name = 'held', version = version + 1 WHERE id = 1`)
+	testenv.Eventually(t, 20*time.Second, "the first load waiting at the origin", func() bool {
+		var n int
+		err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = 0 AND objid::bigint = $1`, gate).Scan(&n)
+		return err == nil && n == 1
+	})
+	e.exec(`UPDATE products SET name = 'in the full refresh', version = version + 1 WHERE id = 2`)
+	e.exec(`SELECT pg_notify($1, json_build_object('hearth', 1, 'ts', 0, 'ids',
+		(SELECT json_agg(g::text) FROM generate_series(b * 600 + 1, b * 600 + 600) AS g))::text)
+		FROM generate_series(0, 19) AS b`, e.channel)
+	testenv.Eventually(t, 20*time.Second, "every notification heard", func() bool { return notified() == n0+22 })
+	if got := e.metric("hearth_change_overflows_total", "family=product"); got != 1 {
+		t.Errorf("overflows = %g, want 1", got)
+	}
+	if _, err := hold.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate); err != nil {
+		t.Fatal(err)
+	}
+	e.waitName(1, "held")
+	e.waitName(2, "in the full refresh")
+	testenv.Eventually(t, 20*time.Second, "one full refresh", func() bool { return fulls() == f0+1 })
+	time.Sleep(300 * time.Millisecond)
+	if got := members() - m0; got != 1 {
+		t.Errorf("%g members refreshes, want only the held one", got)
+	}
+	if got := loads() - l0; got != 2 {
+		t.Errorf("%d origin loads, want 2 (the held one, then the full refresh's one batch of 20)", got)
 	}
 }

@@ -1,7 +1,9 @@
-package daemon
+package changes
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -35,7 +38,7 @@ func TestQueueOverflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newChangeMetrics(prometheus.NewRegistry())
+	m := newMetrics(prometheus.NewRegistry())
 	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: m, leading: func() bool { return false }, now: time.Now}
 	q := newQueue("p", time.Hour, 100, l, newPacing(DefaultMinFullInterval))
 	ids := make([]string, MaxPendingChanges+500)
@@ -61,7 +64,7 @@ func TestQueueOverflow(t *testing.T) {
 	}
 }
 
-// recorder is a ChangeRefresher that records every refresh it is asked for,
+// recorder is a Refresher that records every refresh it is asked for,
 // each taking loadTime.
 type recorder struct {
 	spec     *warmer.Spec
@@ -71,6 +74,13 @@ type recorder struct {
 	loads    map[string][]time.Time // member → when a load of it started
 	inFlight map[string]bool
 	overlap  int // loads of a member started while one of it ran
+	calls    []call
+}
+
+// call is one RefreshMembers: when it started and what it loaded.
+type call struct {
+	at      time.Time
+	members []string
 }
 
 func newRecorder(t *testing.T, key string) *recorder {
@@ -94,6 +104,7 @@ func (r *recorder) Refresh(context.Context, string, warmer.RunOptions) (warmer.O
 }
 func (r *recorder) RefreshMembers(_ context.Context, _ string, members []string) (warmer.Outcome, error) {
 	r.mu.Lock()
+	r.calls = append(r.calls, call{time.Now(), members})
 	for _, m := range members {
 		if r.inFlight[m] {
 			r.overlap++
@@ -111,12 +122,18 @@ func (r *recorder) RefreshMembers(_ context.Context, _ string, members []string)
 	return warmer.Outcome{Written: len(members)}, nil
 }
 
-// runQueue starts a queue on r (coalescing window 20 ms) in the synctest
-// bubble; it stops at the test's end.
+// runQueue starts a queue on r (no coalesce wait, batches of 100) in the
+// synctest bubble; it stops at the test's end.
 func runQueue(t *testing.T, r *recorder, pace *pacing) *queue {
 	t.Helper()
-	l := &listener{w: r, m: newChangeMetrics(prometheus.NewRegistry()), leading: func() bool { return true }, now: time.Now, log: zerolog.Nop()}
-	q := newQueue("p", 20*time.Millisecond, 100, l, pace)
+	return runQueueWith(t, r, pace, 0, 100)
+}
+
+// runQueueWith is runQueue with a coalesce wait and a batch size.
+func runQueueWith(t *testing.T, r *recorder, pace *pacing, coalesce time.Duration, batch int) *queue {
+	t.Helper()
+	l := &listener{w: r, m: newMetrics(prometheus.NewRegistry()), leading: func() bool { return true }, now: time.Now, log: zerolog.Nop()}
+	q := newQueue("p", coalesce, batch, l, pace)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); q.run(ctx) }()
@@ -206,31 +223,135 @@ func TestPacingOneMember(t *testing.T) {
 	})
 }
 
-// TestPacingIsolatedChangeAtOnce: a member not loaded lately waits only for
-// the coalescing window; a second and third change right after its load
-// are loaded right after it too (the burst), with no extra wait.
+// TestPacingIsolatedChangeAtOnce: a member not loaded lately is loaded the
+// moment its change arrives (no window is waited); a second and third change
+// right after its load are loaded at once too (the burst). With a coalesce
+// wait set, each waits exactly that.
 func TestPacingIsolatedChangeAtOnce(t *testing.T) {
+	for _, coalesce := range []time.Duration{0, 20 * time.Millisecond} {
+		t.Run(coalesce.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRecorder(t, "p:{id}")
+				q := runQueueWith(t, r, newPacing(DefaultMinFullInterval), coalesce, 100)
+				var sent []time.Time
+				for range MemberBurst {
+					sent = append(sent, time.Now())
+					q.add(payload{Hearth: 1, IDs: []string{"7"}}, time.Now())
+					time.Sleep(100 * time.Millisecond)
+				}
+				synctest.Wait()
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				if len(r.loads["7"]) != MemberBurst {
+					t.Fatalf("%d loads for %d spaced changes, want one each", len(r.loads["7"]), MemberBurst)
+				}
+				for i, at := range r.loads["7"] {
+					if d := at.Sub(sent[i]); d != coalesce {
+						t.Errorf("change %d loaded %v after it, want %v", i, d, coalesce)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestQueueGathersWhileInFlight: the first change is loaded at once; the
+// changes that arrive while that load runs (50 ms) are gathered into exactly
+// the next load, which starts the moment the first ends; then nothing more.
+func TestQueueGathersWhileInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder(t, "p:{id}")
+		r.loadTime = 50 * time.Millisecond
 		q := runQueue(t, r, newPacing(DefaultMinFullInterval))
-		var sent []time.Time
-		for range MemberBurst {
-			sent = append(sent, time.Now())
-			q.add(payload{Hearth: 1, IDs: []string{"7"}}, time.Now())
-			time.Sleep(100 * time.Millisecond)
+		t0 := time.Now()
+		q.add(payload{Hearth: 1, IDs: []string{"1"}}, time.Now())
+		for _, id := range []string{"2", "3", "4", "5", "2"} {
+			time.Sleep(9 * time.Millisecond)
+			q.add(payload{Hearth: 1, IDs: []string{id}}, time.Now())
 		}
+		time.Sleep(time.Second)
 		synctest.Wait()
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if len(r.loads["7"]) != MemberBurst {
-			t.Fatalf("%d loads for %d spaced changes, want one each", len(r.loads["7"]), MemberBurst)
-		}
-		for i, at := range r.loads["7"] {
-			if d := at.Sub(sent[i]); d != 20*time.Millisecond {
-				t.Errorf("change %d loaded %v after it, want the 20 ms coalescing window", i, d)
-			}
+		want := []call{{t0, []string{"1"}}, {t0.Add(50 * time.Millisecond), []string{"2", "3", "4", "5"}}}
+		if !sameCalls(r.calls, want) {
+			t.Errorf("loads %v, want %v", r.calls, want)
 		}
 	})
+}
+
+// TestQueueBatchCap: seven changes gathered during a load are loaded at most
+// batch (3) at a time, the earliest changed first, one load right after the
+// other.
+func TestQueueBatchCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t, "p:{id}")
+		r.loadTime = 50 * time.Millisecond
+		q := runQueueWith(t, r, newPacing(DefaultMinFullInterval), 0, 3)
+		t0 := time.Now()
+		q.add(payload{Hearth: 1, IDs: []string{"1"}}, time.Now())
+		// Changed in the order 8, 7, …, 2: the earliest go first.
+		for id := 8; id >= 2; id-- {
+			time.Sleep(time.Millisecond)
+			q.add(payload{Hearth: 1, IDs: []string{strconv.Itoa(id)}}, time.Now())
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		ms := 50 * time.Millisecond
+		want := []call{{t0, []string{"1"}}, {t0.Add(ms), []string{"6", "7", "8"}}, {t0.Add(2 * ms), []string{"3", "4", "5"}}, {t0.Add(3 * ms), []string{"2"}}}
+		if !sameCalls(r.calls, want) {
+			t.Errorf("loads %v, want %v", r.calls, want)
+		}
+	})
+}
+
+// TestQueuePendingBoundInFlight: more than MaxPendingChanges distinct
+// members arriving during one load become one full refresh right after it,
+// not 10,000 members' loads.
+func TestQueuePendingBoundInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t, "p:{id}")
+		r.loadTime = 50 * time.Millisecond
+		q := runQueue(t, r, newPacing(DefaultMinFullInterval))
+		t0 := time.Now()
+		q.add(payload{Hearth: 1, IDs: []string{"0"}}, time.Now())
+		time.Sleep(time.Millisecond)
+		ids := make([]string, MaxPendingChanges+1)
+		for i := range ids {
+			ids[i] = strconv.Itoa(i + 1)
+		}
+		q.add(payload{Hearth: 1, IDs: ids}, time.Now())
+		q.mu.Lock()
+		if n := len(q.pending); n != 0 || !q.all {
+			t.Errorf("during the load: %d pending, full refresh wanted %v; want 0 and true", n, q.all)
+		}
+		q.mu.Unlock()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.calls) != 1 || len(r.fulls) != 1 || !r.fulls[0].Equal(t0.Add(50*time.Millisecond)) {
+			t.Errorf("%d member loads, full refreshes at %v; want the first load, then one full refresh when it ended (%v)", len(r.calls), r.fulls, t0.Add(50*time.Millisecond))
+		}
+	})
+}
+
+// sameCalls reports whether got is want (members compared as sets).
+func sameCalls(got, want []call) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		a, b := slices.Clone(got[i].members), slices.Clone(want[i].members)
+		slices.Sort(a)
+		slices.Sort(b)
+		if !got[i].at.Equal(want[i].at) || !slices.Equal(a, b) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestPacingSurvivesRestart: the listeners a reload starts build new queues;
@@ -239,8 +360,8 @@ func TestPacingIsolatedChangeAtOnce(t *testing.T) {
 func TestPacingSurvivesRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder(t, "p:{id}")
-		c := &Changes{w: r, m: newChangeMetrics(prometheus.NewRegistry()), paces: map[string]*pacing{},
-			opts: ChangeOptions{MinFullInterval: DefaultMinFullInterval, DSNs: map[string]string{"db": "postgres://u@127.0.0.1/db"},
+		c := &Listeners{w: r, m: newMetrics(prometheus.NewRegistry()), paces: map[string]*pacing{},
+			opts: Options{MinFullInterval: DefaultMinFullInterval, DSNs: map[string]string{"db": "postgres://u@127.0.0.1/db"},
 				Leading: func() bool { return true }, Now: time.Now}}
 		specs := []*warmer.Spec{{Name: "p", Template: r.spec.Template, Source: "db", Notify: "ch", Coalesce: 20 * time.Millisecond}}
 		for range 3 { // three sessions, a second apart
@@ -334,4 +455,50 @@ func FuzzParsePayload(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", s, p)
 		}
 	})
+}
+
+// TestLifecycle: Run runs once at a time and returns when its context ends;
+// Apply between runs is what the next Run listens for; after Close, Run
+// refuses to start.
+func TestLifecycle(t *testing.T) {
+	tmpl, err := warmer.ParseTemplate("p:{id}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &warmer.Spec{Name: "p", Template: tmpl, Source: "db", Notify: "ch"}
+	c, err := New(specOnly{spec}, Options{Specs: []*warmer.Spec{spec}, DSNs: map[string]string{"db": "postgres://u@127.0.0.1:1/db"},
+		Leading: func() bool { return false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testenv.Eventually(t, 10*time.Second, "the listener started", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.run != nil && len(c.run.listeners) == 1
+	})
+	if err := c.Run(context.Background()); !errors.Is(err, ErrRunning) {
+		t.Errorf("a second Run: %v, want ErrRunning", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	moved := *spec
+	moved.Notify = "ch2"
+	if err := c.Apply([]*warmer.Spec{&moved}); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := c.build(c.specs)
+	if err != nil || len(ls) != 1 || ls[0].channels["ch2"] == nil {
+		t.Errorf("after Apply while stopped, the next Run would listen on %v (%v), want ch2", ls, err)
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Run after Close: %v, want ErrClosed", err)
+	}
 }
