@@ -475,9 +475,6 @@ func BucketKey(namespace string, start time.Time) string {
 	return store.AccessBucketKey(namespace, start)
 }
 
-// ErrClosed is returned by a Roller used after Close.
-var ErrClosed = errors.New("access-log roller closed")
-
 // hint adds the fix to an error about a missing table: the schema was never migrated.
 func hint(err error) error {
 	var pe *pgconn.PgError

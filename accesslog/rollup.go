@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/hearth-dev/hearth/store"
 )
@@ -39,22 +38,19 @@ type RollerOptions struct {
 	Namespace string
 	// Bucket is the bucket width applications count reads in (default 1m).
 	Bucket time.Duration
-	// Interval is how often Open's loop rolls up; 0 never (RollupOnce still works).
+	// Interval is how often Run's loop rolls up; 0 never (RollupOnce still works).
 	Interval time.Duration
 	// Lookback is how far back closed buckets are looked for (default 1h);
 	// the pre-warm window is the natural value, as older reads do not rank.
 	Lookback time.Duration
 	// Retention deletes table rows older than this at each roll-up; 0 keeps them.
 	Retention time.Duration
-	// RankInterval is how often Open's loop stores the ranking of the top
+	// RankInterval is how often Run's loop stores the ranking of the top
 	// RankTopN keys over the last Lookback (see Log.Rank); 0 never.
 	RankInterval time.Duration
 	RankTopN     int
-	// Gate, when set, must return true for a roll-up to run: only the leader
-	// rolls up.
-	Gate       func() bool
-	Registerer prometheus.Registerer
-	Logger     zerolog.Logger
+	Registerer   prometheus.Registerer
+	Logger       zerolog.Logger
 	// Now is the clock; tests inject it.
 	Now func() time.Time
 }
@@ -79,12 +75,10 @@ type Roller struct {
 	// hook, set by tests only, is called before a roll-up commits ("commit")
 	// and before it deletes its private key ("unlink"); an error stops the
 	// roll-up there, as a crash would.
-	hook   func(stage string) error
-	cancel context.CancelCauseFunc
-	g      *errgroup.Group
+	hook func(stage string) error
 }
 
-// NewRoller builds a Roller; nothing runs until Open or RollupOnce.
+// NewRoller builds a Roller; nothing runs until Run or RollupOnce.
 func NewRoller(opts RollerOptions) (*Roller, error) {
 	switch {
 	case opts.Log == nil:
@@ -485,77 +479,52 @@ func (r *Roller) RankOnce(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// Open rolls up every Interval and stores the ranking every RankInterval, until
-// Close or ctx ends. Errors are logged and counted; the loop keeps going.
-func (r *Roller) Open(ctx context.Context) error {
-	if r.cancel != nil {
-		return errors.New("access-log roller: already open")
-	}
+// Run rolls up every Interval and stores the ranking every RankInterval,
+// until ctx ends (the leader's term: only the leader rolls up), and returns
+// once a roll-up in progress stopped. Errors are logged and counted; the loop
+// keeps going.
+func (r *Roller) Run(ctx context.Context) error {
 	tick := r.opts.Interval
 	if ri := r.opts.RankInterval; ri > 0 && (tick <= 0 || ri < tick) {
 		tick = ri
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	r.cancel = cancel
-	r.g = &errgroup.Group{}
 	if tick <= 0 {
+		<-ctx.Done()
 		return nil
 	}
-	r.g.Go(func() error {
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		var lastRollup, lastRank time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-			if r.opts.Gate != nil && !r.opts.Gate() {
-				continue
-			}
-			// Due a little early, so that a tick's jitter never skips a turn.
-			due := func(last time.Time, every time.Duration) bool {
-				return every > 0 && time.Since(last) >= every-tick/2
-			}
-			if due(lastRollup, r.opts.Interval) {
-				lastRollup = time.Now()
-				res, err := r.RollupOnce(ctx)
-				if err != nil && ctx.Err() == nil {
-					r.log.Warn().Err(err).Int("buckets", res.Buckets).Msg("access-log roll-up incomplete; retried next run")
-				} else if res.Buckets > 0 || res.Pruned > 0 {
-					r.log.Info().Int("buckets", res.Buckets).Int("rows", res.Rows).Int("skipped", res.Skipped).
-						Int64("pruned", res.Pruned).Msg("access log rolled up")
-				}
-			}
-			if due(lastRank, r.opts.RankInterval) && r.opts.RankTopN > 0 {
-				lastRank = time.Now()
-				t0 := time.Now()
-				n, err := r.RankOnce(ctx)
-				if err != nil && ctx.Err() == nil {
-					r.log.Warn().Err(err).Msg("access-log ranking failed; pre-warms rank live until it works")
-				} else if err == nil {
-					r.log.Debug().Int("keys", n).Dur("took_ms", time.Since(t0)).Msg("access-log ranking stored")
-				}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var lastRollup, lastRank time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		// Due a little early, so that a tick's jitter never skips a turn.
+		due := func(last time.Time, every time.Duration) bool {
+			return every > 0 && time.Since(last) >= every-tick/2
+		}
+		if due(lastRollup, r.opts.Interval) {
+			lastRollup = time.Now()
+			res, err := r.RollupOnce(ctx)
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn().Err(err).Int("buckets", res.Buckets).Msg("access-log roll-up incomplete; retried next run")
+			} else if res.Buckets > 0 || res.Pruned > 0 {
+				r.log.Info().Int("buckets", res.Buckets).Int("rows", res.Rows).Int("skipped", res.Skipped).
+					Int64("pruned", res.Pruned).Msg("access log rolled up")
 			}
 		}
-	})
-	return nil
-}
-
-// Close stops the loop and waits for a roll-up in progress, within ctx.
-func (r *Roller) Close(ctx context.Context) error {
-	if r.cancel == nil {
-		return nil
-	}
-	r.cancel(ErrClosed)
-	done := make(chan struct{})
-	go func() { _ = r.g.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("close access-log roller: %w", ctx.Err())
+		if due(lastRank, r.opts.RankInterval) && r.opts.RankTopN > 0 {
+			lastRank = time.Now()
+			t0 := time.Now()
+			n, err := r.RankOnce(ctx)
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn().Err(err).Msg("access-log ranking failed; pre-warms rank live until it works")
+			} else if err == nil {
+				r.log.Debug().Int("keys", n).Dur("took_ms", time.Since(t0)).Msg("access-log ranking stored")
+			}
+		}
 	}
 }
 

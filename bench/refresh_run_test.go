@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/sources/postgres"
@@ -54,7 +55,7 @@ keys:
 	}
 	defer src.Close()
 	ns := rd.Prefix + "hearth"
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: rd.Client, Namespace: ns, Registerer: prometheus.NewRegistry()})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: rd.Client, Namespace: ns, Registerer: prometheus.NewRegistry()})
 	l, err := leader.NewLease(leader.LeaseOptions{Client: rd.Client, Namespace: ns, Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
@@ -66,7 +67,7 @@ keys:
 	}
 	defer func() { _ = term.Release(ctx) }()
 	w, err := warmer.New(warmer.Options{
-		Store: store, Gate: l, Sources: map[string]warmer.Source{"db": src},
+		Store: store, Gate: store.Gate(l), Sources: map[string]warmer.Source{"db": src},
 		Specs: cfg.Specs(), MaxConcurrentLoads: 8, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop(),
 	})
 	if err != nil {

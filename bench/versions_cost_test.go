@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -29,7 +30,7 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 	defer client.Close()
 	ctx := context.Background()
 	ns := "hearth"
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: client, Namespace: ns, Registerer: prometheus.NewRegistry()})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: client, Namespace: ns, Registerer: prometheus.NewRegistry()})
 	l, err := leader.NewLease(leader.LeaseOptions{Client: client, Namespace: ns, Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
@@ -39,7 +40,7 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wctx := leader.WithTerm(ctx, term)
+	w := store.Writer(term)
 	const keys, batches = 1000, 100
 	evalUsec := func() float64 {
 		info := client.Info(ctx, "commandstats").Val()
@@ -86,7 +87,7 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 				entries[i] = warmer.Entry{Key: "k:" + strconv.Itoa(i), Value: v, TTL: time.Minute,
 					Seq: seq, Versioned: true, Version: ver, VersionTTL: 2 * time.Minute, Family: "bench"}
 			}
-			if err := store.Set(wctx, entries); err != nil {
+			if err := w.Set(ctx, entries); err != nil {
 				b.Fatal(err)
 			}
 		}

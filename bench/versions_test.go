@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -24,7 +25,7 @@ func BenchmarkVersionedWrites(b *testing.B) {
 	env := testenv.Redis(b)
 	ctx := context.Background()
 	ns := env.Prefix + "hearth"
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: env.Client, Namespace: ns, Registerer: prometheus.NewRegistry()})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: env.Client, Namespace: ns, Registerer: prometheus.NewRegistry()})
 	l, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: ns, Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
@@ -35,7 +36,7 @@ func BenchmarkVersionedWrites(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = term.Release(ctx) }()
-	wctx := leader.WithTerm(ctx, term)
+	w := store.Writer(term)
 	const keys, batches = 1000, 100
 	value := func(round int) []byte { return []byte(strings.Repeat("x", 240) + fmt.Sprintf("%016d", round)) }
 	run := func(stamped, change bool) float64 {
@@ -55,7 +56,7 @@ func BenchmarkVersionedWrites(b *testing.B) {
 					entries[i].VersionTTL, entries[i].Family = 2*time.Minute, "bench"
 				}
 			}
-			if err := store.Set(wctx, entries); err != nil {
+			if err := w.Set(ctx, entries); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -69,9 +69,7 @@ type Options struct {
 	// Specs are the declarations; those with Notify set are listened for.
 	Specs []*warmer.Spec
 	// DSNs maps a postgres source's name to its connection string.
-	DSNs map[string]string
-	// Leading reports whether this instance may write now.
-	Leading    func() bool
+	DSNs       map[string]string
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
 	// Now is the clock latency is measured with.
@@ -123,9 +121,6 @@ func New(w Refresher, opts Options) (*Listeners, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.Leading == nil {
-		opts.Leading = func() bool { return true }
 	}
 	if opts.MinFullInterval <= 0 {
 		opts.MinFullInterval = DefaultMinFullInterval
@@ -280,7 +275,7 @@ func (c *Listeners) build(specs []*warmer.Spec) ([]*listener, error) {
 			cc.RuntimeParams["application_name"] = "hearth-listen"
 			l = &listener{
 				source: s.Source, conn: cc, channels: map[string][]*queue{},
-				w: c.w, m: c.m, leading: opts.Leading, now: opts.Now, connectTimeout: opts.ConnectTimeout,
+				w: c.w, m: c.m, now: opts.Now, connectTimeout: opts.ConnectTimeout,
 				// A flood of foreign payloads would log one line each: a
 				// burst, then one per period (every one is counted).
 				log: opts.Logger.With().Str("component", "changes").Str("source", s.Source).Logger().

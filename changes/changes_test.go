@@ -20,6 +20,7 @@ import (
 
 	"github.com/hearth-dev/hearth/changes"
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/migrations"
@@ -41,8 +42,24 @@ type changeEnv struct {
 	reg     *prometheus.Registry
 	term    *leader.Term
 	chg     *changes.Listeners
-	// standby, when set, makes the listener see this instance as not leading.
-	standby atomic.Bool
+	// endTerm ends the listeners' term (startTerm starts a new one), as a
+	// lost lease ends the leader's; runDone is closed when Run returned.
+	endTerm context.CancelFunc
+	runDone chan struct{}
+}
+
+// startTerm runs the listeners under a new term's context.
+func (e *changeEnv) startTerm() {
+	tctx, end := context.WithCancel(e.term.Context())
+	done := make(chan struct{})
+	e.endTerm, e.runDone = end, done
+	go func() { defer close(done); _ = e.chg.Run(tctx) }()
+}
+
+// stopTerm ends the term and waits for Run to return.
+func (e *changeEnv) stopTerm() {
+	e.endTerm()
+	<-e.runDone
 }
 
 // notifyFunctionSQL is the Up section of the migration that creates hearth_notify().
@@ -148,7 +165,7 @@ FROM products, gate WHERE id = ANY($1::bigint[])`, o.gate)
 
 	wrdb := redis.NewClient(&redis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = wrdb.Close() })
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: wrdb, Namespace: ns, Registerer: e.reg})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: wrdb, Namespace: ns, Registerer: e.reg})
 	lease, err := leader.NewLease(leader.LeaseOptions{Client: wrdb, Namespace: ns, Duration: 10 * time.Second, Fence: store, Registerer: e.reg})
 	if err != nil {
 		t.Fatal(err)
@@ -158,23 +175,22 @@ FROM products, gate WHERE id = ANY($1::bigint[])`, o.gate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.w, err = warmer.New(warmer.Options{Store: store, Gate: lease, Sources: map[string]warmer.Source{"db": src}, Specs: cfg.Specs(), Registerer: e.reg})
+	e.w, err = warmer.New(warmer.Options{Store: store, Gate: store.Gate(lease), Sources: map[string]warmer.Source{"db": src}, Specs: cfg.Specs(), Registerer: e.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := e.w.RefreshAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	e.chg, err = changes.Open(cctx, e.w, changes.Options{
+	e.chg, err = changes.New(e.w, changes.Options{
 		Specs: cfg.Specs(), DSNs: map[string]string{"db": listenDSN},
-		Leading:         func() bool { return e.term.Valid() && !e.standby.Load() },
 		MinFullInterval: o.minFull, Registerer: e.reg, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); _ = e.chg.Close(context.Background()) })
+	e.startTerm()
+	t.Cleanup(func() { e.stopTerm(); _ = e.chg.Close(context.Background()) })
 	e.waitConnected(1)
 	return e
 }
@@ -282,10 +298,10 @@ func TestChangesRefreshChangedRows(t *testing.T) {
 	})
 
 	t.Run("leadership lost and regained", func(t *testing.T) {
-		e.standby.Store(true)
+		e.stopTerm()
 		e.waitConnected(0)
 		e.exec(`UPDATE products SET name = 'while standing by', version = version + 1 WHERE id = 9`)
-		e.standby.Store(false)
+		e.startTerm()
 		e.waitConnected(1)
 		// Nobody listened when the row changed: the full refresh of the new
 		// session brings it.

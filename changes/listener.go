@@ -16,8 +16,6 @@ import (
 )
 
 const (
-	// leaderPoll is how often the listener checks whether this instance leads.
-	leaderPoll = 100 * time.Millisecond
 	// listenIdle bounds one wait for a notification; then the connection is
 	// pinged, so that a dead peer is noticed.
 	listenIdle = 30 * time.Second
@@ -37,22 +35,15 @@ type listener struct {
 	queues         []*queue
 	w              Refresher
 	m              *metrics
-	leading        func() bool
 	now            func() time.Time
 	log            zerolog.Logger
 	connectTimeout time.Duration
 }
 
-// run listens while this instance leads, until ctx ends.
+// run listens until ctx ends (Run's: the leader's term).
 func (l *listener) run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		if !l.leading() {
-			if !sleep(ctx, leaderPoll) {
-				return
-			}
-			continue
-		}
 		err := l.session(ctx)
 		l.m.connected.WithLabelValues(l.source).Set(0)
 		if ctx.Err() != nil {
@@ -72,29 +63,11 @@ func (l *listener) run(ctx context.Context) {
 }
 
 // session connects, LISTENs, refreshes every covered declaration in full
-// once, then handles notifications until the connection fails (an error),
-// leadership is lost or ctx ends (nil).
+// once, then handles notifications until the connection fails (an error) or
+// ctx ends (nil): the term ends, and the session with it.
 func (l *listener) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Leadership is polled: the moment it is lost, the session ends.
-	stopped := make(chan struct{})
-	defer close(stopped)
-	go func() {
-		t := time.NewTicker(leaderPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if !l.leading() {
-					cancel()
-					return
-				}
-			case <-stopped:
-				return
-			}
-		}
-	}()
 	cctx, ccancel := context.WithTimeout(sctx, l.connectTimeout)
 	conn, err := pgx.ConnectConfig(cctx, l.conn)
 	ccancel()

@@ -312,7 +312,7 @@ func (q *queue) fire(ctx context.Context) {
 }
 
 func (q *queue) refreshFull(ctx context.Context, allTS int64) {
-	if ctx.Err() != nil || !q.l.leading() {
+	if ctx.Err() != nil {
 		return
 	}
 	m, log := q.l.m, q.l.log
@@ -329,7 +329,7 @@ func (q *queue) refreshFull(ctx context.Context, allTS int64) {
 
 // refreshMembers loads one batch (at most q.batch members, fire's cap).
 func (q *queue) refreshMembers(ctx context.Context, pending map[string]int64) {
-	if len(pending) == 0 || ctx.Err() != nil || !q.l.leading() {
+	if len(pending) == 0 || ctx.Err() != nil {
 		return
 	}
 	m, log := q.l.m, q.l.log

@@ -39,7 +39,7 @@ func TestQueueOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newMetrics(prometheus.NewRegistry())
-	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: m, leading: func() bool { return false }, now: time.Now}
+	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: m, now: time.Now}
 	q := newQueue("p", time.Hour, 100, l, newPacing(DefaultMinFullInterval))
 	ids := make([]string, MaxPendingChanges+500)
 	for i := range ids {
@@ -132,7 +132,7 @@ func runQueue(t *testing.T, r *recorder, pace *pacing) *queue {
 // runQueueWith is runQueue with a coalesce wait and a batch size.
 func runQueueWith(t *testing.T, r *recorder, pace *pacing, coalesce time.Duration, batch int) *queue {
 	t.Helper()
-	l := &listener{w: r, m: newMetrics(prometheus.NewRegistry()), leading: func() bool { return true }, now: time.Now, log: zerolog.Nop()}
+	l := &listener{w: r, m: newMetrics(prometheus.NewRegistry()), now: time.Now, log: zerolog.Nop()}
 	q := newQueue("p", coalesce, batch, l, pace)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -362,7 +362,7 @@ func TestPacingSurvivesRestart(t *testing.T) {
 		r := newRecorder(t, "p:{id}")
 		c := &Listeners{w: r, m: newMetrics(prometheus.NewRegistry()), paces: map[string]*pacing{},
 			opts: Options{MinFullInterval: DefaultMinFullInterval, DSNs: map[string]string{"db": "postgres://u@127.0.0.1/db"},
-				Leading: func() bool { return true }, Now: time.Now}}
+				Now: time.Now}}
 		specs := []*warmer.Spec{{Name: "p", Template: r.spec.Template, Source: "db", Notify: "ch", Coalesce: 20 * time.Millisecond}}
 		for range 3 { // three sessions, a second apart
 			ls, err := c.build(specs)
@@ -466,8 +466,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := &warmer.Spec{Name: "p", Template: tmpl, Source: "db", Notify: "ch"}
-	c, err := New(specOnly{spec}, Options{Specs: []*warmer.Spec{spec}, DSNs: map[string]string{"db": "postgres://u@127.0.0.1:1/db"},
-		Leading: func() bool { return false }})
+	c, err := New(specOnly{spec}, Options{Specs: []*warmer.Spec{spec}, DSNs: map[string]string{"db": "postgres://u@127.0.0.1:1/db"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/hearth-dev/hearth/changes"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/jobs"
-	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -125,24 +124,24 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		log.Warn().Str("warning", w).Msg("config allows this, but it weakens a guarantee")
 	}
 
-	lead, err := leader.New(cfg, rdb, reg, log)
+	lead, err := newLeadership(cfg, rdb, reg, log)
 	if err != nil {
 		return err
 	}
-	undo.push(lead.Close)
+	undo.push(lead.close)
 	specs := cfg.Specs()
 	w, err := warmer.New(warmer.Options{
-		Store: lead.Store(), Gate: lead.Gate(), Sources: sources.Guarded, Specs: specs,
+		Store: lead.store, Gate: lead.gate, Sources: sources.Guarded, Specs: specs,
 		MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: reg, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, lead.Leading, reg, log)
+	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, reg, log)
 	if err != nil {
 		return err
 	}
-	srv, err := listen(cfg.HTTP.Listen, cfg.HTTP.ProbeListen, lead.Instance(), reg, log)
+	srv, err := listen(cfg.HTTP.Listen, cfg.HTTP.ProbeListen, lead.instance(), reg, log)
 	if err != nil {
 		return err
 	}
@@ -158,15 +157,15 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	})
 	// After the last write (the steps pushed below run first): a standby takes over at once.
 	undo.push(func(ctx context.Context) error {
-		if err := lead.Release(ctx); err != nil {
+		if err := lead.release(ctx); err != nil {
 			return fmt.Errorf("release lease: %w", err)
 		}
 		return nil
 	})
 	adm := openAdmin(srv, w, lead.Leading, pw.startAdmin, reg, log)
 	undo.push(adm.Close)
-	// Change-driven refresh (notify declarations), on the leader only.
-	chg, err := changes.Open(ctx, w, changes.Options{Specs: specs, DSNs: changeDSNs(cfg), Leading: lead.Leading, Registerer: reg, Logger: log, ConnectTimeout: ConnectTimeout})
+	// Change-driven refresh (notify declarations): a service of the term.
+	chg, err := changes.New(w, changes.Options{Specs: specs, DSNs: changeDSNs(cfg), Registerer: reg, Logger: log, ConnectTimeout: ConnectTimeout})
 	if err != nil {
 		return err
 	}
@@ -197,27 +196,15 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	})
 
-	// Campaign; as leader: start-up load and pre-warm (or takeover catch-up), ready, jobs.
-	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Elector: lead.Elector(), Logger: log})
+	// Campaign; each term runs the leader's work (term.go).
+	sched, err := jobs.New(jobs.Options{Refresher: w, Specs: specs, Spread: cfg.Refresh.Spread, Logger: log})
 	if err != nil {
 		return err
 	}
-	undo.push(func(ctx context.Context) error {
-		if err := sched.Close(ctx); err != nil {
-			return fmt.Errorf("close scheduler: %w", err)
-		}
-		return nil
-	})
-	if err := pw.open(ctx); err != nil {
-		return err
-	}
-	undo.push(func(ctx context.Context) error { pw.close(ctx); return nil })
-	hot, err := newHotSets(cfg, w, sources, lead.Leading, log)
+	hot, err := newHotSets(cfg, w, sources, log)
 	if err != nil {
 		return err
 	}
-	hot.open(ctx)
-	undo.push(hot.close)
 	// The warmer takes each new snapshot first, so that a newly scheduled
 	// declaration finds itself there on its first run.
 	rl := newReloader(cfg, d.opts.Reload, w, reg, log)
@@ -230,12 +217,27 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	rl.open()
 	adm.Attach(sched, rl.status)
 	adm.AttachReload(rl.adminReload)
-	// The campaign's goroutine is waited for before anything it uses closes.
-	lead.Start(ctx, w, sched, srv, pw.startup)
-	undo.push(func(context.Context) error { lead.Wait(); return nil })
+	work := &termWork{
+		w: w, sched: sched, srv: srv, prewarm: pw.startup,
+		// The catch-up asks this instance's schedule when it will really
+		// write each key next.
+		catchUp:  warmer.CatchUpOptions{Schedule: sched, Spread: cfg.Refresh.Spread},
+		services: append([]func(context.Context) error{chg.Run, hot.Run}, pw.services()...),
+	}
+	// The campaign's goroutine (and the term it runs) is waited for before
+	// anything it uses closes, and after the schedule drained: the term's
+	// group waits for the schedule's runs.
+	lead.start(ctx, work)
+	undo.push(func(context.Context) error { lead.wait(); return nil })
+	undo.push(func(ctx context.Context) error {
+		if err := sched.Close(ctx); err != nil {
+			return fmt.Errorf("close scheduler: %w", err)
+		}
+		return nil
+	})
 	sctx, stopStandby := context.WithCancel(ctx)
 	standbyDone := make(chan struct{})
-	go func() { defer close(standbyDone); reportStandby(sctx, lead, srv, lead.Instance(), log) }()
+	go func() { defer close(standbyDone); reportStandby(sctx, lead, srv, lead.instance(), log) }()
 	undo.push(func(context.Context) error { stopStandby(); <-standbyDone; return nil })
 	undo.push(func(context.Context) error { rl.close(); return nil })
 

@@ -15,70 +15,49 @@ import (
 const hotTick = 250 * time.Millisecond
 
 // hotSets re-ranks the families whose members follow traffic
-// (members_from.access_log), each every rank_interval, while this instance
-// leads; a new term ranks every one at once. Declarations are read from the
-// warmer at every tick, so a reload that adds, changes or removes a hot set
-// takes effect at the next one.
+// (members_from.access_log), each every rank_interval, for the length of a
+// leader term (Run); a new term ranks every one at once. Declarations are read
+// from the warmer at every tick, so a reload that adds, changes or removes a
+// hot set takes effect at the next one.
 type hotSets struct {
-	w       *warmer.Warmer
-	ranker  warmer.HotRanker // nil without an access log
-	leading func() bool
-	log     zerolog.Logger
-
-	cancel context.CancelFunc
-	done   chan struct{}
+	w      *warmer.Warmer
+	ranker warmer.HotRanker // nil without an access log
+	log    zerolog.Logger
+	// warned holds the families logged as unrankable (no access log), once
+	// per process.
+	warned map[string]bool
 }
 
-func newHotSets(cfg *config.Config, w *warmer.Warmer, sources *Sources, leading func() bool, log zerolog.Logger) (*hotSets, error) {
+func newHotSets(cfg *config.Config, w *warmer.Warmer, sources *Sources, log zerolog.Logger) (*hotSets, error) {
 	al, err := AccessLog(cfg, sources)
 	if err != nil {
 		return nil, err
 	}
-	h := &hotSets{w: w, leading: leading, log: log.With().Str("component", "hotset").Logger()}
+	h := &hotSets{w: w, log: log.With().Str("component", "hotset").Logger(), warned: map[string]bool{}}
 	if al != nil { // a nil *Log in the interface would not be nil
 		h.ranker = al
 	}
 	return h, nil
 }
 
-// open starts the loop; close stops it and waits for a ranking in progress.
-func (h *hotSets) open(ctx context.Context) {
-	ctx, h.cancel = context.WithCancel(ctx)
-	h.done = make(chan struct{})
-	go h.run(ctx)
-}
-
-func (h *hotSets) close(context.Context) error {
-	if h.cancel != nil {
-		h.cancel()
-		<-h.done
-	}
-	return nil
-}
-
-func (h *hotSets) run(ctx context.Context) {
-	defer close(h.done)
+// Run ranks until ctx ends (the term), and returns once a ranking in progress stopped.
+func (h *hotSets) Run(ctx context.Context) error {
 	t := time.NewTicker(hotTick)
 	defer t.Stop()
 	last := map[string]time.Time{}
-	warned := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
-		}
-		if !h.leading() {
-			clear(last) // a new term ranks at once
-			continue
 		}
 		for _, s := range h.w.Specs() {
 			if s.HotSet == nil || ctx.Err() != nil {
 				continue
 			}
 			if h.ranker == nil {
-				if !warned[s.Name] {
-					warned[s.Name] = true
+				if !h.warned[s.Name] {
+					h.warned[s.Name] = true
 					h.log.Error().Str("family", s.Name).Msg("members_from.access_log needs access_log.source at start-up: restart to rank this hot set")
 				}
 				continue

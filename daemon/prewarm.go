@@ -12,7 +12,7 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
@@ -47,8 +47,8 @@ func PrewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) warmer
 
 // daemonPrewarm is the daemon's side of pre-warming: the start-up pre-warm a
 // new leader runs before it reports ready, the access-log roll-up and ranking,
-// and the watch that re-warms when Redis loses its data. The last two run only
-// while leading is true.
+// and the watch that re-warms when Redis loses its data. The last two are
+// services of the leader's term (see services).
 type daemonPrewarm struct {
 	cfg      *config.Config
 	w        *warmer.Warmer
@@ -59,7 +59,7 @@ type daemonPrewarm struct {
 }
 
 func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
-	rdb redis.UniversalClient, leading func() bool, reg prometheus.Registerer, log zerolog.Logger) (*daemonPrewarm, error) {
+	rdb redis.UniversalClient, reg prometheus.Registerer, log zerolog.Logger) (*daemonPrewarm, error) {
 	al, err := AccessLog(cfg, sources)
 	if err != nil {
 		return nil, err
@@ -70,7 +70,7 @@ func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
 			Log: al, Client: rdb, Namespace: cfg.Redis.Namespace, Bucket: a.Bucket,
 			Interval: a.RollupInterval, Lookback: cfg.Prewarm.Window, Retention: a.Retention,
 			RankInterval: a.RankInterval, RankTopN: cfg.Prewarm.TopN,
-			Gate: leading, Registerer: reg, Logger: log,
+			Registerer: reg, Logger: log,
 		})
 		if err != nil {
 			return nil, err
@@ -78,7 +78,7 @@ func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
 	}
 	if cfg.Prewarm.RewarmCheck > 0 {
 		p.rewarmer, err = warmer.NewRewarmer(warmer.RewarmOptions{
-			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck, Gate: leading,
+			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck,
 			Warmer: w, Prewarm: p.po, Registerer: reg, Logger: log,
 		})
 		if err != nil {
@@ -119,32 +119,16 @@ func (p *daemonPrewarm) options(reason string) warmer.PrewarmOptions {
 	return po
 }
 
-// open starts the roll-up loop and the re-warm watch; they act only while leading.
-func (p *daemonPrewarm) open(ctx context.Context) error {
+// services are the roll-up loop and the re-warm watch, to run for each leader term.
+func (p *daemonPrewarm) services() []func(context.Context) error {
+	var out []func(context.Context) error
 	if p.roller != nil {
-		if err := p.roller.Open(ctx); err != nil {
-			return err
-		}
+		out = append(out, p.roller.Run)
 	}
 	if p.rewarmer != nil {
-		if err := p.rewarmer.Open(ctx); err != nil {
-			return err
-		}
+		out = append(out, p.rewarmer.Run)
 	}
-	return nil
-}
-
-func (p *daemonPrewarm) close(ctx context.Context) {
-	if p.rewarmer != nil {
-		if err := p.rewarmer.Close(ctx); err != nil {
-			p.log.Warn().Err(err).Msg("close rewarmer")
-		}
-	}
-	if p.roller != nil {
-		if err := p.roller.Close(ctx); err != nil {
-			p.log.Warn().Err(err).Msg("close access-log roller")
-		}
-	}
+	return out
 }
 
 // startAdmin is the pre-warm engine as the admin API sees it: POST
@@ -185,7 +169,7 @@ func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalCli
 func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool,
 	from redis.UniversalClient, fromOnly bool, log zerolog.Logger) (*Prewarm, error) {
 	ps := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
-		Versioned: leader.NewPrewarmVersioned(rdb, cfg.Redis.Namespace, log), Logger: log})
+		Versioned: fence.NewPrewarmVersioned(rdb, cfg.Redis.Namespace, log), Logger: log})
 	fence, err := ps.Prepare(ctx)
 	if err != nil {
 		return nil, err

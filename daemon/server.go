@@ -17,8 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
-
-	"github.com/hearth-dev/hearth/leader"
 )
 
 // Limits of Hearth's own HTTP listener. It serves probes, scrapes and the admin
@@ -114,7 +112,7 @@ func (s *server) SetRole(role string, epoch int64) {
 // SetReady sets what /readyz answers: 200 when ready, else 503.
 func (s *server) SetReady(ready bool) { s.ready.Store(ready) }
 
-var _ leader.Status = (*server)(nil)
+var _ status = (*server)(nil)
 
 // listen binds the address now, so that a taken port fails start-up;
 // instance names this instance on /healthz.

@@ -11,9 +11,9 @@ import (
 // yet), a removed one is unscheduled (a run in progress finishes), and one whose
 // interval changed is rescheduled at its usual phase. Any other change needs no
 // rescheduling: each run asks the warmer for the declaration by name, and the
-// warmer already holds the new one. The gate (Elector) still applies to every
-// run, so a standby that reloads stays idle. Before Open (a standby that has
-// never led), Apply only replaces the declarations that Open will schedule.
+// warmer already holds the new one. While the schedule is not open (a
+// standby, or between terms), Apply only replaces the declarations that the
+// next Open will schedule.
 //
 // specs are validated before they reach the scheduler (config validation and
 // warmer.Declare), so a step can fail only on a fault of gocron's own: it is
@@ -51,12 +51,12 @@ func (s *Scheduler) Apply(specs []*warmer.Spec) warmer.Changes {
 		prev, ok := old[spec.Name]
 		switch {
 		case !ok:
-			failed(spec.Name, s.add(spec, now))
+			failed(spec.Name, s.add(s.runsCtx, spec, now))
 			ch.Added = append(ch.Added, spec.Name)
 		case prev.Interval != spec.Interval || warmer.NegativeInterval(prev) != warmer.NegativeInterval(spec):
 			failed(spec.Name, s.remove(spec.Name))
 			// Its phase is a hash of its name: it runs when it would have.
-			failed(spec.Name, s.add(spec, phase(s.clock.Now(), spec.Name, spec.Interval)))
+			failed(spec.Name, s.add(s.runsCtx, spec, phase(s.clock.Now(), spec.Name, spec.Interval)))
 			ch.Changed = append(ch.Changed, spec.Name)
 		}
 	}
@@ -76,12 +76,11 @@ func (s *Scheduler) remove(name string) error {
 	s.mu.Lock()
 	job, ok := s.jobs[name]
 	delete(s.jobs, name)
-	delete(s.runs, name)
 	s.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	if err := s.sched.RemoveJob(job.ID()); err != nil {
+	if err := s.gocron().RemoveJob(job.ID()); err != nil {
 		return fmt.Errorf("unschedule %s: %w", name, err)
 	}
 	return nil

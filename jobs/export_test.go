@@ -2,8 +2,8 @@ package jobs
 
 import "github.com/go-co-op/gocron/v2"
 
-// WrapScheduler replaces the scheduler's gocron scheduler by what wrap
-// returns for it: the seam for a gocron that does not stop.
+// WrapScheduler replaces each gocron scheduler the scheduler opens by what
+// wrap returns for it: the seam for a gocron that does not stop.
 func WrapScheduler(s *Scheduler, wrap func(gocron.Scheduler) gocron.Scheduler) {
-	s.sched = wrap(s.sched)
+	s.wrap = wrap
 }

@@ -3,10 +3,8 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,42 +144,35 @@ func TestCloseDrainsInFlightRuns(t *testing.T) {
 	}
 }
 
-// denyElector refuses every run and counts how often it was asked.
-type denyElector struct{ asked atomic.Int64 }
-
-func (e *denyElector) IsLeader(context.Context) error {
-	e.asked.Add(1)
-	return errors.New("standby")
-}
-
-func TestElectorGatesRuns(t *testing.T) {
+// TestScheduleEndsWithItsContext: an open schedule runs until the context
+// it was opened with ends (the leader's term), then starts no run; a new
+// Open (the next term) schedules everything again.
+func TestScheduleEndsWithItsContext(t *testing.T) {
 	rec := &recorder{runs: map[string]int{}, running: map[string]int{}}
-	el := &denyElector{}
-	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(20*time.Millisecond, "gated"), Elector: el, Logger: zerolog.Nop()})
+	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(20*time.Millisecond, "termed"), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	term, end := context.WithCancel(context.Background())
+	if err := s.Open(term); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "runs in the first term", func() bool { return rec.count("termed") >= 2 })
+	end()
+	testenv.Eventually(t, 10*time.Second, "the schedule closed with its term", func() bool { return len(s.Jobs()) == 0 })
+	if _, ok := s.NextRun("termed"); ok {
+		t.Error("NextRun known after the term ended")
+	}
+	after := rec.count("termed")
+	time.Sleep(200 * time.Millisecond) // ten intervals
+	if got := rec.count("termed"); got != after {
+		t.Errorf("%d runs after the term ended, want none", got-after)
+	}
 	if err := s.Open(context.Background()); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Open for a new term: %v", err)
 	}
-	// The positive control: runs were due (the elector was asked), and refused.
-	testenv.Eventually(t, 10*time.Second, "the elector asked about 5 runs", func() bool { return el.asked.Load() >= 5 })
-	if err := s.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := rec.count("gated"); got != 0 {
-		t.Errorf("a standby ran %d refreshes", got)
-	}
-}
-
-// switchElector refuses runs until lead is set.
-type switchElector struct{ lead atomic.Bool }
-
-func (e *switchElector) IsLeader(context.Context) error {
-	if !e.lead.Load() {
-		return errors.New("standby")
-	}
-	return nil
+	testenv.Eventually(t, 10*time.Second, "runs in the second term", func() bool { return rec.count("termed") > after })
 }
 
 // plannedLog records each run's planned and actual start, on its clock.
@@ -200,62 +191,46 @@ func (p *plannedLog) Refresh(_ context.Context, _ string, ro warmer.RunOptions) 
 	return warmer.Outcome{}, nil
 }
 
-// countElector is a switchElector that counts how often it was asked.
-type countElector struct {
-	switchElector
-	asked atomic.Int64
-}
-
-func (e *countElector) IsLeader(ctx context.Context) error {
-	e.asked.Add(1)
-	return e.switchElector.IsLeader(ctx)
-}
-
-// TestNextRunOnAStandby: a standby's runs are refused by the elector, and
-// NextRun must still say when the next one starts (the takeover catch-up
-// trusts it). gocron's own Job.NextRun stays at the first refused run, in the
-// past, so that a catch-up read it as "due now" and refreshed nothing. The
-// clock is a fake one: the schedule moves only when the test advances it.
-func TestNextRunOnAStandby(t *testing.T) {
+// TestNextRunInANewTerm: a schedule opened for a new term keeps the
+// declaration's phase, and NextRun says when its first run starts (the
+// takeover catch-up trusts it): the run is planned and started then, not an
+// interval later. The clock is a fake one: the schedule moves only when the
+// test advances it.
+func TestNextRunInANewTerm(t *testing.T) {
 	const interval = 500 * time.Millisecond
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	el := &countElector{}
 	rec := &plannedLog{clock: clock}
-	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(interval, "p"), Elector: el, Logger: zerolog.Nop(), Clock: clock})
+	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(interval, "p"), Logger: zerolog.Nop(), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Open(context.Background()); err != nil {
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	term, end := context.WithCancel(context.Background())
+	if err := s.Open(term); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	first, ok := s.NextRun("p")
 	if !ok || !first.After(clock.Now()) || first.After(clock.Now().Add(interval)) {
 		t.Fatalf("first run = %v (ok %v), want within one interval of %v", first, ok, clock.Now())
 	}
+	end()
+	testenv.Eventually(t, 10*time.Second, "the first term's schedule closed", func() bool { return len(s.Jobs()) == 0 })
+	// Three intervals and a half later, a new term.
+	clock.Advance(first.Sub(clock.Now()) + 3*interval + interval/2)
+	if err := s.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	next, ok := s.NextRun("p")
+	if want := first.Add(4 * interval); !ok || !next.Equal(want) {
+		t.Fatalf("NextRun in the new term = %v (ok %v), want %v (the same phase)", next, ok, want)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// advanceTo moves the clock to at once gocron waits for its next run.
-	advanceTo := func(at time.Time) {
-		t.Helper()
-		if err := clock.BlockUntilContext(ctx, 1); err != nil {
-			t.Fatalf("gocron did not wait for a run: %v", err)
-		}
-		clock.Advance(at.Sub(clock.Now()))
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatalf("gocron did not wait for a run: %v", err)
 	}
-	// The elector refuses the first three runs.
-	for i := range 3 {
-		advanceTo(first.Add(time.Duration(i) * interval))
-		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("refused run %d", i+1), func() bool { return el.asked.Load() > int64(i) })
-	}
-	clock.Advance(interval / 2)
-	next, ok := s.NextRun("p")
-	if want := first.Add(3 * interval); !ok || !next.Equal(want) {
-		t.Fatalf("NextRun after 3 refused runs = %v (ok %v), want %v", next, ok, want)
-	}
-	el.lead.Store(true)
-	advanceTo(next)
-	testenv.Eventually(t, 10*time.Second, "a run once leading", func() bool {
+	clock.Advance(next.Sub(clock.Now()))
+	testenv.Eventually(t, 10*time.Second, "the new term's first run", func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		return len(rec.planned) > 0
@@ -266,7 +241,6 @@ func TestNextRunOnAStandby(t *testing.T) {
 	if !planned.Equal(next) {
 		t.Errorf("first run planned at %v, NextRun said %v", planned, next)
 	}
-	// The catch-up relies on the run starting then, not an interval later.
 	if !started.Equal(next) {
 		t.Errorf("first run started at %v, NextRun said %v", started, next)
 	}

@@ -21,7 +21,7 @@ type NegativeRefresher interface {
 // not-found sentinel is short-lived by design, and a lapsed sentinel would send
 // every reader to the origin. It is added and removed with the declaration's
 // own job (add, remove), and rescheduled when its interval changes.
-func (s *Scheduler) addNegative(spec *warmer.Spec, now time.Time) error {
+func (s *Scheduler) addNegative(ctx context.Context, spec *warmer.Spec, now time.Time) error {
 	nr, ok := s.opts.Refresher.(NegativeRefresher)
 	every := warmer.NegativeInterval(spec)
 	if !ok || every <= 0 {
@@ -32,8 +32,12 @@ func (s *Scheduler) addNegative(spec *warmer.Spec, now time.Time) error {
 		return fmt.Errorf("schedule %s negative re-check: every %s is below the scheduler's minimum %s", name, every, MinPeriod)
 	}
 	log := s.log.With().Str("family", name).Logger()
+	term := s.termCtx
 	task := func() {
-		out, err := nr.RefreshNegatives(s.runCtx, name)
+		if term.Err() != nil {
+			return // the term ended; its schedule is stopping
+		}
+		out, err := nr.RefreshNegatives(ctx, name)
 		if err != nil {
 			log.Warn().Err(err).Int("members", out.Members).Msg("negative re-check failed")
 			return
@@ -42,7 +46,7 @@ func (s *Scheduler) addNegative(spec *warmer.Spec, now time.Time) error {
 			log.Debug().Int("members", out.Members).Int("found", out.Written).Msg("negative re-check")
 		}
 	}
-	job, err := s.sched.NewJob(
+	job, err := s.gocron().NewJob(
 		gocron.DurationJob(every),
 		gocron.NewTask(task),
 		gocron.WithName("hearth:"+name+":negative"),
@@ -71,7 +75,7 @@ func (s *Scheduler) removeNegative(name string) error {
 	if !ok {
 		return nil
 	}
-	if err := s.sched.RemoveJob(job.ID()); err != nil {
+	if err := s.gocron().RemoveJob(job.ID()); err != nil {
 		return fmt.Errorf("unschedule %s negative re-check: %w", name, err)
 	}
 	return nil

@@ -1,6 +1,7 @@
-// Package leader is Hearth's leadership: the Redis lease with fencing epochs
-// (Lease, Term), the store whose every write Redis refuses once a newer leader
-// exists (FencedStore), and the campaign loop `hearth run` drives (Leadership:
-// campaign, start-up load or takeover catch-up, ready, jobs; release at
-// shutdown). The warmer only sees a Gate and a Store; see docs/leadership.md.
+// Package leader is Hearth's lease mechanism: the Redis lease with fencing
+// epochs (Lease; Campaign returns a Term, whose context ends with it, after
+// raising the Fence to its epoch). It knows leases only: the fenced writes
+// are package fence's (a term writes through its fence.Writer), and what a
+// leader does with its term is the daemon's (daemon/term.go); see
+// docs/leadership.md.
 package leader

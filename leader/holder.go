@@ -31,12 +31,3 @@ func (l *Lease) Holder(ctx context.Context) (instance string, epoch int64, held 
 	}
 	return token[:slash], n, true, nil
 }
-
-// Holder is Lease.Holder for this instance's lease; without leadership
-// (leader.enabled false) this instance always leads, and it reports itself.
-func (l *Leadership) Holder(ctx context.Context) (instance string, epoch int64, held bool, err error) {
-	if l.lease == nil {
-		return l.Instance(), 0, true, nil
-	}
-	return l.lease.Holder(ctx)
-}

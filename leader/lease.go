@@ -19,10 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/neterr"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // Why a term ended or a write was refused.
@@ -39,9 +37,6 @@ var (
 	// ErrReleased: the leader gave the lease up (shutdown).
 	ErrReleased = errors.New("lease released")
 )
-
-// A Lease is the warmer's Gate.
-var _ warmer.Gate = (*Lease)(nil)
 
 // MaxEpochAhead bounds how far past Redis TIME an epoch read from Hearth's own
 // keys may lie and still count as one Hearth issued (see store.MaxEpochAhead).
@@ -69,6 +64,11 @@ type LeaseOptions struct {
 	// RetryPeriod is how often a standby tries to acquire (default 1s); a
 	// released lease is announced and taken at once.
 	RetryPeriod time.Duration
+	// MaxBackoff bounds the wait after failed attempts (default 4 ×
+	// RetryPeriod), and BackoffJitter randomises it (±, default 0.2): the
+	// takeover timing a config promises counts both.
+	MaxBackoff    time.Duration
+	BackoffJitter float64
 	// Fence, when set, is raised to every new epoch before Campaign returns.
 	Fence      Fence
 	Registerer prometheus.Registerer
@@ -98,7 +98,9 @@ type Lease struct {
 	wg      sync.WaitGroup
 }
 
-// Term is one tenure of this instance as leader.
+// Term is one tenure of this instance as leader: its epoch, and a context
+// that ends when the term does (lease lost, renew deadline passed, fenced,
+// released). The leader's work runs under that context.
 type Term struct {
 	// Epoch is the fencing token: greater than every earlier term's.
 	Epoch int64
@@ -106,7 +108,8 @@ type Term struct {
 	lease    *Lease
 	value    string // what the lease key holds: <epoch>:<token>
 	deadline atomic.Int64
-	done     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
 	once     sync.Once
 	err      error
 }
@@ -127,6 +130,12 @@ func NewLease(opts LeaseOptions) (*Lease, error) {
 	}
 	if opts.RetryPeriod <= 0 {
 		opts.RetryPeriod = time.Second
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 4 * opts.RetryPeriod
+	}
+	if opts.BackoffJitter <= 0 {
+		opts.BackoffJitter = 0.2
 	}
 	if opts.ID == "" {
 		opts.ID = InstanceID()
@@ -183,8 +192,8 @@ func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = l.opts.RetryPeriod
 	// config's timing rule counts this backoff (config.TakeoverWait).
-	bo.MaxInterval = config.CampaignBackoff * l.opts.RetryPeriod
-	bo.RandomizationFactor = config.CampaignJitter
+	bo.MaxInterval = l.opts.MaxBackoff
+	bo.RandomizationFactor = l.opts.BackoffJitter
 	bo.Multiplier = 2
 	bo.Reset()
 	minGap := l.opts.RetryPeriod / 10
@@ -388,7 +397,8 @@ func (l *Lease) tryAcquire(ctx context.Context, watch *holderWatch) (*Term, erro
 	if err != nil {
 		return nil, fmt.Errorf("acquire lease %s: bad epoch %q", l.leaseKey, res)
 	}
-	t := &Term{Epoch: epoch, lease: l, value: res + ":" + token, done: make(chan struct{})}
+	t := &Term{Epoch: epoch, lease: l, value: res + ":" + token}
+	t.ctx, t.cancel = context.WithCancelCause(context.Background())
 	t.deadline.Store(int64(start + l.opts.Duration - l.safety))
 	if l.opts.Fence != nil {
 		if err := l.opts.Fence.Raise(actx, epoch); err != nil {
@@ -428,7 +438,7 @@ func (l *Lease) renewLoop(t *Term) {
 	}
 	for {
 		select {
-		case <-t.done:
+		case <-t.ctx.Done():
 			return
 		case <-timer.C:
 		}
@@ -518,18 +528,21 @@ func (t *Term) end(reason error) (ended bool) {
 			ev = l.log.Info()
 		}
 		ev.Int64("epoch", t.Epoch).Str("reason", reason.Error()).Msg("stepped down")
-		close(t.done)
+		t.cancel(reason)
 	})
 	return ended
 }
 
+// Context ends when the term ends; its cause (context.Cause) is Err.
+func (t *Term) Context() context.Context { return t.ctx }
+
 // Done is closed when the term ends.
-func (t *Term) Done() <-chan struct{} { return t.done }
+func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
 
 // Err says why the term ended (nil while it lasts).
 func (t *Term) Err() error {
 	select {
-	case <-t.done:
+	case <-t.ctx.Done():
 		return t.err
 	default:
 		return nil
@@ -619,24 +632,6 @@ func (l *Lease) Current() (*Term, bool) {
 	return t, true
 }
 
-// Admit implements Gate: it attaches the current term to ctx, or refuses.
-func (l *Lease) Admit(ctx context.Context) (context.Context, error) {
-	t, ok := l.Current()
-	if !ok {
-		return ctx, ErrNotLeader
-	}
-	return WithTerm(ctx, t), nil
-}
-
-// IsLeader implements gocron.Elector: nil while this instance can prove it
-// leads. It reads memory only, never Redis.
-func (l *Lease) IsLeader(context.Context) error {
-	if _, ok := l.Current(); !ok {
-		return ErrNotLeader
-	}
-	return nil
-}
-
 // Close ends the current term without releasing the lease (use Term.Release
 // for that) and waits for the renew loop until ctx ends.
 func (l *Lease) Close(ctx context.Context) error {
@@ -654,19 +649,6 @@ func (l *Lease) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("lease: close: renew loop still running: %w", context.Cause(ctx))
 	}
-}
-
-type termKey struct{}
-
-// WithTerm returns a context carrying term; a fenced store writes with its epoch.
-func WithTerm(ctx context.Context, t *Term) context.Context {
-	return context.WithValue(ctx, termKey{}, t)
-}
-
-// TermFrom returns the term a context carries.
-func TermFrom(ctx context.Context) (*Term, bool) {
-	t, ok := ctx.Value(termKey{}).(*Term)
-	return t, ok && t != nil
 }
 
 type leaseMetrics struct {

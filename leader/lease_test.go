@@ -10,20 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 )
-
-func waitDone(t *testing.T, term *leader.Term, within time.Duration) {
-	t.Helper()
-	select {
-	case <-term.Done():
-	case <-time.After(within):
-		t.Fatalf("term %d did not end within %s", term.Epoch, within)
-	}
-}
 
 func TestLeaseOneLeader(t *testing.T) {
 	env := leadertest.New(t)
@@ -31,8 +23,11 @@ func TestLeaseOneLeader(t *testing.T) {
 	b := env.Instance(2*time.Second, 50*time.Millisecond, false)
 
 	ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
-	if err := a.Lease.IsLeader(context.Background()); err != nil {
-		t.Fatalf("a.IsLeader after winning: %v", err)
+	if _, ok := a.Lease.Current(); !ok {
+		t.Fatal("a.Current after winning: no term")
+	}
+	if ta.Context().Err() != nil {
+		t.Fatalf("a's term context ended at once: %v", context.Cause(ta.Context()))
 	}
 
 	t.Run("a standby does not win while the leader renews", func(t *testing.T) {
@@ -42,13 +37,13 @@ func TestLeaseOneLeader(t *testing.T) {
 		if term, err := b.Lease.Campaign(ctx); err == nil {
 			t.Fatalf("b won epoch %d while a leads", term.Epoch)
 		}
-		if err := b.Lease.IsLeader(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
-			t.Errorf("b.IsLeader = %v, want ErrNotLeader", err)
+		if _, ok := b.Lease.Current(); ok {
+			t.Error("b.Current: a term, while a leads")
 		}
 		if !ta.Valid() {
 			t.Errorf("a's term ended: %v", ta.Err())
 		}
-		if _, err := b.Lease.Admit(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
+		if _, err := b.Gate().Admit(context.Background()); !errors.Is(err, leader.ErrNotLeader) {
 			t.Errorf("b.Admit = %v, want ErrNotLeader", err)
 		}
 	})
@@ -78,6 +73,9 @@ func TestLeaseOneLeader(t *testing.T) {
 		if !errors.Is(ta.Err(), leader.ErrReleased) {
 			t.Errorf("a's term ended with %v, want ErrReleased", ta.Err())
 		}
+		if cause := context.Cause(ta.Context()); !errors.Is(cause, leader.ErrReleased) {
+			t.Errorf("a's term context ended with %v, want ErrReleased", cause)
+		}
 		select {
 		case tb := <-won:
 			if tb.Epoch <= ta.Epoch {
@@ -104,12 +102,15 @@ func TestLeaseStepsDown(t *testing.T) {
 		ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
 		// Another party deleted the lease (as an expiry during a pause would).
 		env.Client.Del(context.Background(), env.NS+":{lease}")
-		waitDone(t, ta, 5*time.Second)
+		leadertest.WaitDone(t, ta, 5*time.Second)
 		if !errors.Is(ta.Err(), leader.ErrLeaseLost) {
 			t.Errorf("term ended with %v, want ErrLeaseLost", ta.Err())
 		}
-		if err := a.Lease.IsLeader(context.Background()); err == nil {
+		if _, ok := a.Lease.Current(); ok {
 			t.Error("still leader after losing the lease")
+		}
+		if cause := context.Cause(ta.Context()); !errors.Is(cause, leader.ErrLeaseLost) {
+			t.Errorf("term context ended with %v, want ErrLeaseLost", cause)
 		}
 		if got := promtest.Value(t, a.Reg, "hearth_leader"); got != 0 {
 			t.Errorf("hearth_leader = %g, want 0", got)
@@ -128,12 +129,15 @@ func TestLeaseStepsDown(t *testing.T) {
 		term := leadertest.Campaign(t, l, 5*time.Second)
 		srv.Pause(t)
 		defer srv.Resume(t)
-		waitDone(t, term, 5*time.Second)
+		leadertest.WaitDone(t, term, 5*time.Second)
 		if !errors.Is(term.Err(), leader.ErrLeaseExpired) {
 			t.Errorf("term ended with %v, want ErrLeaseExpired", term.Err())
 		}
-		if err := l.IsLeader(context.Background()); err == nil {
+		if _, ok := l.Current(); ok {
 			t.Error("still leader with redis unreachable")
+		}
+		if term.Context().Err() == nil {
+			t.Error("term context still live past the renew deadline")
 		}
 	})
 }
@@ -143,7 +147,7 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 	client := srv.Client(t)
 	reg := prometheus.NewRegistry()
 	logs := &testenv.SyncBuffer{}
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: client, Namespace: "hearth", Registerer: reg})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: client, Namespace: "hearth", Registerer: reg})
 	l, err := leader.NewLease(leader.LeaseOptions{
 		Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 50 * time.Millisecond, Fence: store, Registerer: reg,
 		Logger: zerolog.New(logs),

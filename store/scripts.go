@@ -80,7 +80,7 @@ var (
 	Release = plainScript("release.lua")
 )
 
-// The fenced writes (leader/fence.go, leader/version.go): each checks the
+// The fenced writes (fence/fence.go, fence/version.go): each checks the
 // writer's epoch against the fence key in the value's hash slot, raises it,
 // and writes; each is idempotent, so a retransmitted pipeline does no harm.
 var (
@@ -101,7 +101,7 @@ var (
 	RepairRaise = stateScript("lib_raise.lua", "repair_raise.lua")
 )
 
-// The pre-warm's writes (warmer/prewarmstore.go, leader/prewarm.go): they
+// The pre-warm's writes (warmer/prewarmstore.go, fence/prewarm.go): they
 // read the fence and never raise it.
 var (
 	// PrewarmSet: a fenced SET [NX] of `hearth prewarm`.

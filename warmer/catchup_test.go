@@ -53,7 +53,7 @@ func TestCatchUp(t *testing.T) {
 	src := newCatchOrigin()
 	spec := familySpec(t, env.Prefix, "fresh", "expiring", "missing", "persistent")
 	w, err := warmer.New(warmer.Options{
-		Store: inst.Store, Gate: inst.Lease, Sources: map[string]warmer.Source{"origin": src},
+		Store: inst.Store, Gate: inst.Gate(), Sources: map[string]warmer.Source{"origin": src},
 		Specs: []*warmer.Spec{spec}, Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
@@ -159,7 +159,7 @@ func newCatchUpEnv(t *testing.T, batch int, members ...string) *catchUpEnv {
 	spec := familySpec(t, env.Prefix, members...)
 	spec.TTL, spec.Interval, spec.BatchSize = 8*time.Second, 4*time.Second, batch
 	w, err := warmer.New(warmer.Options{
-		Store: inst.Store, Gate: inst.Lease, Sources: map[string]warmer.Source{"origin": src},
+		Store: inst.Store, Gate: inst.Gate(), Sources: map[string]warmer.Source{"origin": src},
 		Specs: []*warmer.Spec{spec}, Registerer: prometheus.NewRegistry(), MaxConcurrentLoads: 1,
 	})
 	if err != nil {
@@ -240,7 +240,7 @@ func TestCatchUpHottestFirst(t *testing.T) {
 		s.BatchSize = 1
 	}
 	w, err := warmer.New(warmer.Options{
-		Store: inst.Store, Gate: inst.Lease, Sources: map[string]warmer.Source{"origin": src},
+		Store: inst.Store, Gate: inst.Gate(), Sources: map[string]warmer.Source{"origin": src},
 		Specs: []*warmer.Spec{product, price}, Registerer: prometheus.NewRegistry(), MaxConcurrentLoads: 1,
 	})
 	if err != nil {

@@ -2,10 +2,11 @@ package warmer
 
 import "context"
 
-// Gate admits the writes of one batch. A leader's gate returns a context that
-// carries its term, whose epoch a fenced store attaches to every write; a
+// Gate admits the writes of one batch and hands out the store they go
+// through. A leader's gate hands out a writer bound to its current term,
+// whose epoch that writer attaches to every write (fenced in Redis); a
 // standby's gate refuses with leader.ErrNotLeader. The check is in memory.
-// The leader package's Lease is the Gate of a leader-elected Hearth.
+// fence.FencedStore.Gate is the Gate of a leader-elected Hearth.
 type Gate interface {
-	Admit(ctx context.Context) (context.Context, error)
+	Admit(ctx context.Context) (Store, error)
 }

@@ -163,7 +163,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	}
 	r.mu.Unlock()
 	if len(entries) > 0 {
-		res, _, err := r.w.write(ctx, entries)
+		res, _, err := r.w.write(ctx, r.w.store, entries)
 		if res == nil && err == nil {
 			res = make([]SetOutcome, len(entries)) // a store that writes all or none
 		}

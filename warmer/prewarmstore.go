@@ -54,7 +54,7 @@ type PrewarmStoreOptions struct {
 	// Versioned, when set, writes the entries the leader version-checks
 	// (stamped: Entry.Seq > 0) whenever the writes are fenced, so that the
 	// pre-warm never replaces a newer version the leader wrote and leaves a
-	// version record its next write compares with (leader.PrewarmVersioned).
+	// version record its next write compares with (fence.PrewarmVersioned).
 	// Without it they are written as the others are.
 	Versioned PrewarmVersionedWriter
 	Logger    zerolog.Logger
@@ -361,19 +361,19 @@ func (s *PrewarmStore) Extend(ctx context.Context, keys []string, ttls []time.Du
 	return (&RedisStore{Client: s.client}).Extend(ctx, keys, ttls)
 }
 
-// write writes entries through the store: per entry when it is an EachStore,
+// write writes entries through ws: per entry when it is an EachStore,
 // with what the version check found when it is a CheckedStore, else all
 // written or none.
-func (w *Warmer) write(ctx context.Context, entries []Entry) ([]SetOutcome, []VersionCheck, error) {
-	if es, ok := w.store.(EachStore); ok {
+func (w *Warmer) write(ctx context.Context, ws Store, entries []Entry) ([]SetOutcome, []VersionCheck, error) {
+	if es, ok := ws.(EachStore); ok {
 		res, err := es.SetEach(ctx, entries)
 		return res, nil, err
 	}
-	if cs, ok := w.store.(CheckedStore); ok {
+	if cs, ok := ws.(CheckedStore); ok {
 		checks, err := cs.SetChecked(ctx, entries)
 		return nil, checks, err
 	}
-	return nil, nil, w.store.Set(ctx, entries)
+	return nil, nil, ws.Set(ctx, entries)
 }
 
 // settle applies a conditional write's outcomes to a batch's counts: a

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
@@ -220,7 +221,7 @@ func TestPrewarmStoreForeignState(t *testing.T) {
 
 func newLeader(t *testing.T, c *redis.Client, ns string, perSlot bool) *leader.Lease {
 	t.Helper()
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: c, Namespace: ns, PerSlot: &perSlot})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: c, Namespace: ns, PerSlot: &perSlot})
 	l, err := leader.NewLease(leader.LeaseOptions{Client: c, Namespace: ns, Duration: 30 * time.Second, RetryPeriod: 50 * time.Millisecond, Fence: store})
 	if err != nil {
 		t.Fatal(err)

@@ -56,11 +56,6 @@ type RewarmOptions struct {
 	// hearth_prewarm_rewarms_suppressed_total and re-warmed once the gap
 	// has passed: coalesced, never lost.
 	MinGap time.Duration
-	// Gate, when set, must return true for checks to run: only the leader
-	// re-warms. The baseline outlives a closed gate, so that a loss that cost
-	// this instance its lease (a FLUSHALL takes the lease key too) is still
-	// re-warmed once it leads again.
-	Gate   func() bool
 	Warmer *Warmer
 	// NoPush turns the push watch off: losses are then seen by the periodic
 	// check only. With it on (the default), Open also keeps one connection
@@ -162,8 +157,8 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 // CheckOnce checks Redis once and, if it lost its data, re-warms before
 // returning. It returns the reason of the re-warm it ran ("" when none). The
 // first check only takes the baseline: it writes the marker and remembers the
-// run_id. A re-warm during which the gate closed (leadership lost) is run
-// again by the first check after it reopens. Re-warms start at least MinGap
+// run_id. A re-warm whose context ended (the leader's term) is run again by
+// the first check of the next Run. Re-warms start at least MinGap
 // apart: a loss seen sooner is counted as suppressed and re-warmed by the
 // first check after the gap. A marker holding a foreign value counts as
 // absent (a flush): it is repaired, logged and counted.
@@ -175,7 +170,7 @@ func (r *Rewarmer) CheckOnce(ctx context.Context) (string, error) {
 func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.open() {
+	if ctx.Err() != nil {
 		return "", nil
 	}
 	sites, err := r.sites(ctx)
@@ -262,7 +257,7 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 	}
 	r.pending, r.deferred, r.scope, r.last, r.quiet = reason, "", scope, time.Now(), false
 	err = r.rewarm(ctx, reason, scope)
-	if r.open() {
+	if ctx.Err() == nil {
 		r.pending, r.scope = "", nil
 	} else {
 		r.log.Warn().Str("reason", reason).Msg("leadership lost during the re-warm: it runs again once leading")
@@ -283,8 +278,6 @@ func (r *Rewarmer) arm(ctx context.Context, sites []site) error {
 	r.log.Debug().Int("masters", len(sites)).Str("marker", store.MarkerKey(r.opts.Namespace)).Msg("re-warm watch armed")
 	return nil
 }
-
-func (r *Rewarmer) open() bool { return r.opts.Gate == nil || r.opts.Gate() }
 
 // Mark arms the watch now: it writes the marker and takes the run_id as the
 // baseline. Call it right after warming Redis (the start-up pre-warm), so that a
@@ -367,9 +360,21 @@ func nodeRunID(ctx context.Context, c redis.Cmdable) (string, error) {
 	return "", errors.New("info server: no run_id")
 }
 
+// Run is the re-warm watch of one leader term: Open, then Close once ctx
+// ends. The baseline outlives the term, so that a loss that cost this
+// instance its lease (a FLUSHALL takes the lease key too) is still re-warmed
+// once it leads again.
+func (r *Rewarmer) Run(ctx context.Context) error {
+	if err := r.Open(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return r.Close(context.WithoutCancel(ctx))
+}
+
 // Open takes the baseline now (so that a loss from here on is seen), then
 // checks every Interval until Close or ctx ends. A failed check is logged and
-// counted, and the loop keeps going.
+// counted, and the loop keeps going. After Close it may be opened again.
 func (r *Rewarmer) Open(ctx context.Context) error {
 	if r.cause != nil {
 		return errors.New("rewarmer: already open")
@@ -434,6 +439,7 @@ func (r *Rewarmer) Close(ctx context.Context) error {
 		_ = r.g.Wait()
 		r.mu.Lock()
 		p := r.push
+		r.push = nil
 		r.mu.Unlock()
 		if p != nil {
 			p.close()
@@ -442,6 +448,7 @@ func (r *Rewarmer) Close(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		r.cause = nil
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close rewarmer: %w", ctx.Err())

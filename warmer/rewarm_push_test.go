@@ -3,13 +3,13 @@ package warmer_test
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
@@ -23,7 +23,7 @@ const noPoll = time.Hour
 // still re-warmed: the client-tracking invalidation (a null key list) makes
 // the check run at once, and the detection is counted as a push.
 func TestRewarmPushFlush(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, 2*time.Second })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, 2*time.Second })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func TestRewarmPushFlush(t *testing.T) {
 // TestRewarmPushRestart: a restart drops the watch's connection; once it
 // reconnects it makes the check run, which sees the new run_id and re-warms.
 func TestRewarmPushRestart(t *testing.T) {
-	srv, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
+	srv, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestRewarmPushRestart(t *testing.T) {
 // TestRewarmNoPushPolls: with the push watch off, a flush is seen by the
 // periodic check, counted as a poll, and no connection tracks anything.
 func TestRewarmNoPushPolls(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.NoPush = true })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.NoPush = true })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func hammer(t *testing.T, rdb *redis.Client, perSecond int, d time.Duration, fn 
 // foreign messages are counted, and a real FLUSHDB afterwards is still seen
 // by push and re-warmed.
 func TestRewarmPushIgnoresLookalikes(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -245,7 +245,7 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 // real invalidation of it) makes at most one check per MinCheckGap, and the
 // losses are still re-warmed.
 func TestRewarmChecksPaced(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -290,7 +290,7 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 // sessions that reach Redis (each a SUBSCRIBE) start at least MinCheckGap
 // apart; the flushes are still re-warmed.
 func TestRewarmPushSessionsPaced(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -313,30 +313,33 @@ func TestRewarmPushSessionsPaced(t *testing.T) {
 	t.Logf("%d sessions in %v", sessions, elapsed)
 }
 
-// TestRewarmPushRestartGated: a leader that lost its lease during the
-// outage (gate closed) writes nothing when the watch reconnects to the
-// restarted Redis and asks for a check; once it leads again the restart is
-// re-warmed.
+// TestRewarmPushRestartGated: a leader whose term ended during the outage
+// (the watch runs only within a term) writes nothing while Redis restarts;
+// the next term's first check re-warms the restart.
 func TestRewarmPushRestartGated(t *testing.T) {
-	var leading atomic.Bool
-	leading.Store(true)
-	srv, e, rw := newRewarmEnvWith(t, leading.Load, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
-	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	srv, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
+	term, end := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rw.Run(term) }()
 	waitTracking(t, e)
-	leading.Store(false)
+	end()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after its term = %v", err)
+	}
 	srv.Restart(t)
-	waitTracking(t, e) // reconnected: the check it asked for found the gate closed
 	time.Sleep(300 * time.Millisecond)
 	if got := e.keys(t); len(got) != 0 {
 		t.Fatalf("keys written while not leading: %q", got)
 	}
-	leading.Store(true)
-	if reason, err := rw.CheckOnce(ctx); err != nil || reason != warmer.RewarmRestart {
-		t.Fatalf("check once leading again = %q, %v; want a re-warm for %q", reason, err, warmer.RewarmRestart)
-	}
+	term, end = context.WithCancel(context.Background())
+	defer end()
+	go func() { done <- rw.Run(term) }()
 	waitWarm(t, e, 10*time.Second)
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
+	}
+	end()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after the second term = %v", err)
+	}
 }

@@ -20,13 +20,13 @@ var warmKeys = []string{"product:1", "product:7", "top"}
 
 // newRewarmEnv warms a private Redis (the tests flush and restart it) and
 // opens a Rewarmer checking it every 100ms.
-func newRewarmEnv(t *testing.T, gate func() bool) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+func newRewarmEnv(t *testing.T) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
 	t.Helper()
-	return newRewarmEnvWith(t, gate, nil)
+	return newRewarmEnvWith(t, nil)
 }
 
 // newRewarmEnvWith is newRewarmEnv with the Rewarmer's options adjusted by opt.
-func newRewarmEnvWith(t *testing.T, gate func() bool, opt func(*warmer.RewarmOptions)) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+func newRewarmEnvWith(t *testing.T, opt func(*warmer.RewarmOptions)) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
 	t.Helper()
 	srv := testenv.PrivateRedis(t)
 	rdb := srv.Client(t)
@@ -43,7 +43,7 @@ func newRewarmEnvWith(t *testing.T, gate func() bool, opt func(*warmer.RewarmOpt
 		t.Fatalf("warm keys = %q, want %q", got, warmKeys)
 	}
 	opts := warmer.RewarmOptions{
-		Client: rdb, Namespace: rewarmNS, Interval: 100 * time.Millisecond, Gate: gate,
+		Client: rdb, Namespace: rewarmNS, Interval: 100 * time.Millisecond,
 		Warmer: e.w, Prewarm: e.options(10), Registerer: e.reg,
 	}
 	if opt != nil {
@@ -71,7 +71,7 @@ func waitWarm(t *testing.T, e *pwEnv, within time.Duration) {
 // TestRewarmAfterFlush: FLUSHDB under a running rewarmer brings every key back,
 // the access-log ones included, and counts a re-warm for reason flush.
 func TestRewarmAfterFlush(t *testing.T) {
-	_, e, rw := newRewarmEnv(t, nil)
+	_, e, rw := newRewarmEnv(t)
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestRewarmAfterFlush(t *testing.T) {
 // TestRewarmAfterRestart: a Redis restart (persistence off: it comes back
 // empty, with a new run_id) is re-warmed and counted for reason restart.
 func TestRewarmAfterRestart(t *testing.T) {
-	srv, e, rw := newRewarmEnv(t, nil)
+	srv, e, rw := newRewarmEnv(t)
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -108,34 +108,44 @@ func TestRewarmAfterRestart(t *testing.T) {
 	}
 }
 
-// TestRewarmGated: a standby (gate closed) does not re-warm; once it leads
-// again, a loss that happened meanwhile is re-warmed (a FLUSHALL also takes the
-// lease, so the leader itself may stand by for a moment).
-func TestRewarmGated(t *testing.T) {
-	leader := true
-	_, e, rw := newRewarmEnv(t, func() bool { return leader })
+// TestRewarmPerTerm: the watch runs only within a leader term (Run); a loss
+// while no term runs (a standby, or a FLUSHALL that also took the lease) is
+// re-warmed by the next term's first check, against the baseline the last
+// term took.
+func TestRewarmPerTerm(t *testing.T) {
+	_, e, rw := newRewarmEnv(t)
 	ctx := context.Background()
-	if reason, err := rw.CheckOnce(ctx); err != nil || reason != "" {
-		t.Fatalf("baseline check = %q, %v; want no re-warm", reason, err)
+	term, end := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rw.Run(term) }()
+	// The first term takes the baseline (Open's first check).
+	testenv.Eventually(t, 10*time.Second, "the baseline marker", func() bool {
+		n, _ := e.rdb.Exists(ctx, store.MarkerKey(rewarmNS)).Result()
+		return n == 1
+	})
+	end()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after its term = %v", err)
 	}
-	leader = false
 	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if reason, err := rw.CheckOnce(ctx); err != nil || reason != "" {
-		t.Fatalf("check while standby = %q, %v; want no re-warm", reason, err)
-	}
+	time.Sleep(300 * time.Millisecond) // three intervals without a term
 	if got := e.keys(t); len(got) != 0 {
-		t.Errorf("a standby re-warmed: keys %q", got)
+		t.Errorf("re-warmed without a term: keys %q", got)
 	}
 	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
-	leader = true
-	if reason, err := rw.CheckOnce(ctx); err != nil || reason != warmer.RewarmFlush {
-		t.Fatalf("check once leading again = %q, %v; want a re-warm for %q", reason, err, warmer.RewarmFlush)
+	term, end = context.WithCancel(ctx)
+	defer end()
+	go func() { done <- rw.Run(term) }()
+	waitWarm(t, e, 10*time.Second)
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
+		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
-	if got := e.keys(t); !slices.Equal(got, warmKeys) {
-		t.Errorf("keys after the re-warm = %q, want %q", got, warmKeys)
+	end()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after the second term = %v", err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // runs once the gap has passed.
 func TestRewarmCoalesced(t *testing.T) {
 	const gap = 5 * time.Second
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.MinGap = gap })
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.MinGap = gap })
 	ctx := context.Background()
 	if err := rw.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestRewarmCoalesced(t *testing.T) {
 // full re-warm per minimum gap.
 func TestRewarmDELLoop(t *testing.T) {
 	const gap = time.Second
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) {
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) {
 		o.MinGap, o.Interval = gap, 20*time.Millisecond
 	})
 	ctx := context.Background()
@@ -87,7 +87,7 @@ func TestRewarmDELLoop(t *testing.T) {
 // logged with the key and what was found, and counted.
 func TestRewarmForeignMarker(t *testing.T) {
 	logs := &testenv.SyncBuffer{}
-	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) {
+	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) {
 		o.MinGap, o.Logger = time.Nanosecond, zerolog.New(logs)
 	})
 	ctx := context.Background()

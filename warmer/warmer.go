@@ -31,8 +31,9 @@ type Options struct {
 	// Now and Rand are the clock and the jitter source; tests inject them.
 	Now  func() time.Time
 	Rand func() float64
-	// Gate, when set, admits every batch before its load (the leader lease);
-	// the context it returns carries the writes' fencing token.
+	// Gate, when set, admits every batch before its load (the leader lease)
+	// and hands out the store the batch writes through: bound to the
+	// leader's term, whose epoch fences every write.
 	Gate Gate
 	// OneShot is a warmer that runs once and exits (`hearth prewarm`): it
 	// keeps no per-member state (last success, one-off members), which only
@@ -486,22 +487,24 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 // refreshBatch loads one batch and writes the outcome. It never returns early
 // on a bad member: each member's fate is decided alone.
 func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string) Outcome {
+	ws := w.store
 	if w.gate != nil {
-		gctx, err := w.gate.Admit(ctx)
+		admitted, err := w.gate.Admit(ctx)
 		if err != nil {
 			return Outcome{Skipped: len(batch), LastError: fmt.Errorf("refresh %s: %w", spec.Name, err)}
 		}
-		ctx = gctx
+		ws = admitted
 	}
-	return w.loadAndWrite(ctx, spec, st, batch, nil)
+	return w.loadAndWrite(ctx, ws, spec, st, batch, nil)
 }
 
-// loadAndWrite loads one admitted batch and writes the outcome. Members whose
+// loadAndWrite loads one admitted batch and writes the outcome through ws
+// (the admitted store). Members whose
 // write a version record refused although their values did not back it are
 // re-read once, at once: unconfirmed, in that re-read, holds those records by
 // key (the store replaces one the re-read does not confirm), and nothing is
 // re-read again.
-func (w *Warmer) loadAndWrite(ctx context.Context, spec *Spec, st *declState, batch []string, unconfirmed map[string]string) Outcome {
+func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string) Outcome {
 	out := Outcome{}
 	var req []string
 	if spec.Template.IsFamily() {
@@ -596,7 +599,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, spec *Spec, st *declState, ba
 		for i := range entries {
 			entries[i].Unconfirmed = unconfirmed[entries[i].Key]
 		}
-		if res, checks, werr := w.write(ctx, entries); werr != nil {
+		if res, checks, werr := w.write(ctx, ws, entries); werr != nil {
 			w.metrics.redisErrors.WithLabelValues("set").Inc()
 			out.LastError = fmt.Errorf("write %s: %w", spec.Name, werr)
 			out.Written, out.Negative = 0, 0
@@ -631,10 +634,10 @@ func (w *Warmer) loadAndWrite(ctx context.Context, spec *Spec, st *declState, ba
 	w.noteState(spec.Name, st)
 	st.mu.Unlock()
 	if len(failed) > 0 {
-		out.Extended = w.extendStale(ctx, spec, st, failed, now)
+		out.Extended = w.extendStale(ctx, ws, spec, st, failed, now)
 	}
 	if len(recheck) > 0 {
-		out.add(w.loadAndWrite(ctx, spec, st, recheck, records))
+		out.add(w.loadAndWrite(ctx, ws, spec, st, recheck, records))
 	}
 	return out
 }
@@ -742,7 +745,7 @@ func (w *Warmer) load(ctx context.Context, spec *Spec, members []string) (result
 // extendStale keeps failed members' existing values alive, never past MaxStale
 // after their last successful load. A member never loaded by this process gets
 // its budget from the first failure seen.
-func (w *Warmer) extendStale(ctx context.Context, spec *Spec, st *declState, failed []string, now time.Time) int {
+func (w *Warmer) extendStale(ctx context.Context, ws Store, spec *Spec, st *declState, failed []string, now time.Time) int {
 	if spec.MaxStale <= 0 {
 		return 0
 	}
@@ -767,7 +770,7 @@ func (w *Warmer) extendStale(ctx context.Context, spec *Spec, st *declState, fai
 	if len(keys) == 0 {
 		return 0
 	}
-	kept, err := w.store.Extend(ctx, keys, ttls)
+	kept, err := ws.Extend(ctx, keys, ttls)
 	if err != nil {
 		w.metrics.redisErrors.WithLabelValues("extend").Inc()
 		w.log.Warn().Str("family", spec.Name).Err(err).Msg("stale extension failed")

@@ -29,6 +29,7 @@ import (
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/admin"
 	"github.com/hearth-dev/hearth/demo"
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -82,7 +83,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if _, err := jobs.New(jobs.Options{Refresher: w}); err != nil {
 		t.Fatal(err)
 	}
-	fence := leader.NewFencedStore(leader.FencedStoreOptions{Client: rdb, Namespace: "t", Registerer: rec})
+	fence := fence.NewFencedStore(fence.FencedStoreOptions{Client: rdb, Namespace: "t", Registerer: rec})
 	if _, err := leader.NewLease(leader.LeaseOptions{Client: rdb, Namespace: "t", Duration: time.Second, Fence: fence, Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}

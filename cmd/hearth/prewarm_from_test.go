@@ -16,7 +16,6 @@ import (
 	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -83,7 +82,7 @@ func newBlueGreen(t *testing.T) *blueGreen {
 	// single key; and someone else wrote an undeclared key.
 	in := leadertest.On(t, b.blue, b.ns).Instance(time.Minute, 50*time.Millisecond, false)
 	term := leadertest.Campaign(t, in.Lease, 5*time.Second)
-	lctx := leader.WithTerm(ctx, term)
+	lw := in.Store.Writer(term)
 	var entries []warmer.Entry
 	for i, k := range b.itemKeys {
 		// TTLs spread over 5..9 minutes, as a leader's jittered writes are.
@@ -95,7 +94,7 @@ func newBlueGreen(t *testing.T) *blueGreen {
 	entries = append(entries,
 		warmer.Entry{Key: b.sentinelKey, Value: []byte{}, TTL: 40 * time.Second, Seq: 200, VersionTTL: b.itemVTTL, Family: "item"},
 		warmer.Entry{Key: "bg:top", Value: []byte("top-blue"), TTL: 7 * time.Minute})
-	if err := in.Store.Set(lctx, entries); err != nil {
+	if err := lw.Set(ctx, entries); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.blue.Set(ctx, b.undeclared, "not hearth's", time.Hour).Err(); err != nil {
@@ -229,7 +228,7 @@ func TestPrewarmFromOnlyOriginDown(t *testing.T) {
 	in := leadertest.On(t, b.green, b.ns).Instance(time.Minute, 50*time.Millisecond, false)
 	term := leadertest.Campaign(t, in.Lease, 5*time.Second)
 	before := b.green.Get(ctx, b.itemKeys[0]).Val()
-	if err := in.Store.Set(leader.WithTerm(ctx, term), []warmer.Entry{{Key: b.itemKeys[0], Value: []byte("old1"), TTL: 10 * time.Minute,
+	if err := in.Store.Writer(term).Set(ctx, []warmer.Entry{{Key: b.itemKeys[0], Value: []byte("old1"), TTL: 10 * time.Minute,
 		Seq: 1, Versioned: true, Version: 10, VersionTTL: b.itemVTTL, Family: "item"}}); err != nil {
 		t.Fatal(err)
 	}

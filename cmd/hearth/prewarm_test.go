@@ -18,7 +18,6 @@ import (
 	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -474,13 +473,13 @@ keys:
 	// version 5; item 4 it has not written.
 	in := leadertest.On(t, rdb, ns).Instance(time.Minute, 50*time.Millisecond, false)
 	term := leadertest.Campaign(t, in.Lease, 5*time.Second)
-	lctx := leader.WithTerm(ctx, term)
+	lw := in.Store.Writer(term)
 	var entries []warmer.Entry
 	for i, ver := range []int64{20, 20, 5} {
 		entries = append(entries, warmer.Entry{Key: keys[i], Value: []byte(fmt.Sprintf("v%d-%d", ver, i+1)), TTL: 10 * time.Minute,
 			Seq: int64(100 + i), Versioned: true, Version: ver, VersionTTL: 20 * time.Minute, Family: "item"})
 	}
-	if err := in.Store.Set(lctx, entries); err != nil {
+	if err := lw.Set(ctx, entries); err != nil {
 		t.Fatal(err)
 	}
 
@@ -504,7 +503,7 @@ keys:
 		{Key: keys[3], Value: []byte("old4"), TTL: 10 * time.Minute, Seq: 200, Versioned: true, Version: 10, VersionTTL: 20 * time.Minute, Family: "item"},
 		{Key: keys[3], Value: []byte("v9-4"), TTL: 10 * time.Minute, Seq: 201, Versioned: true, Version: 9, VersionTTL: 20 * time.Minute, Family: "item"},
 	} {
-		if err := in.Store.Set(lctx, []warmer.Entry{e}); err != nil {
+		if err := lw.Set(ctx, []warmer.Entry{e}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,8 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // Env is one Hearth namespace (NS) on a Redis; Prefix starts every key of
@@ -42,7 +44,7 @@ func On(t testing.TB, client *redis.Client, ns string) *Env {
 // Instance is one Hearth instance's lease and fenced store, with its own registry.
 type Instance struct {
 	Lease *leader.Lease
-	Store *leader.FencedStore
+	Store *fence.FencedStore
 	Reg   *prometheus.Registry
 }
 
@@ -52,7 +54,7 @@ func (e *Env) Instance(lease, retry time.Duration, perSlot bool) *Instance {
 	e.t.Helper()
 	log := e.Log
 	reg := prometheus.NewRegistry()
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: e.Client, Namespace: e.NS, PerSlot: &perSlot, Registerer: reg, Logger: log})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: e.Client, Namespace: e.NS, PerSlot: &perSlot, Registerer: reg, Logger: log})
 	l, err := leader.NewLease(leader.LeaseOptions{
 		Client: e.Client, Namespace: e.NS, Duration: lease, RetryPeriod: retry, Fence: store, Registerer: reg, Logger: log,
 	})
@@ -62,6 +64,9 @@ func (e *Env) Instance(lease, retry time.Duration, perSlot bool) *Instance {
 	e.t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return &Instance{Lease: l, Store: store, Reg: reg}
 }
+
+// Gate is the instance's warmer gate, as the daemon wires it.
+func (in *Instance) Gate() warmer.Gate { return in.Store.Gate(in.Lease) }
 
 // Campaign wins the lease within the given time, or fails the test.
 func Campaign(t testing.TB, l *leader.Lease, within time.Duration) *leader.Term {
@@ -73,4 +78,14 @@ func Campaign(t testing.TB, l *leader.Lease, within time.Duration) *leader.Term 
 		t.Fatalf("campaign: %v", err)
 	}
 	return term
+}
+
+// WaitDone waits for term to end, or fails the test after within.
+func WaitDone(t testing.TB, term *leader.Term, within time.Duration) {
+	t.Helper()
+	select {
+	case <-term.Done():
+	case <-time.After(within):
+		t.Fatalf("term %d did not end within %s", term.Epoch, within)
+	}
 }

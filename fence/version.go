@@ -1,4 +1,4 @@
-package leader
+package fence
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -73,23 +74,17 @@ type WriteResults struct {
 	Written, Extended, Older int
 }
 
-var _ warmer.CheckedStore = (*FencedStore)(nil)
-
-// SetChecked is Set, reporting for each entry what the version check found
+// setChecked is set, reporting for each entry what the version check found
 // wrong at its key (warmer.CheckedStore): a foreign record repaired, a value
 // that was not the bytes its record says Hearth wrote, a refusal by a record
 // its value does not back (Recheck). Entries that are not stamped get the
 // zero VersionCheck.
-func (s *FencedStore) SetChecked(ctx context.Context, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
+func (s *FencedStore) setChecked(ctx context.Context, t *leader.Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	t, err := termOf(ctx, "write", len(entries))
-	if err != nil {
-		return nil, err
-	}
 	if _, some := stamped(entries); !some {
-		return make([]warmer.VersionCheck, len(entries)), s.Set(ctx, entries)
+		return make([]warmer.VersionCheck, len(entries)), s.set(ctx, t, entries)
 	}
 	return s.setStampedChecked(ctx, t, entries)
 }
@@ -98,7 +93,7 @@ func (s *FencedStore) SetChecked(ctx context.Context, entries []warmer.Entry) ([
 // under a single fence key versionedSetManyChunk keys per script call, per
 // slot (Cluster) one script per key. Entries refused as older are not an
 // error: a newer value is in Redis, or checks[i].Recheck asks for a re-read.
-func (s *FencedStore) setVersioned(ctx context.Context, t *Term, entries []warmer.Entry) (WriteResults, []warmer.VersionCheck, error) {
+func (s *FencedStore) setVersioned(ctx context.Context, t *leader.Term, entries []warmer.Entry) (WriteResults, []warmer.VersionCheck, error) {
 	var res WriteResults
 	checks := make([]warmer.VersionCheck, len(entries))
 	epoch := strconv.FormatInt(t.Epoch, 10)
@@ -115,7 +110,7 @@ func (s *FencedStore) setVersioned(ctx context.Context, t *Term, entries []warme
 	if refused > 0 {
 		s.fenced.WithLabelValues("set").Add(float64(refused))
 		t.Fenced()
-		return res, checks, fmt.Errorf("write %d keys with epoch %d: %d refused: %w", len(entries), t.Epoch, refused, ErrFenced)
+		return res, checks, fmt.Errorf("write %d keys with epoch %d: %d refused: %w", len(entries), t.Epoch, refused, leader.ErrFenced)
 	}
 	return res, checks, nil
 }
@@ -237,14 +232,14 @@ func (s *FencedStore) countVersioned(res *WriteResults, e warmer.Entry, r store.
 // setStamped writes the stamped entries through the version check and the
 // others (written by a caller that does not stamp) through the plain fence
 // script.
-func (s *FencedStore) setStamped(ctx context.Context, t *Term, entries []warmer.Entry) error {
+func (s *FencedStore) setStamped(ctx context.Context, t *leader.Term, entries []warmer.Entry) error {
 	_, err := s.setStampedChecked(ctx, t, entries)
 	return err
 }
 
 // setStampedChecked is setStamped; checks[i] is what the version check found
 // at entries[i]'s key.
-func (s *FencedStore) setStampedChecked(ctx context.Context, t *Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
+func (s *FencedStore) setStampedChecked(ctx context.Context, t *leader.Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
 	var plain, vers []warmer.Entry
 	var at []int
 	for i, e := range entries {
@@ -256,7 +251,7 @@ func (s *FencedStore) setStampedChecked(ctx context.Context, t *Term, entries []
 		}
 	}
 	if len(plain) > 0 {
-		if err := s.Set(ctx, plain); err != nil {
+		if err := s.set(ctx, t, plain); err != nil {
 			return nil, err
 		}
 	}

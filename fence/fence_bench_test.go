@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
@@ -20,7 +21,7 @@ func BenchmarkFencedSet(b *testing.B) {
 	env := testenv.Redis(b)
 	ctx := context.Background()
 	off := false
-	store := leader.NewFencedStore(leader.FencedStoreOptions{Client: env.Client, Namespace: env.Prefix + "hearth", PerSlot: &off, Registerer: prometheus.NewRegistry()})
+	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: env.Client, Namespace: env.Prefix + "hearth", PerSlot: &off, Registerer: prometheus.NewRegistry()})
 	l, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: env.Prefix + "hearth", Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
@@ -31,14 +32,14 @@ func BenchmarkFencedSet(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = term.Release(ctx) }()
-	wctx := leader.WithTerm(ctx, term)
+	w := store.Writer(term)
 	entries := make([]warmer.Entry, 1000)
 	for i := range entries {
 		entries[i] = warmer.Entry{Key: env.Prefix + "k:" + strconv.Itoa(i), Value: []byte("value"), TTL: time.Minute}
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if err := store.Set(wctx, entries); err != nil {
+		if err := w.Set(ctx, entries); err != nil {
 			b.Fatal(err)
 		}
 	}

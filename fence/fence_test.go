@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -66,11 +67,11 @@ func testFencing(t *testing.T, perSlot bool) {
 	key, other := env.Prefix+"product:1", env.Prefix+"product:2"
 
 	ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
-	actx, err := a.Lease.Admit(ctx)
+	aw, err := a.Gate().Admit(ctx)
 	if err != nil {
 		t.Fatalf("admit leader: %v", err)
 	}
-	if err := a.Store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a1"), TTL: time.Minute}}); err != nil {
+	if err := aw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("a1"), TTL: time.Minute}}); err != nil {
 		t.Fatalf("leader write: %v", err)
 	}
 
@@ -81,17 +82,17 @@ func testFencing(t *testing.T, perSlot bool) {
 	if tb.Epoch <= ta.Epoch {
 		t.Fatalf("epoch %d after %d", tb.Epoch, ta.Epoch)
 	}
-	bctx, err := b.Lease.Admit(ctx)
+	bw, err := b.Gate().Admit(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Store.Set(bctx, []warmer.Entry{{Key: key, Value: []byte("b1"), TTL: time.Minute}}); err != nil {
+	if err := bw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("b1"), TTL: time.Minute}}); err != nil {
 		t.Fatalf("new leader write: %v", err)
 	}
 
 	t.Run("old leader's write is refused", func(t *testing.T) {
 		// other is a key b never wrote: the fence raised at takeover guards it.
-		err := a.Store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a2"), TTL: time.Minute}, {Key: other, Value: []byte("a2"), TTL: time.Minute}})
+		err := aw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("a2"), TTL: time.Minute}, {Key: other, Value: []byte("a2"), TTL: time.Minute}})
 		if !errors.Is(err, leader.ErrFenced) {
 			t.Fatalf("stale write: err = %v, want ErrFenced", err)
 		}
@@ -111,7 +112,7 @@ func testFencing(t *testing.T, perSlot bool) {
 
 	t.Run("old leader's stale extension is refused", func(t *testing.T) {
 		before := env.Client.PTTL(ctx, key).Val()
-		_, err := a.Store.Extend(actx, []string{key}, []time.Duration{time.Hour})
+		_, err := aw.Extend(ctx, []string{key}, []time.Duration{time.Hour})
 		if !errors.Is(err, leader.ErrFenced) {
 			t.Fatalf("stale extend: err = %v, want ErrFenced", err)
 		}
@@ -121,7 +122,7 @@ func testFencing(t *testing.T, perSlot bool) {
 	})
 
 	t.Run("new leader extends", func(t *testing.T) {
-		kept, err := b.Store.Extend(bctx, []string{key, other}, []time.Duration{time.Hour, time.Hour})
+		kept, err := bw.Extend(ctx, []string{key, other}, []time.Duration{time.Hour, time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,8 +150,8 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.PrivateRedis(t)
 	client := srv.Client(t)
-	newInstance := func() (*leader.Lease, *leader.FencedStore) {
-		store := leader.NewFencedStore(leader.FencedStoreOptions{Client: client, Namespace: "hearth"})
+	newInstance := func() (*leader.Lease, *fence.FencedStore) {
+		store := fence.NewFencedStore(fence.FencedStoreOptions{Client: client, Namespace: "hearth"})
 		l, err := leader.NewLease(leader.LeaseOptions{Client: client, Namespace: "hearth", Duration: time.Second, RetryPeriod: 20 * time.Millisecond, Fence: store, Registerer: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
@@ -161,23 +162,23 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 	a, astore := newInstance()
 	b, bstore := newInstance()
 	ta := leadertest.Campaign(t, a, 5*time.Second)
-	actx, _ := a.Admit(ctx)
-	if err := astore.Set(actx, []warmer.Entry{{Key: "k", Value: []byte("a"), TTL: time.Minute}}); err != nil {
+	aw := astore.Writer(ta)
+	if err := aw.Set(ctx, []warmer.Entry{{Key: "k", Value: []byte("a"), TTL: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 
 	// Redis comes back empty: no lease, no epoch counter, no fence, no scripts.
 	srv.Restart(t)
-	waitDone(t, ta, 5*time.Second)
+	leadertest.WaitDone(t, ta, 5*time.Second)
 	tb := leadertest.Campaign(t, b, 5*time.Second)
 	if tb.Epoch <= ta.Epoch {
 		t.Fatalf("epoch went back from %d to %d after the restart", ta.Epoch, tb.Epoch)
 	}
-	bctx, _ := b.Admit(ctx)
-	if err := bstore.Set(bctx, []warmer.Entry{{Key: "k", Value: []byte("b"), TTL: time.Minute}}); err != nil {
+	bw := bstore.Writer(tb)
+	if err := bw.Set(ctx, []warmer.Entry{{Key: "k", Value: []byte("b"), TTL: time.Minute}}); err != nil {
 		t.Fatalf("write after restart (EVALSHA falls back to EVAL): %v", err)
 	}
-	if err := astore.Set(actx, []warmer.Entry{{Key: "k", Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
+	if err := aw.Set(ctx, []warmer.Entry{{Key: "k", Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 		t.Fatalf("old leader after restart: err = %v, want ErrFenced", err)
 	}
 	if got := client.Get(ctx, "k").Val(); got != "b" {
@@ -215,18 +216,18 @@ func TestFencedWriteOfManyKeys(t *testing.T) {
 		}
 	}
 	leadertest.Campaign(t, a.Lease, 5*time.Second)
-	actx, err := a.Lease.Admit(ctx)
+	aw, err := a.Gate().Admit(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Store.Set(actx, entries("a")); err != nil {
+	if err := aw.Set(ctx, entries("a")); err != nil {
 		t.Fatalf("leader write: %v", err)
 	}
 	check("a")
 
 	env.Client.Del(ctx, env.NS+":{lease}")
 	leadertest.Campaign(t, b.Lease, 5*time.Second)
-	err = a.Store.Set(actx, entries("stale"))
+	err = aw.Set(ctx, entries("stale"))
 	if !errors.Is(err, leader.ErrFenced) {
 		t.Fatalf("old leader's write: err = %v, want ErrFenced", err)
 	}
@@ -234,11 +235,11 @@ func TestFencedWriteOfManyKeys(t *testing.T) {
 	if got := promtest.Value(t, a.Reg, "hearth_fenced_writes_total", "op", "set"); got != n {
 		t.Errorf("hearth_fenced_writes_total = %g, want %d", got, n)
 	}
-	bctx, err := b.Lease.Admit(ctx)
+	bw, err := b.Gate().Admit(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Store.Set(bctx, entries("b")); err != nil {
+	if err := bw.Set(ctx, entries("b")); err != nil {
 		t.Fatalf("new leader write: %v", err)
 	}
 	check("b")

@@ -1,4 +1,4 @@
-package leader
+package fence
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -31,11 +32,11 @@ type FencedStoreOptions struct {
 }
 
 // FencedStore is the Store of a leader-elected Hearth: every write is a script
-// that compares the writer's epoch (from the term its context carries, see
+// that compares the writer's epoch (the term its Writer is bound to, see
 // Gate) with a fence key in the same hash slot as the value key, refuses the
 // write if the fence holds a newer epoch, and otherwise raises the fence and
-// writes. A refused write is counted and ends the writer's term. A write whose
-// context carries no term is refused before it is sent.
+// writes. A refused write is counted and ends the writer's term. A write not
+// made through a term's Writer is refused before it is sent.
 type FencedStore struct {
 	client  redis.UniversalClient
 	ns      string
@@ -54,7 +55,7 @@ type FencedStore struct {
 
 var (
 	_ warmer.Store     = (*FencedStore)(nil)
-	_ Fence            = (*FencedStore)(nil)
+	_ leader.Fence     = (*FencedStore)(nil)
 	_ warmer.TTLReader = (*FencedStore)(nil)
 )
 
@@ -116,22 +117,80 @@ func (s *FencedStore) replies(cmds []*redis.Cmd, fence func(i int) string) ([]in
 	return codes, nil
 }
 
-func termOf(ctx context.Context, op string, n int) (*Term, error) {
-	t, ok := TermFrom(ctx)
-	if !ok {
-		return nil, fmt.Errorf("%s %d keys: %w (no leader term in context)", op, n, ErrNotLeader)
-	}
-	return t, nil
+// Writer is the store term t writes through: every write carries t's epoch,
+// and a write Redis refuses ends t (Term.Fenced).
+func (s *FencedStore) Writer(t *leader.Term) *Writer { return &Writer{s: s, t: t} }
+
+// Gate is the warmer's gate of a leader-elected Hearth: while lease holds a
+// valid term it admits a batch and hands out that term's Writer; otherwise
+// it refuses with leader.ErrNotLeader. It reads memory only, never Redis.
+func (s *FencedStore) Gate(lease *leader.Lease) warmer.Gate { return termGate{s: s, lease: lease} }
+
+type termGate struct {
+	s     *FencedStore
+	lease *leader.Lease
 }
 
+func (g termGate) Admit(context.Context) (warmer.Store, error) {
+	t, ok := g.lease.Current()
+	if !ok {
+		return nil, leader.ErrNotLeader
+	}
+	return g.s.Writer(t), nil
+}
+
+// Writer is a FencedStore bound to one term (FencedStore.Writer).
+type Writer struct {
+	s *FencedStore
+	t *leader.Term
+}
+
+var (
+	_ warmer.Store        = (*Writer)(nil)
+	_ warmer.CheckedStore = (*Writer)(nil)
+)
+
 // Set writes each entry with SET … PX through the fence script, pipelined.
-func (s *FencedStore) Set(ctx context.Context, entries []warmer.Entry) error {
+func (w *Writer) Set(ctx context.Context, entries []warmer.Entry) error {
+	return w.s.set(ctx, w.t, entries)
+}
+
+// Extend pushes each existing key's expiry out (PEXPIRE … GT) through the
+// fence script; kept[i] reports whether keys[i] still existed.
+func (w *Writer) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {
+	return w.s.extend(ctx, w.t, keys, ttls)
+}
+
+// SetChecked is FencedStore.SetChecked with the term's epoch.
+func (w *Writer) SetChecked(ctx context.Context, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
+	return w.s.setChecked(ctx, w.t, entries)
+}
+
+// PTTLs implements warmer.TTLReader.
+func (w *Writer) PTTLs(ctx context.Context, keys []string) ([]time.Duration, error) {
+	return w.s.PTTLs(ctx, keys)
+}
+
+// Set refuses: outside a term nothing is written (write through Writer).
+func (s *FencedStore) Set(_ context.Context, entries []warmer.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	t, err := termOf(ctx, "write", len(entries))
-	if err != nil {
-		return err
+	return fmt.Errorf("write %d keys: %w (not through a term's writer)", len(entries), leader.ErrNotLeader)
+}
+
+// Extend refuses: outside a term nothing is written (write through Writer).
+func (s *FencedStore) Extend(_ context.Context, keys []string, _ []time.Duration) ([]bool, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("extend %d keys: %w (not through a term's writer)", len(keys), leader.ErrNotLeader)
+}
+
+// set writes each entry with SET … PX through the fence script, pipelined, with t's epoch.
+func (s *FencedStore) set(ctx context.Context, t *leader.Term, entries []warmer.Entry) error {
+	if len(entries) == 0 {
+		return nil
 	}
 	if _, some := stamped(entries); some {
 		return s.setStamped(ctx, t, entries)
@@ -167,18 +226,18 @@ func (s *FencedStore) Set(ctx context.Context, entries []warmer.Entry) error {
 }
 
 // refusedSets counts and reports the keys of a write the fence refused.
-func (s *FencedStore) refusedSets(t *Term, n, refused int) error {
+func (s *FencedStore) refusedSets(t *leader.Term, n, refused int) error {
 	if refused == 0 {
 		return nil
 	}
 	s.fenced.WithLabelValues("set").Add(float64(refused))
 	t.Fenced()
-	return fmt.Errorf("write %d keys with epoch %d: %d refused: %w", n, t.Epoch, refused, ErrFenced)
+	return fmt.Errorf("write %d keys with epoch %d: %d refused: %w", n, t.Epoch, refused, leader.ErrFenced)
 }
 
 // setMany writes entries under the single fence key, setManyChunk keys per
 // script call, the calls pipelined.
-func (s *FencedStore) setMany(ctx context.Context, t *Term, entries []warmer.Entry) error {
+func (s *FencedStore) setMany(ctx context.Context, t *leader.Term, entries []warmer.Entry) error {
 	epoch := strconv.FormatInt(t.Epoch, 10)
 	chunks := (len(entries) + setManyChunk - 1) / setManyChunk
 	// One backing array each for every call's keys and arguments.
@@ -209,15 +268,10 @@ func (s *FencedStore) setMany(ctx context.Context, t *Term, entries []warmer.Ent
 	return s.refusedSets(t, len(entries), refused)
 }
 
-// Extend pushes each existing key's expiry out (PEXPIRE … GT) through the
-// fence script; kept[i] reports whether keys[i] still existed.
-func (s *FencedStore) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {
+// extend is Writer.Extend with t's epoch.
+func (s *FencedStore) extend(ctx context.Context, t *leader.Term, keys []string, ttls []time.Duration) ([]bool, error) {
 	if len(keys) == 0 {
 		return nil, nil
-	}
-	t, err := termOf(ctx, "extend", len(keys))
-	if err != nil {
-		return nil, err
 	}
 	epoch := strconv.FormatInt(t.Epoch, 10)
 	cmds, err := s.run(ctx, store.Extend, len(keys), func(i int) ([]string, []any) {
@@ -241,7 +295,7 @@ func (s *FencedStore) Extend(ctx context.Context, keys []string, ttls []time.Dur
 	if refused > 0 {
 		s.fenced.WithLabelValues("extend").Add(float64(refused))
 		t.Fenced()
-		return nil, fmt.Errorf("extend %d keys with epoch %d: %d refused: %w", len(keys), t.Epoch, refused, ErrFenced)
+		return nil, fmt.Errorf("extend %d keys with epoch %d: %d refused: %w", len(keys), t.Epoch, refused, leader.ErrFenced)
 	}
 	return kept, nil
 }
@@ -295,9 +349,9 @@ func (s *FencedStore) raiseReply(c *redis.Cmd, key string) (store.RaiseReply, er
 // epoch issued until the fence was seen) was never raised by a Hearth
 // instance, so it is set to the counter's value — compare-and-set, see
 // store.RepairRaise — and raised again. A raise still refused means a newer
-// epoch than this one was issued: ErrFenced, as before.
+// epoch than this one was issued: leader.ErrFenced, as before.
 func (s *FencedStore) repairAbove(ctx context.Context, epoch int64, refused []int, held map[int]string, key func(int) string) error {
-	fenced := fmt.Errorf("raise fences to epoch %d: %w", epoch, ErrFenced)
+	fenced := fmt.Errorf("raise fences to epoch %d: %w", epoch, leader.ErrFenced)
 	raw, err := s.client.Get(ctx, s.counter).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("raise fences to epoch %d: read epoch counter %s: %w", epoch, s.counter, err)

@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -68,7 +68,7 @@ func (in *tamperInstance) lead(t *testing.T, key string) {
 				return
 			}
 			for term.Valid() {
-				_ = in.Store.Set(leader.WithTerm(ctx, term), []warmer.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
+				_ = in.Store.Writer(term).Set(ctx, []warmer.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
 				select {
 				case <-ctx.Done():
 					_ = term.Release(context.Background())
@@ -238,7 +238,7 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 			key := env.ns + ":value"
 			fence := b.Store.FenceKey(key)
 			ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
-			actx := leader.WithTerm(ctx, ta) // admitted, then paused
+			aw := a.Store.Writer(ta) // admitted, then paused
 			client.Del(ctx, env.ns+":{lease}")
 			tb := leadertest.Campaign(t, b.Lease, 5*time.Second)
 			if tb.Epoch <= ta.Epoch {
@@ -247,17 +247,17 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 			if err := tc.do(client, fence); err != nil {
 				t.Fatal(err)
 			}
-			bctx := leader.WithTerm(ctx, tb)
-			if err := b.Store.Set(bctx, []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
+			bw := b.Store.Writer(tb)
+			if err := bw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
 				t.Fatalf("new leader's write over a foreign fence: %v", err)
 			}
 			if got := b.repairs(t, "fence"); got != 1 {
 				t.Errorf("repairs{fence} = %g, want 1", got)
 			}
-			if err := a.Store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
+			if err := aw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's write after the repair: err = %v, want ErrFenced", err)
 			}
-			if _, err := a.Store.Extend(actx, []string{key}, []time.Duration{time.Hour}); !errors.Is(err, leader.ErrFenced) {
+			if _, err := aw.Extend(ctx, []string{key}, []time.Duration{time.Hour}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's extend after the repair: err = %v, want ErrFenced", err)
 			}
 			if err := a.Store.Raise(ctx, ta.Epoch); !errors.Is(err, leader.ErrFenced) {

@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
@@ -52,6 +53,7 @@ type versionEnv struct {
 	env   *leadertest.Env
 	in    *leadertest.Instance
 	ctx   context.Context
+	w     *fence.Writer // the term's writer
 	epoch int64
 }
 
@@ -64,7 +66,7 @@ func newVersionEnv(t *testing.T, perSlot bool) *versionEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &versionEnv{t: t, env: env, in: in, ctx: leader.WithTerm(context.Background(), term), epoch: term.Epoch}
+	return &versionEnv{t: t, env: env, in: in, ctx: context.Background(), w: in.Store.Writer(term), epoch: term.Epoch}
 }
 
 func (v *versionEnv) set(key, value string, seq int64, version *int64) {
@@ -73,7 +75,7 @@ func (v *versionEnv) set(key, value string, seq int64, version *int64) {
 	if version != nil {
 		e.Versioned, e.Version = true, *version
 	}
-	if err := v.in.Store.Set(v.ctx, []warmer.Entry{e}); err != nil {
+	if err := v.w.Set(v.ctx, []warmer.Entry{e}); err != nil {
 		v.t.Fatalf("Set %s=%s: %v", key, value, err)
 	}
 }
@@ -314,14 +316,14 @@ func TestVersionedWriteOfManyKeys(t *testing.T) {
 				}
 				return es
 			}
-			if err := v.in.Store.Set(v.ctx, batch(1, func(int) int64 { return 5 })); err != nil {
+			if err := v.w.Set(v.ctx, batch(1, func(int) int64 { return 5 })); err != nil {
 				t.Fatal(err)
 			}
 			const tampered = 150 // planned older: its record is foreign, so it is written
 			if err := v.env.Client.Set(ctx, store.VersionKey(v.env.NS, key(tampered)), "not a record", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := v.in.Store.Set(v.ctx, batch(2, func(i int) int64 { return int64(4 + i%3) })); err != nil {
+			if err := v.w.Set(v.ctx, batch(2, func(i int) int64 { return int64(4 + i%3) })); err != nil {
 				t.Fatal(err)
 			}
 			for i := range n {
@@ -350,7 +352,7 @@ func TestVersionedWriteOfManyKeys(t *testing.T) {
 			// whole, however new its versions.
 			v.env.Client.Del(ctx, v.env.NS+":{lease}")
 			leadertest.Campaign(t, v.env.Instance(30*time.Second, 20*time.Millisecond, perSlot).Lease, 5*time.Second)
-			err := v.in.Store.Set(v.ctx, batch(3, func(int) int64 { return 9 }))
+			err := v.w.Set(v.ctx, batch(3, func(int) int64 { return 9 }))
 			if !errors.Is(err, leader.ErrFenced) {
 				t.Fatalf("old leader's versioned write: err = %v, want ErrFenced", err)
 			}

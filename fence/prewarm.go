@@ -1,4 +1,4 @@
-package leader
+package fence
 
 import (
 	"context"

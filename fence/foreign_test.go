@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func (in *tamperInstance) leadStamped(t *testing.T, key string, every time.Durat
 			for term.Valid() {
 				n++
 				v := fmt.Sprintf("%d:%d", term.Epoch, n)
-				_ = in.Store.Set(leader.WithTerm(ctx, term), []warmer.Entry{{Key: key, Value: []byte(v), TTL: time.Minute}})
+				_ = in.Store.Writer(term).Set(ctx, []warmer.Entry{{Key: key, Value: []byte(v), TTL: time.Minute}})
 				select {
 				case <-ctx.Done():
 					_ = term.Release(context.Background())
@@ -341,7 +341,7 @@ func TestForeignFenceRepairKeepsFencing(t *testing.T) {
 			key := env.ns + ":value"
 			fence := b.Store.FenceKey(key)
 			ta := leadertest.Campaign(t, a.Lease, 5*time.Second)
-			actx := leader.WithTerm(ctx, ta) // admitted, then paused
+			aw := a.Store.Writer(ta) // admitted, then paused
 			client.Del(ctx, env.ns+":{lease}")
 			tb := leadertest.Campaign(t, b.Lease, 5*time.Second)
 			client.Set(ctx, fence, redisMillis(t, client)+55_000, 0)
@@ -357,7 +357,7 @@ func TestForeignFenceRepairKeepsFencing(t *testing.T) {
 			if a.repairs(t, "fence") != 1 {
 				t.Errorf("repairs{fence} = %g, want 1", a.repairs(t, "fence"))
 			}
-			if err := a.Store.Set(actx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
+			if err := aw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's write after the repair: err = %v, want ErrFenced", err)
 			}
 			// Its term ends: the counter shows a newer term was issued, so
@@ -365,7 +365,7 @@ func TestForeignFenceRepairKeepsFencing(t *testing.T) {
 			if !errors.Is(ta.Err(), leader.ErrFenced) {
 				t.Errorf("ex-leader's term after its refused write: %v, want ErrFenced", ta.Err())
 			}
-			if err := b.Store.Set(leader.WithTerm(ctx, tb), []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
+			if err := b.Store.Writer(tb).Set(ctx, []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
 				t.Errorf("leader's write after the repair: %v", err)
 			}
 			if got := client.Get(ctx, key).Val(); got != "b" {

@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
-	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -38,7 +38,7 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 			prewarm := func(overwrite bool, entries ...warmer.Entry) []warmer.SetOutcome {
 				t.Helper()
 				ps := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: v.env.Client, Namespace: v.env.NS, PerSlot: &perSlot,
-					Overwrite: overwrite, Versioned: leader.NewPrewarmVersioned(v.env.Client, v.env.NS, zerolog.Nop())})
+					Overwrite: overwrite, Versioned: fence.NewPrewarmVersioned(v.env.Client, v.env.NS, zerolog.Nop())})
 				pf, err := ps.Prepare(context.Background())
 				if err != nil {
 					t.Fatal(err)

@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
@@ -70,7 +71,7 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		return cc.Set(ctx, "probe{a}", "1", time.Second).Err() == nil && cc.Set(ctx, "probe{b}", "1", time.Second).Err() == nil
 	})
 	reg := prometheus.NewRegistry()
-	fs := leader.NewFencedStore(leader.FencedStoreOptions{Client: cc, Namespace: "hearth", Registerer: reg})
+	fs := fence.NewFencedStore(fence.FencedStoreOptions{Client: cc, Namespace: "hearth", Registerer: reg})
 	lease, err := leader.NewLease(leader.LeaseOptions{Client: cc, Namespace: "hearth", Duration: 10 * time.Second, Fence: fs, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +81,7 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx := leader.WithTerm(ctx, term)
+	w := fs.Writer(term)
 	const n = 300
 	batch := func(seq, version int64, value string) []warmer.Entry {
 		es := make([]warmer.Entry, n)
@@ -90,10 +91,10 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		}
 		return es
 	}
-	if err := fs.Set(wctx, batch(1, 5, "v5")); err != nil {
+	if err := w.Set(ctx, batch(1, 5, "v5")); err != nil {
 		t.Fatalf("versioned write on a cluster: %v", err)
 	}
-	if err := fs.Set(wctx, batch(2, 4, "v4")); err != nil {
+	if err := w.Set(ctx, batch(2, 4, "v4")); err != nil {
 		t.Fatal(err)
 	}
 	masters := map[string]bool{}

@@ -1,4 +1,4 @@
-package leader_test
+package fence_test
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func (v *versionEnv) checked(key, value string, seq int64, version int64, unconf
 	v.t.Helper()
 	e := warmer.Entry{Key: key, Value: []byte(value), TTL: time.Minute, Seq: seq, Versioned: true, Version: version,
 		VersionTTL: 2 * time.Minute, Family: "f", Unconfirmed: unconfirmed}
-	checks, err := v.in.Store.SetChecked(v.ctx, []warmer.Entry{e})
+	checks, err := v.w.SetChecked(v.ctx, []warmer.Entry{e})
 	if err != nil {
 		v.t.Fatalf("SetChecked %s=%s: %v", key, value, err)
 	}
