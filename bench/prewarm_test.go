@@ -62,7 +62,9 @@ var prewarmPayloads = []prewarmPayload{
 //	     prepared typed query per chunk and a pipeline of SET … PX with
 //	     jittered TTLs per chunk, while the ranking is still being read; its
 //	     workers and chunk size are the fastest of a sweep (2/4/8 × 500/1,000/
-//	     2,000) run first on the same data;
+//	     2,000) run first on the same data, whose runs pick the shape only:
+//	     both sides count the best of the same number of runs, and (a) runs
+//	     with the same shape (prewarm.concurrency, batch_size);
 //	(b') the same ceiling ranking the access log live, the ceiling for (a');
 //	(c)  the naive loop: one SELECT and one SET per key (text only).
 //
@@ -102,9 +104,9 @@ func BenchmarkPrewarm(b *testing.B) {
 			keyOf := func(id string) string { return rd.Prefix + p.family + id }
 			want := loadValues(b, pg.Pool, p.table)
 			fillAccessLog(b, pg.Pool, rd.Prefix+p.family)
-			cfgPath := writePrewarmConfigFor(b, pg.DSN, rd.Addr, rd.Prefix, p)
-			prewarm := func(wantRanking string) (time.Duration, time.Duration) {
+			prewarm := func(wantRanking string, workers, chunk int) (time.Duration, time.Duration) {
 				b.Helper()
+				cfgPath := writePrewarmConfigShaped(b, pg.DSN, rd.Addr, rd.Prefix, p, workers, chunk)
 				clearKeys(b, rd.Client, ids, keyOf)
 				t0 := time.Now()
 				out, err := exec.Command(bin, "prewarm", "--config", cfgPath, "--top", strconv.Itoa(prewarmKeys)).CombinedOutput()
@@ -154,14 +156,15 @@ func BenchmarkPrewarm(b *testing.B) {
 						}
 					}
 				}
-				r.ceiling = fastest
+				// The sweep only picks the shape: its runs do not count, so
+				// that both sides get the best of the same number of runs.
 				// The machine is shared: each side runs rounds times and
 				// the best run counts, in both orders, so that whatever the
 				// step before leaves behind (a clear leaves Redis freeing
 				// memory) falls on both alike.
 				for round := range rounds {
 					h := func() {
-						d, w := prewarm(wantRanking)
+						d, w := prewarm(wantRanking, r.workers, r.chunk)
 						best(&r.hearth, d)
 						best(&r.hearthWall, w)
 					}
@@ -245,8 +248,16 @@ func writePrewarmConfig(b *testing.B, dsn, redisAddr, prefix string) string {
 	return writePrewarmConfigFor(b, dsn, redisAddr, prefix, prewarmPayloads[0])
 }
 
-// writePrewarmConfigFor writes the config that pre-warms payload p.
+// writePrewarmConfigFor writes the config that pre-warms payload p in batches
+// of 1,000, 4 at a time.
 func writePrewarmConfigFor(b *testing.B, dsn, redisAddr, prefix string, p prewarmPayload) string {
+	b.Helper()
+	return writePrewarmConfigShaped(b, dsn, redisAddr, prefix, p, 4, prewarmChunk)
+}
+
+// writePrewarmConfigShaped writes the config that pre-warms payload p in
+// batches of chunk, workers at a time.
+func writePrewarmConfigShaped(b *testing.B, dsn, redisAddr, prefix string, p prewarmPayload, workers, chunk int) string {
 	b.Helper()
 	cfg := fmt.Sprintf(`
 redis:
@@ -259,13 +270,14 @@ sources:
   - name: items
     type: postgres
     dsn: %q
-    max_conns: 8
+    max_conns: 10
+    max_in_flight: 8
     rate: 0           # no origin rate limit: the benchmark measures capacity
 access_log:
   source: items
 prewarm:
   top_n: %d
-  concurrency: 4
+  concurrency: %d
   rate: 0
 keys:
   - name: %s
@@ -277,7 +289,7 @@ keys:
     members: ["1"]
     query: "SELECT id::text, v FROM %s WHERE id = ANY($1::bigint[])"
 `, redisAddr, "bench-"+strings.Trim(strings.NewReplacer(":", "-").Replace(prefix), "-"), dsn, prewarmKeys,
-		strings.TrimSuffix(p.family, ":"), prefix+p.family+"{id}", prewarmTTL, prewarmChunk, p.table)
+		workers, strings.TrimSuffix(p.family, ":"), prefix+p.family+"{id}", prewarmTTL, chunk, p.table)
 	path := filepath.Join(b.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		b.Fatal(err)
