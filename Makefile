@@ -7,13 +7,14 @@ CONFIG  ?= config.yaml
 
 .PHONY: build run demo test test-daemon test-readside test-deps soak fuzz bench lint docker clean
 
-build: ## static binary in bin/hearth
+build: ## static binary in bin/hearth (the daemon; the demo is bin/hearth-demo, built by make demo)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth ./cmd/hearth
 
 run: build ## run the daemon on $(CONFIG)
 	./bin/hearth run --config $(CONFIG)
 
 demo: build ## self-contained demo: no Redis or PostgreSQL needed
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth-demo ./cmd/hearth-demo
 	./bin/hearth demo
 
 test: test-deps ## every test, race detector on, against real Redis and PostgreSQL; the soak for 2m on its own; then each fuzzer briefly

@@ -21,6 +21,7 @@ import (
 	"github.com/hearth-dev/hearth/admin"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/e2e"
+	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -180,19 +181,13 @@ func TestHTTPTimeouts(t *testing.T) {
 	}
 }
 
-// slowSource answers after a delay.
-type slowSource struct{ delay time.Duration }
-
-func (s slowSource) Load(ctx context.Context, _ *warmer.Spec, _ []string) ([]warmer.Result, error) {
-	select {
-	case <-time.After(s.delay):
-		return []warmer.Result{{Member: "", Value: []byte("v")}}, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+// slowSource answers its single key after a delay.
+func slowSource(delay time.Duration) *sourcetest.Fake {
+	f := sourcetest.New("up")
+	f.Set("", []byte("v"))
+	f.SetDelay(delay)
+	return f
 }
-
-func (slowSource) Ping(context.Context) error { return nil }
 
 // TestAdminRefreshOutlastsHTTPTimeouts: an admin refresh may take longer than
 // the listener's read and write timeouts (a family run is bounded by its
@@ -207,7 +202,7 @@ keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k, load_time
 		t.Fatal(err)
 	}
 	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client},
-		Sources: map[string]warmer.Source{"up": slowSource{delay: 1500 * time.Millisecond}}, Specs: cfg.Specs()})
+		Sources: map[string]warmer.Source{"up": slowSource(1500 * time.Millisecond)}, Specs: cfg.Specs()})
 	if err != nil {
 		t.Fatal(err)
 	}

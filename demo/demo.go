@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +50,9 @@ type Options struct {
 	// PostgresDSN makes a real PostgreSQL the origin instead of the embedded
 	// HTTP one; the demo's table lives in a schema of its own, dropped at the end.
 	PostgresDSN string
+	// Listen, when set, is the host:port Run serves /metrics on (the
+	// Registerer's metrics) while the demo runs.
+	Listen string
 	// Registerer receives the demo's and Hearth's metrics.
 	Registerer prometheus.Registerer
 	// Out receives the live view and the summary.
@@ -126,6 +131,26 @@ func (o *Options) Check() error {
 		return fmt.Errorf("--origin-latency: must be between 0 and %s for --ttl %s, so that Hearth's load (timeout %s) always finishes within TTL/2 (got %s)",
 			o.loadTimeout()/2, o.TTL, o.loadTimeout(), o.OriginLatency)
 	}
+	if o.Listen != "" {
+		if err := checkListen(o.Listen); err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		if _, ok := o.Registerer.(*prometheus.Registry); !ok {
+			return fmt.Errorf("--listen: the Registerer must be a *prometheus.Registry to be served (got %T)", o.Registerer)
+		}
+	}
+	return nil
+}
+
+// checkListen checks a host:port to listen on before anything starts.
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("must be host:port (got %q)", addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && port != "0") {
+		return fmt.Errorf("port must be a number from 0 to 65535 (got %q in %q)", port, addr)
+	}
 	return nil
 }
 
@@ -144,6 +169,13 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return Result{}, err
 	}
 	out := opts.Out
+	if opts.Listen != "" {
+		shutdown, err := daemon.ServeMetrics(opts.Listen, opts.Registerer.(*prometheus.Registry), opts.Logger)
+		if err != nil {
+			return Result{}, err
+		}
+		defer func() { _ = shutdown(ctx) }()
+	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	runID := hex.EncodeToString(b)

@@ -5,40 +5,29 @@ import (
 	"errors"
 	"math"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hearth-dev/hearth/internal/leadertest"
+	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// catchOrigin is an in-process Source that records which members it was asked for.
-type catchOrigin struct {
-	mu    sync.Mutex
-	asked []string
-}
+// catchOrigin answers every member with "fresh-<member>" and records which
+// members it was asked for.
+type catchOrigin struct{ *sourcetest.Fake }
 
-func (o *catchOrigin) Load(_ context.Context, _ *warmer.Spec, members []string) ([]warmer.Result, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := make([]warmer.Result, len(members))
-	for i, m := range members {
-		o.asked = append(o.asked, m)
-		out[i] = warmer.Result{Member: m, Value: []byte("fresh-" + m)}
-	}
-	return out, nil
+func newCatchOrigin() *catchOrigin {
+	f := sourcetest.New("origin")
+	f.Answer(func(m string) (warmer.Result, bool) { return warmer.Result{Value: []byte("fresh-" + m)}, true })
+	return &catchOrigin{f}
 }
-
-func (o *catchOrigin) Ping(context.Context) error { return nil }
 
 func (o *catchOrigin) loaded() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := slices.Clone(o.asked)
+	out := o.Asked()
 	slices.Sort(out)
 	return out
 }
@@ -61,7 +50,7 @@ func TestCatchUp(t *testing.T) {
 	ctx := context.Background()
 	env := leadertest.New(t)
 	inst := env.Instance(2*time.Second, 20*time.Millisecond, false)
-	src := &catchOrigin{}
+	src := newCatchOrigin()
 	spec := familySpec(t, env.Prefix, "fresh", "expiring", "missing", "persistent")
 	w, err := warmer.New(warmer.Options{
 		Store: inst.Store, Gate: inst.Lease, Sources: map[string]warmer.Source{"origin": src},
@@ -166,7 +155,7 @@ func newCatchUpEnv(t *testing.T, batch int, members ...string) *catchUpEnv {
 	t.Helper()
 	env := leadertest.New(t)
 	inst := env.Instance(5*time.Second, 20*time.Millisecond, false)
-	src := &catchOrigin{}
+	src := newCatchOrigin()
 	spec := familySpec(t, env.Prefix, members...)
 	spec.TTL, spec.Interval, spec.BatchSize = 8*time.Second, 4*time.Second, batch
 	w, err := warmer.New(warmer.Options{
@@ -237,32 +226,13 @@ func TestCatchUpHorizon(t *testing.T) {
 	})
 }
 
-// orderOrigin records the order of its loads.
-type orderOrigin struct {
-	mu    sync.Mutex
-	order []string
-}
-
-func (o *orderOrigin) Load(_ context.Context, _ *warmer.Spec, members []string) ([]warmer.Result, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := make([]warmer.Result, len(members))
-	for i, m := range members {
-		o.order = append(o.order, m)
-		out[i] = warmer.Result{Member: m, Value: []byte("fresh-" + m)}
-	}
-	return out, nil
-}
-
-func (o *orderOrigin) Ping(context.Context) error { return nil }
-
 // TestCatchUpHottestFirst: due keys are loaded soonest-to-expire first,
 // missing ones before all, across declarations.
 func TestCatchUpHottestFirst(t *testing.T) {
 	ctx := context.Background()
 	env := leadertest.New(t)
 	inst := env.Instance(5*time.Second, 20*time.Millisecond, false)
-	src := &orderOrigin{}
+	src := newCatchOrigin() // records the order of its loads
 	product := familySpec(t, env.Prefix, "p1", "p2", "p3")
 	price := familySpec(t, env.Prefix+"x", "q1", "q2")
 	price.Name = "price"
@@ -288,9 +258,7 @@ func TestCatchUpHottestFirst(t *testing.T) {
 	if _, err := w.CatchUp(ctx, warmer.CatchUpOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	src.mu.Lock()
-	defer src.mu.Unlock()
-	if want := []string{"p2", "p3", "q1", "p1", "q2"}; !slices.Equal(src.order, want) {
-		t.Errorf("loaded in order %v, want %v", src.order, want)
+	if got, want := src.Asked(), []string{"p2", "p3", "q1", "p1", "q2"}; !slices.Equal(got, want) {
+		t.Errorf("loaded in order %v, want %v", got, want)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/promtest"
+	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/migrations"
 	"github.com/hearth-dev/hearth/sources/postgres"
@@ -67,7 +68,7 @@ func newHotEnv(t *testing.T, hotSet string) *hotEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
-	e.src = &counting{Source: src}
+	e.src = &counting{sourcetest.Record(src)}
 	e.log = accesslog.New(e.pg.Pool)
 	e.w, err = warmer.New(warmer.Options{
 		Store: &warmer.RedisStore{Client: e.rdb}, Sources: map[string]warmer.Source{"catalog": e.src},
@@ -176,7 +177,7 @@ func TestHotSetFollowsShiftingTraffic(t *testing.T) {
 			t.Fatalf("GET %s = %q, %v; want p%s", e.key(m), v, err, m)
 		}
 	}
-	e.src.calls = nil
+	e.src.Reset()
 	if _, err := e.w.Refresh(ctx, "product", warmer.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestHotSetFollowsShiftingTraffic(t *testing.T) {
 	deadline := time.Now().Add(4 * time.Second)
 	var expired bool
 	for time.Now().Before(deadline) {
-		e.src.calls = nil
+		e.src.Reset()
 		if _, err := e.w.Refresh(ctx, "product", warmer.RunOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -323,7 +324,7 @@ func TestHotSetBoundedUnderFlood(t *testing.T) {
 			t.Fatalf("round %d: hot set holds %d members, more than 24", round, n)
 		}
 	}
-	e.src.calls = nil
+	e.src.Reset()
 	out, err := e.w.Refresh(context.Background(), "product", warmer.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -446,7 +447,7 @@ func TestHotSetSurvivesReload(t *testing.T) {
 	if got, want := e.w.HotMembers("product"), []string{"21", "22"}; !slices.Equal(got, want) {
 		t.Errorf("hot set after reload %v, want %v", got, want)
 	}
-	e.src.calls = nil
+	e.src.Reset()
 	if _, err := e.w.Refresh(ctx, "product", warmer.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +458,7 @@ func TestHotSetSurvivesReload(t *testing.T) {
 	if _, err := e.w.Apply(e.config(t, "").Specs()); err != nil {
 		t.Fatal(err)
 	}
-	e.src.calls = nil
+	e.src.Reset()
 	if _, err := e.w.Refresh(ctx, "product", warmer.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/promtest"
+	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -59,17 +60,11 @@ func TestTemplateCanName(t *testing.T) {
 }
 
 // staticSource answers every member with "v:<member>".
-type staticSource struct{}
-
-func (staticSource) Load(_ context.Context, _ *warmer.Spec, members []string) ([]warmer.Result, error) {
-	out := make([]warmer.Result, len(members))
-	for i, m := range members {
-		out[i] = warmer.Result{Member: m, Value: []byte("v:" + m)}
-	}
-	return out, nil
+func staticSource() *sourcetest.Fake {
+	f := sourcetest.New("s")
+	f.Answer(func(m string) (warmer.Result, bool) { return warmer.Result{Value: []byte("v:" + m)}, true })
+	return f
 }
-
-func (staticSource) Ping(context.Context) error { return nil }
 
 type keyList []string
 
@@ -99,7 +94,7 @@ func TestPrewarmNeverWritesNamespaceKeys(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"s": staticSource{}},
+		Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"s": staticSource()},
 		Specs:              []*warmer.Spec{spec("inside", ns+"{id}"), spec("app", rd.Prefix+"app:{id}")},
 		MaxConcurrentLoads: 4, Registerer: reg, Logger: zerolog.Nop(),
 	})

@@ -39,12 +39,13 @@ func TestPacingHonoursTheOriginRate(t *testing.T) {
 	if _, err := w.Refresh(context.Background(), "rated", warmer.RunOptions{Spread: 60 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(o.starts), 6; got != want {
+	starts := o.Starts()
+	if got, want := len(starts), 6; got != want {
 		t.Fatalf("loads = %d, want %d", got, want)
 	}
 	gap := 50 * time.Millisecond
-	for i := 1; i < len(o.starts); i++ {
-		if d := o.starts[i].Sub(o.starts[0]); d < time.Duration(i)*gap-5*time.Millisecond {
+	for i := 1; i < len(starts); i++ {
+		if d := starts[i].Sub(starts[0]); d < time.Duration(i)*gap-5*time.Millisecond {
 			t.Errorf("batch %d started %s after the first, want ≥ %s", i, d, time.Duration(i)*gap)
 		}
 	}

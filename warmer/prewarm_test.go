@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/promtest"
+	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/migrations"
 	"github.com/hearth-dev/hearth/sources/postgres"
@@ -28,38 +28,11 @@ import (
 )
 
 // counting wraps a real source and records what it was asked.
-type counting struct {
-	warmer.Source
-	mu          sync.Mutex
-	calls       [][]string
-	inFlight    int
-	maxInFlight int
-}
+type counting struct{ *sourcetest.Recorder }
 
-func (c *counting) Load(ctx context.Context, spec *warmer.Spec, members []string) ([]warmer.Result, error) {
-	c.mu.Lock()
-	c.calls = append(c.calls, slices.Clone(members))
-	c.inFlight++
-	c.maxInFlight = max(c.maxInFlight, c.inFlight)
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.inFlight--
-		c.mu.Unlock()
-	}()
-	return c.Source.Load(ctx, spec, members)
-}
-
+// asked is every member asked for, sorted ("" for the single key).
 func (c *counting) asked() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for _, call := range c.calls {
-		if call == nil {
-			call = []string{""} // the single key
-		}
-		out = append(out, call...)
-	}
+	out := c.Asked()
 	sort.Strings(out)
 	return out
 }
@@ -130,7 +103,7 @@ keys:
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
-	e.src = &counting{Source: src}
+	e.src = &counting{sourcetest.Record(src)}
 	e.log = accesslog.New(e.pg.Pool)
 	e.w, err = warmer.New(warmer.Options{
 		Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"catalog": e.src},
@@ -255,9 +228,7 @@ func TestPrewarmBatchesHottestFirst(t *testing.T) {
 	e.record(t, hot...)
 	run := func(t *testing.T, concurrency int) ([][]string, int, []warmer.PrewarmProgress) {
 		t.Helper()
-		e.src.mu.Lock()
-		e.src.calls, e.src.maxInFlight = nil, 0
-		e.src.mu.Unlock()
+		e.src.Reset()
 		opts := e.options(50)
 		opts.Concurrency = concurrency
 		var progress []warmer.PrewarmProgress
@@ -269,12 +240,11 @@ func TestPrewarmBatchesHottestFirst(t *testing.T) {
 		if got, want := rep.Written, 51; got != want {
 			t.Errorf("written = %d, want %d (50 products and the single key)", got, want)
 		}
-		e.src.mu.Lock()
-		defer e.src.mu.Unlock()
-		if got, want := len(e.src.calls), 6; got != want {
+		loads := e.src.Loads()
+		if got, want := len(loads), 6; got != want {
 			t.Fatalf("origin queries = %d, want %d (the single key, then 5 batches of 10)", got, want)
 		}
-		return e.src.calls, e.src.maxInFlight, progress
+		return loads, e.src.Peak(), progress
 	}
 
 	t.Run("hottest first", func(t *testing.T) {

@@ -250,7 +250,7 @@ func TestPrewarmReportsPresent(t *testing.T) {
 		if _, err := store.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
-		w, err := warmer.New(warmer.Options{Store: store, Sources: map[string]warmer.Source{"s": staticSource{}},
+		w, err := warmer.New(warmer.Options{Store: store, Sources: map[string]warmer.Source{"s": staticSource()},
 			Specs: []*warmer.Spec{s}, Registerer: reg, OneShot: oneShot})
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/internal/neterr"
@@ -111,15 +112,50 @@ func (p *pushWatch) close() {
 // errTrackingRefused: the server does not allow the watch (ACL, no CLIENT TRACKING).
 var errTrackingRefused = errors.New("client tracking refused")
 
-// run keeps one master's session up until ctx ends, reconnecting with
-// backoff; every reconnection is followed by a check (the connection may have
-// dropped because the master restarted or was replaced).
+// How the watch reconnects. While the master does not answer (a restart, a
+// failover, a network cut) it redials every few milliseconds, with jitter and
+// a low cap: a refused dial costs Redis nothing, and the reconnection is what
+// starts the check that re-warms a restarted master, so it comes within
+// reconnectMax of Redis accepting connections again. A session that reaches
+// Redis but cannot be set up backs off to setupMax, and sessions that reach
+// Redis start at least MinCheckGap apart (a FLUSHDB loop or a flapping master
+// costs it at most 10 sessions a second). While the watch is down it asks for
+// a check at once, then with the setup backoff (100 ms doubling to 2 s), so
+// that a Cluster master gone for good is replaced by its promoted replica.
+const (
+	reconnectMin = 2 * time.Millisecond
+	reconnectMax = 20 * time.Millisecond
+	setupMin     = 100 * time.Millisecond
+	setupMax     = 2 * time.Second
+)
+
+// sessionEnd is how far a session got before it ended.
+type sessionEnd int
+
+const (
+	endUnreached sessionEnd = iota // Redis did not answer: down, restarting, unreachable
+	endSetup                       // Redis answered, but the watch could not be set up
+	endDropped                     // the watch was up: its connection dropped, or a flush ended it
+)
+
+// jittered is an exponential backoff from lo doubling to hi, ±50%.
+func jittered(lo, hi time.Duration) *backoff.ExponentialBackOff {
+	b := &backoff.ExponentialBackOff{InitialInterval: lo, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: hi}
+	b.Reset()
+	return b
+}
+
+// run keeps one master's session up until ctx ends, reconnecting as above;
+// every reconnection is followed by a check (the connection may have dropped
+// because the master restarted or was replaced).
 func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr, marker string) {
 	log := p.r.log.With().Str("master", addr).Logger()
-	backoff := 100 * time.Millisecond
+	down, setup, asks := jittered(reconnectMin, reconnectMax), jittered(setupMin, setupMax), jittered(setupMin, setupMax)
+	var reached, askAt time.Time // start of the last session that reached Redis; when to ask for a check next
+	last := sessionEnd(-1)       // how the previous session ended
 	for first := true; ctx.Err() == nil; first = false {
 		t0 := time.Now()
-		err := p.session(ctx, c, marker, !first)
+		end, err := p.session(ctx, c, marker, !first)
 		if ctx.Err() != nil {
 			return
 		}
@@ -133,29 +169,48 @@ func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr, marker strin
 			}
 			return
 		}
-		p.r.kickNow()
-		if time.Since(t0) > 5*time.Second {
-			backoff = 100 * time.Millisecond
+		now := time.Now()
+		var wait time.Duration
+		switch end {
+		case endDropped:
+			down.Reset()
+			setup.Reset()
+			asks.Reset()
+			reached, askAt = t0, now
+		case endSetup:
+			reached = t0
+			wait = setup.NextBackOff()
+		default:
+			wait = down.NextBackOff()
 		}
-		log.Debug().Err(err).Dur("retry_in_ms", backoff).Msg("re-warm push watch reconnecting")
+		if !now.Before(askAt) {
+			p.r.kickNow()
+			askAt = now.Add(asks.NextBackOff())
+		}
+		wait = max(wait, time.Until(reached.Add(MinCheckGap)))
+		if end == endDropped || end != last { // not once per redial: they come every few ms
+			log.Debug().Err(err).Dur("retry_in_ms", wait).Msg("re-warm push watch reconnecting")
+		}
+		last = end
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
 // session subscribes to the invalidations, turns tracking on for the marker
 // on a second connection, and waits for pushes. It returns on a flush (after
-// kicking a check), or when a connection fails.
-func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker string, kick bool) error {
+// kicking a check), or when a connection fails, and says how far it got.
+func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker string, kick bool) (sessionEnd, error) {
 	opts := *base.Options()
 	name := "hearth-rewarm-" + randHex(6)
 	opts.ClientName = name
 	opts.Protocol = 2 // invalidations as pub/sub messages on the redirect connection
 	opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns = 2, 0, 0
+	// One dial, no retries: run's loop is the retry, at its own pace.
+	opts.DialerRetries, opts.MaxRetries = 1, -1
 	cl := redis.NewClient(&opts)
 	defer cl.Close()
 	ps := cl.Subscribe(ctx, invalidateChannel)
@@ -166,21 +221,26 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
 	defer stop()
 	if _, err := ps.ReceiveTimeout(ctx, 5*time.Second); err != nil {
-		return fmt.Errorf("subscribe %s: %w", invalidateChannel, err)
+		end := endUnreached
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			end = endSetup // an answer (NOAUTH, a full server): not worth redialling at once
+		}
+		return end, fmt.Errorf("subscribe %s: %w", invalidateChannel, err)
 	}
 	id, err := subscriberID(ctx, cl, name)
 	if err != nil {
-		return err
+		return endSetup, err
 	}
 	conn := cl.Conn()
 	defer conn.Close()
 	err = conn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id).Err()
 	var rerr redis.Error
 	if errors.As(err, &rerr) && (strings.HasPrefix(err.Error(), "ERR") || strings.HasPrefix(err.Error(), "NOPERM")) {
-		return fmt.Errorf("%w: %v", errTrackingRefused, err)
+		return endSetup, fmt.Errorf("%w: %v", errTrackingRefused, err)
 	}
 	if err != nil {
-		return fmt.Errorf("client tracking: %w", err)
+		return endSetup, fmt.Errorf("client tracking: %w", err)
 	}
 	// Reading the marker is what makes Redis track it for this connection,
 	// once: it is read again after each of its invalidations. On a Cluster
@@ -204,7 +264,7 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 		return fmt.Errorf("track %s: %w", marker, err)
 	}
 	if err := track(); err != nil {
-		return err
+		return endSetup, err
 	}
 	if kick {
 		// Reconnected: whatever dropped the connection may have lost data.
@@ -217,21 +277,21 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 		case neterr.IsTimeout(err) && ctx.Err() == nil:
 			// Quiet: make sure the tracking connection is still there.
 			if err := conn.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("tracking connection: %w", err)
+				return endDropped, fmt.Errorf("tracking connection: %w", err)
 			}
 			p.ignore(0)
 			if !tracked {
 				if err := track(); err != nil {
-					return err
+					return endDropped, err
 				}
 			}
 			continue
 		case strings.Contains(err.Error(), "unsupported pubsub message payload"):
 			// An invalidation with a null key list: FLUSHDB or FLUSHALL.
 			p.r.kickNow()
-			return nil
+			return endDropped, nil
 		default:
-			return err
+			return endDropped, err
 		}
 		m, ok := msg.(*redis.Message)
 		if !ok || m.Channel != invalidateChannel {
@@ -256,7 +316,7 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 		if mine {
 			p.r.kickNow()
 			if err := track(); err != nil {
-				return err
+				return endDropped, err
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package warmer_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,4 +283,60 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	}
 	t.Fatalf("no counter %s", name)
 	return 0
+}
+
+// TestRewarmPushSessionsPaced: a FLUSHDB 100 times a second ends the watch's
+// session each time, and the watch reconnects at once after a drop, but its
+// sessions that reach Redis (each a SUBSCRIBE) start at least MinCheckGap
+// apart; the flushes are still re-warmed.
+func TestRewarmPushSessionsPaced(t *testing.T) {
+	_, e, rw := newRewarmEnvWith(t, nil, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	waitTracking(t, e)
+	const d = 2 * time.Second
+	before := testenv.CommandCalls(t, e.rdb, "subscribe")
+	t0 := time.Now()
+	hammer(t, e.rdb, 100, d, func(p redis.Pipeliner, _ int) { p.FlushDB(ctx) })
+	elapsed := time.Since(t0)
+	sessions := testenv.CommandCalls(t, e.rdb, "subscribe")["subscribe"] - before["subscribe"]
+	if limit := int64(elapsed/warmer.MinCheckGap) + 2; sessions > limit {
+		t.Errorf("%d watch sessions (SUBSCRIBE) in %v of flushes, want at most %d (one per %v)", sessions, elapsed, limit, warmer.MinCheckGap)
+	}
+	if sessions == 0 {
+		t.Errorf("the watch never reconnected during the flushes")
+	}
+	waitWarm(t, e, 10*time.Second)
+	t.Logf("%d sessions in %v", sessions, elapsed)
+}
+
+// TestRewarmPushRestartGated: a leader that lost its lease during the
+// outage (gate closed) writes nothing when the watch reconnects to the
+// restarted Redis and asks for a check; once it leads again the restart is
+// re-warmed.
+func TestRewarmPushRestartGated(t *testing.T) {
+	var leading atomic.Bool
+	leading.Store(true)
+	srv, e, rw := newRewarmEnvWith(t, leading.Load, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
+	ctx := context.Background()
+	if err := rw.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close(ctx)
+	waitTracking(t, e)
+	leading.Store(false)
+	srv.Restart(t)
+	waitTracking(t, e) // reconnected: the check it asked for found the gate closed
+	time.Sleep(300 * time.Millisecond)
+	if got := e.keys(t); len(got) != 0 {
+		t.Fatalf("keys written while not leading: %q", got)
+	}
+	leading.Store(true)
+	if reason, err := rw.CheckOnce(ctx); err != nil || reason != warmer.RewarmRestart {
+		t.Fatalf("check once leading again = %q, %v; want a re-warm for %q", reason, err, warmer.RewarmRestart)
+	}
+	waitWarm(t, e, 10*time.Second)
 }

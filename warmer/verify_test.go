@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/promtest"
+	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -50,23 +51,13 @@ func (s *recheckStore) SetChecked(ctx context.Context, entries []warmer.Entry) (
 
 // memberOrigin answers every member with a versioned value and records the
 // members of each load.
-type memberOrigin struct {
-	mu    sync.Mutex
-	loads [][]string
+func memberOrigin() *sourcetest.Fake {
+	f := sourcetest.New("o")
+	f.Answer(func(m string) (warmer.Result, bool) {
+		return warmer.Result{Value: []byte("v" + m), HasVersion: true, Version: 1}, true
+	})
+	return f
 }
-
-func (o *memberOrigin) Load(_ context.Context, _ *warmer.Spec, members []string) ([]warmer.Result, error) {
-	o.mu.Lock()
-	o.loads = append(o.loads, slices.Clone(members))
-	o.mu.Unlock()
-	out := make([]warmer.Result, len(members))
-	for i, m := range members {
-		out[i] = warmer.Result{Member: m, Value: []byte("v" + m), HasVersion: true, Version: 1}
-	}
-	return out, nil
-}
-
-func (o *memberOrigin) Ping(context.Context) error { return nil }
 
 // TestRefusedUnbackedWriteIsReReadOnce: a write the store refuses for a
 // version record its value does not back (Recheck) re-reads that member, and
@@ -82,7 +73,7 @@ func TestRefusedUnbackedWriteIsReReadOnce(t *testing.T) {
 			spec.VersionColumn = "version"
 			store := &recheckStore{RedisStore: warmer.RedisStore{Client: env.Client},
 				refused: spec.Template.Key("3"), record: "1:1:rec:h", stubborn: stubborn}
-			o := &memberOrigin{}
+			o := memberOrigin()
 			reg := prometheus.NewRegistry()
 			w, err := warmer.New(warmer.Options{Store: store, Sources: map[string]warmer.Source{"o": o}, Specs: []*warmer.Spec{spec},
 				Registerer: reg, Logger: zerolog.Nop()})
@@ -90,8 +81,8 @@ func TestRefusedUnbackedWriteIsReReadOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, _ := w.Refresh(context.Background(), "product", warmer.RunOptions{})
-			if len(o.loads) != 2 || !slices.Equal(o.loads[1], []string{"3"}) {
-				t.Fatalf("loads %v, want the batch, then member 3 alone, once", o.loads)
+			if loads := o.Loads(); len(loads) != 2 || !slices.Equal(loads[1], []string{"3"}) {
+				t.Fatalf("loads %v, want the batch, then member 3 alone, once", loads)
 			}
 			if len(store.writes) != 2 || len(store.writes[1]) != 1 || store.writes[1][0].Unconfirmed != store.record {
 				t.Fatalf("writes %+v, want the re-read's one entry naming the record", store.writes)

@@ -13,60 +13,22 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/promtest"
+	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// origin is an in-memory origin whose rows, failures and calls the test controls.
-type origin struct {
-	mu     sync.Mutex
-	rows   map[string][]byte
-	fail   error
-	calls  int
-	starts []time.Time
-}
+// origin is the shared fake origin (internal/sourcetest), whose rows,
+// failures and calls the test controls.
+type origin struct{ *sourcetest.Fake }
 
-func newOrigin() *origin { return &origin{rows: map[string][]byte{}} }
+func newOrigin() *origin { return &origin{sourcetest.New("db")} }
 
-func (o *origin) set(member string, v []byte) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if v == nil {
-		delete(o.rows, member)
-		return
-	}
-	o.rows[member] = v
-}
+func (o *origin) set(member string, v []byte) { o.Set(member, v) }
 
-func (o *origin) setFail(err error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.fail = err
-}
-
-func (o *origin) Load(_ context.Context, _ *warmer.Spec, members []string) ([]warmer.Result, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.calls++
-	o.starts = append(o.starts, time.Now())
-	if o.fail != nil {
-		return nil, o.fail
-	}
-	if members == nil {
-		members = []string{""}
-	}
-	var out []warmer.Result
-	for _, m := range members {
-		if v, ok := o.rows[m]; ok {
-			out = append(out, warmer.Result{Member: m, Value: v})
-		}
-	}
-	return out, nil
-}
-
-func (o *origin) Ping(context.Context) error { return nil }
+func (o *origin) setFail(err error) { o.Fail(err) }
 
 type fixture struct {
 	env *testenv.RedisEnv
@@ -140,7 +102,7 @@ func TestRefreshWritesEveryMemberByteForByte(t *testing.T) {
 	if got, want := out.Written, 50; got != want {
 		t.Fatalf("written = %d, want %d", got, want)
 	}
-	if got, want := o.calls, 8; got != want { // ceil(50/7): batched, never one load per key
+	if got, want := o.Calls(), 8; got != want { // ceil(50/7): batched, never one load per key
 		t.Errorf("origin loads = %d, want %d", got, want)
 	}
 	ctx := context.Background()
@@ -353,12 +315,13 @@ func TestSpreadPacesBatches(t *testing.T) {
 	if _, err := w.Refresh(context.Background(), "paced", warmer.RunOptions{Spread: spread}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(o.starts), 4; got != want {
+	starts := o.Starts()
+	if got, want := len(starts), 4; got != want {
 		t.Fatalf("loads = %d, want %d", got, want)
 	}
 	gap := spread / 4
-	for i := 1; i < len(o.starts); i++ {
-		if d := o.starts[i].Sub(o.starts[0]); d < time.Duration(i)*gap-5*time.Millisecond {
+	for i := 1; i < len(starts); i++ {
+		if d := starts[i].Sub(starts[0]); d < time.Duration(i)*gap-5*time.Millisecond {
 			t.Errorf("batch %d started %s after the first, want ≥ %s", i, d, time.Duration(i)*gap)
 		}
 	}
@@ -376,8 +339,8 @@ func TestDrainStopsFurtherBatches(t *testing.T) {
 	drain := make(chan struct{})
 	close(drain)
 	out, _ := f.w.Refresh(context.Background(), "drain", warmer.RunOptions{Spread: time.Hour, Drain: drain})
-	if out.Written != 0 || o.calls != 0 {
-		t.Errorf("a drained run loaded %d times and wrote %d keys, want none", o.calls, out.Written)
+	if out.Written != 0 || o.Calls() != 0 {
+		t.Errorf("a drained run loaded %d times and wrote %d keys, want none", o.Calls(), out.Written)
 	}
 }
 

@@ -1,89 +1,102 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
-
-	"github.com/hearth-dev/hearth/config"
-	"github.com/hearth-dev/hearth/daemon"
-	"github.com/hearth-dev/hearth/demo"
 )
 
+// demoBinary is the demo's own binary: the demo embeds a Redis (miniredis,
+// with a Lua VM) and an origin that the daemon must not link, so `hearth
+// demo` runs it from hearth's own directory, where make demo and go install
+// put both.
+const demoBinary = "hearth-demo"
+
 func newDemoCmd(g *globals) *cobra.Command {
-	opts := demo.DefaultOptions()
-	var listenAddr, logLevel string
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use:   "demo [flags]",
 		Short: "Show a cache stampede, then Hearth preventing it (needs no Redis or PostgreSQL)",
-		Long: `Demo runs concurrent cache-aside readers (GET; on a miss, load from the origin and
-SET with a TTL) against an embedded Redis (miniredis on loopback) and an embedded,
-deliberately slow HTTP origin that counts its calls, in two phases:
+		Long: `Demo runs hearth-demo, the demo's own binary, from the directory hearth is in,
+with the same flags; its output and exit code are the demo's. 'hearth demo --help'
+prints the demo's flags.
 
-  1. without Hearth: the keys, all loaded at once, expire at once every TTL, and
-     every reader that reads one then misses and calls the origin (a stampede);
-  2. with Hearth: the real warmer and scheduler load every key first, then
-     refresh each one every TTL/2: no reader misses, and the origin only sees
-     the refresh schedule.
+The demo runs concurrent cache-aside readers against an embedded Redis and a
+deliberately slow embedded origin, first without Hearth (a stampede at every
+TTL) and then with Hearth's real warmer and scheduler (no miss). It is a binary
+of its own so that the daemon links none of its embedded servers.
 
-It prints one line per second per phase (reads/s, misses/s, origin calls/s),
-then a summary table, and exits 0. With the defaults it takes about 30 s.
-
---redis and --postgres point it at real servers instead: the demo's keys live
-under the prefix hearth-demo:<run id>: and are deleted at the end; its table
-lives in the schema hearth_demo_<run id>, dropped at the end. The demo ignores
---config.`,
+'make demo' builds both binaries into bin/ and runs the demo; 'go build -o bin/
+./cmd/hearth-demo' builds the demo alone, 'go install ./cmd/...' installs both.`,
 		Example: `  hearth demo
   hearth demo --duration 10s --readers 64 --keys 50 --ttl 4s
-  hearth demo --origin-latency 200ms --ttl 10s
-  hearth demo --redis 127.0.0.1:6379 --postgres postgres://postgres@127.0.0.1:5432/test
-  hearth demo --duration 5m --listen 127.0.0.1:9464   # scrape /metrics, watch the dashboard`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := zerolog.ParseLevel(logLevel); err != nil || logLevel == "" {
-				return fail(exitConfig, fmt.Errorf("--log-level: must be debug, info, warn or error (got %q)", logLevel))
-			}
-			if listenAddr != "" {
-				if err := checkListen(listenAddr); err != nil {
-					return fail(exitConfig, fmt.Errorf("--listen: %w", err))
+  hearth demo --help                           # the demo's flags`,
+		// Every flag is the demo's: hearth-demo parses them.
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := findDemo()
+			if err != nil {
+				if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+					fmt.Fprintf(g.stderr, "hearth: %v\n\n", err)
+					return cmd.Help()
 				}
-			}
-			log := newLogger(g.stderr, config.Log{Level: logLevel, Format: "auto"})
-			reg := prometheus.NewRegistry()
-			opts.Registerer, opts.Out, opts.Logger = reg, g.stdout, log
-			if err := opts.Check(); err != nil {
-				return fail(exitConfig, err)
-			}
-			if listenAddr != "" {
-				shutdown, err := daemon.ServeMetrics(listenAddr, reg, log)
-				if err != nil {
-					return fail(exitFail, err)
-				}
-				defer func() { _ = shutdown(cmd.Context()) }()
-			}
-			if _, err := demo.Run(cmd.Context(), opts); err != nil {
 				return fail(exitFail, err)
 			}
-			return nil
+			return fail(exitFail, execDemo(path, args))
+		},
+		ValidArgsFunction: func(_ *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			path, err := findDemo()
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return completeDemo(path, args, toComplete)
 		},
 	}
-	f := cmd.Flags()
-	f.DurationVar(&opts.Duration, "duration", demo.DefaultDuration, "length of each of the two phases")
-	f.IntVar(&opts.Readers, "readers", demo.DefaultReaders, "concurrent cache-aside readers")
-	f.IntVar(&opts.Keys, "keys", demo.DefaultKeys, "hot keys the readers read")
-	f.DurationVar(&opts.TTL, "ttl", demo.DefaultTTL, "TTL of the keys; Hearth refreshes every TTL/2")
-	f.DurationVar(&opts.OriginLatency, "origin-latency", demo.DefaultOriginLatency, "cost of one origin call (at most TTL/10)")
-	f.DurationVar(&opts.ReadPause, "read-pause", demo.DefaultReadPause, "each reader's pause between two reads")
-	f.StringVar(&opts.RedisAddr, "redis", "", "a real Redis to use instead of the embedded one: host:port or redis://[user:password@]host:port/db")
-	f.StringVar(&opts.PostgresDSN, "postgres", "", "DSN of a real PostgreSQL to use as the origin instead of the embedded HTTP one")
-	f.StringVar(&listenAddr, "listen", "", "serve /metrics on this host:port while the demo runs")
-	f.StringVar(&logLevel, "log-level", "warn", "level of Hearth's own logs on stderr (debug, info, warn, error)")
-	// The demo runs on an embedded config: hide the global --config (a
-	// local flag of the same name shadows it) rather than offer what it ignores.
-	f.StringP("config", "c", "", "ignored: the demo runs on an embedded config")
-	_ = f.MarkHidden("config")
-	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
+	// hearth's global --config goes on to the demo, which ignores it: hide
+	// it from this help (a local flag of the same name shadows it).
+	cmd.Flags().StringP("config", "c", "", "ignored: the demo runs on an embedded config")
+	_ = cmd.Flags().MarkHidden("config")
 	return cmd
+}
+
+// findDemo returns the path of hearth-demo next to the running hearth.
+func findDemo() (string, error) {
+	self, err := os.Executable()
+	if err == nil {
+		self, err = filepath.EvalSymlinks(self)
+	}
+	if err != nil {
+		return "", fmt.Errorf("demo: find %s: the path of hearth itself: %w", demoBinary, err)
+	}
+	path := filepath.Join(filepath.Dir(self), demoBinary)
+	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("demo: %s is not installed next to hearth (no %s): the demo is a binary of its own; 'make demo' builds both into bin/ and runs it, 'go build -o %s ./cmd/hearth-demo' builds it where hearth is", demoBinary, path, path)
+		}
+		return "", fmt.Errorf("demo: %w", err)
+	}
+	return path, nil
+}
+
+// completeDemo asks hearth-demo for the completions of its own command line
+// (cobra's __complete protocol: one completion a line, then ":directive").
+func completeDemo(path string, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	out, err := exec.Command(path, append(append([]string{cobra.ShellCompRequestCmd}, args...), toComplete)...).Output()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	lines := strings.Split(strings.TrimSuffix(string(bytes.TrimSpace(out)), "\n"), "\n")
+	last := len(lines) - 1
+	d, err := strconv.Atoi(strings.TrimPrefix(lines[last], ":"))
+	if !strings.HasPrefix(lines[last], ":") || err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return lines[:last], cobra.ShellCompDirective(d)
 }

@@ -431,7 +431,7 @@ func TestComposeHealthcheck(t *testing.T) {
 
 // TestStaticBuild builds hearth the way the Makefile and the Dockerfile do
 // (CGO_ENABLED=0, -trimpath, stripped) and checks that the binary is static,
-// so that it runs on distroless/static or scratch, embedded demo included.
+// so that it runs on distroless/static or scratch.
 func TestStaticBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")

@@ -31,6 +31,7 @@ func closedAddr(t *testing.T) string {
 // only found after connecting would exit 1, not 2. No server is needed.
 func TestExitCodes(t *testing.T) {
 	bin := e2e.Binary(t)
+	e2e.WithDemo(t, bin) // hearth demo runs it
 	dead := closedAddr(t)
 	good := writeConfig(t, fmt.Sprintf(`
 redis: {addrs: ["%[1]s"], dial_timeout: 500ms}

@@ -59,9 +59,9 @@ func TestCompletion(t *testing.T) {
 	}
 	t.Run("flag values", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
-		run(t.Context(), []string{"__complete", "demo", "--log-level", ""}, &stdout, &stderr)
-		if got := stdout.String(); !strings.Contains(got, "debug\ninfo\nwarn\nerror\n") {
-			t.Errorf("completion of --log-level = %q", got)
+		run(t.Context(), []string{"__complete", "prewarm", "--ranking", ""}, &stdout, &stderr)
+		if got := stdout.String(); !strings.Contains(got, "auto\nlive\nstored\n") {
+			t.Errorf("completion of --ranking = %q", got)
 		}
 	})
 }

@@ -312,6 +312,54 @@ func TestRewarmAfterFlushE2E(t *testing.T) {
 	}
 }
 
+// TestRewarmAfterRestartE2E: a restart of Redis (no persistence) under a
+// running hearth brings every key back soon after Redis accepts connections
+// again (the bound is generous so that it cannot flake under load;
+// BenchmarkRewarmAfterFlush measures how soon), with the periodic check out of
+// reach: the reconnection alone starts the re-warm. A second restart, once the
+// re-warms' minimum gap has passed, is re-warmed the same way.
+func TestRewarmAfterRestartE2E(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	rdb := srv.Client(t)
+	c := newCatalogue(t, rdb, "rs:", 20, 0, "prewarm: {rewarm_check: 1h}\n")
+	c.record(t, products(5, 6, 7)...)
+	p := e2e.Start(t, []string{"run", "--config", c.config})
+	url := c.listen(t)
+	e2e.WaitHTTP(t, url+"/readyz", http.StatusOK, 30*time.Second)
+	ctx := context.Background()
+	keys := []string{"rs:top", "rs:product:1", "rs:product:5", "rs:product:6", "rs:product:7"}
+	if n := rdb.Exists(ctx, keys...).Val(); n != int64(len(keys)) {
+		t.Fatalf("%d of %d keys warm before the restart", n, len(keys))
+	}
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(warmer.DefaultRewarmMinGap) // a sooner loss waits for the gap: the flapping bound
+		}
+		up := srv.RestartTimed(t, time.Duration(i)*time.Second) // the second one stays down for 1s
+		poller := srv.Client(t)
+		var n int64
+		for time.Since(up) < 2*time.Second {
+			if n = poller.Exists(ctx, keys...).Val(); n == int64(len(keys)) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if n != int64(len(keys)) {
+			t.Fatalf("restart %d: %d of %d keys back 2s after redis accepted connections; redis holds %q\n%s",
+				i+1, n, len(keys), poller.Keys(ctx, "*").Val(), p.Output())
+		}
+		t.Logf("restart %d: every key back %s after redis accepted connections", i+1, time.Since(up).Round(time.Millisecond))
+		_ = poller.Close()
+	}
+	m := e2e.Metrics(t, url+"/metrics")
+	if got := e2e.Sum(m, "hearth_prewarm_rewarms_total", `reason="restart"`); got < 1 {
+		t.Errorf("hearth_prewarm_rewarms_total{reason=restart} = %g, want >= 1", got)
+	}
+	if p.Exited() {
+		t.Fatal("hearth exited")
+	}
+}
+
 // TestPrewarmCommandLeavesPresentValues: a pre-warm into a serving Redis never
 // replaces a value already there (fresher than the origin's, here) unless
 // --overwrite is given, and reports the keys it found present; against a

@@ -62,6 +62,10 @@ type build struct {
 var (
 	buildsMu sync.Mutex
 	builds   = map[string]*build{}
+	// buildDirs holds one directory per race setting, so that the binaries
+	// built alike lie side by side, as make and a release put them: hearth
+	// finds hearth-demo next to itself.
+	buildDirs = map[bool]string{}
 )
 
 // Build builds the main package pkg (a path from the module's root, such as
@@ -89,13 +93,17 @@ func buildWith(t testing.TB, pkg string, race bool) string {
 		bd = &build{}
 		builds[id] = bd
 	}
+	dir, ok := buildDirs[race]
+	if !ok {
+		var err error
+		if dir, err = os.MkdirTemp("", "hearth-e2e-"); err != nil {
+			buildsMu.Unlock()
+			t.Fatalf("build %s: %v", pkg, err)
+		}
+		buildDirs[race] = dir
+	}
 	buildsMu.Unlock()
 	bd.once.Do(func() {
-		dir, err := os.MkdirTemp("", "hearth-e2e-")
-		if err != nil {
-			bd.err = err
-			return
-		}
 		bd.path = filepath.Join(dir, filepath.Base(pkg))
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
@@ -141,6 +149,26 @@ func PlainBinary(t testing.TB) string {
 		return bin
 	}
 	return BuildPlain(t, "./cmd/hearth")
+}
+
+// WithDemo makes sure hearth-demo lies next to the hearth binary bin (from
+// Binary or PlainBinary), as `hearth demo` needs: it builds cmd/hearth-demo
+// alike, or, when bin is $HEARTH_BIN, requires the one installed next to it.
+func WithDemo(t testing.TB, bin string) {
+	t.Helper()
+	next := filepath.Join(filepath.Dir(bin), "hearth-demo")
+	if os.Getenv("HEARTH_BIN") != "" {
+		if _, err := os.Stat(next); err != nil {
+			t.Fatalf("HEARTH_BIN=%s: hearth demo needs hearth-demo next to it: %v", bin, err)
+		}
+		return
+	}
+	buildsMu.Lock()
+	race := buildDirs[true] == filepath.Dir(bin)
+	buildsMu.Unlock()
+	if got := buildWith(t, "./cmd/hearth-demo", race); got != next {
+		t.Fatalf("hearth-demo built at %s, not next to %s", got, bin)
+	}
 }
 
 // StartBinary is Start with the binary at bin.

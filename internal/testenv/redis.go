@@ -398,6 +398,43 @@ func (s *RedisServer) Restart(t testing.TB) {
 	s.Start(t)
 }
 
+// RestartTimed restarts the server like [RedisServer.Restart], staying
+// stopped for down first, and returns when it accepted connections again: the
+// first PING answered on a new connection, dialled every millisecond from the
+// moment it stopped (a pooled client would back off its own dials and see it
+// later).
+func (s *RedisServer) RestartTimed(t testing.TB, down time.Duration) time.Time {
+	t.Helper()
+	s.Stop(t)
+	up := make(chan time.Time, 1)
+	go func() { up <- firstPong(s.Addr, time.Minute+down) }()
+	time.Sleep(down)
+	s.Start(t)
+	return <-up
+}
+
+// firstPong dials addr every millisecond, each time on a new connection,
+// until a PING is answered or timeout passes, and returns when that was.
+func firstPong(addr string, timeout time.Duration) time.Time {
+	buf := make([]byte, len("+PONG\r\n"))
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			continue
+		}
+		_ = c.SetDeadline(time.Now().Add(100 * time.Millisecond))
+		_, err = c.Write([]byte("PING\r\n"))
+		if err == nil {
+			_, err = io.ReadFull(c, buf)
+		}
+		_ = c.Close()
+		if err == nil && string(buf) == "+PONG\r\n" {
+			return time.Now()
+		}
+	}
+	return time.Now()
+}
+
 // Pause freezes the server with SIGSTOP: connections are still accepted by
 // the kernel but no command is answered until [RedisServer.Resume].
 func (s *RedisServer) Pause(t testing.TB) {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
@@ -34,7 +38,7 @@ func TestDemo(t *testing.T) {
 	t.Parallel()
 	t.Run("stampede without Hearth, no miss with it", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
-		code := run(t.Context(), []string{"demo", "--duration", "4s", "--ttl", "3s", "--readers", "8", "--keys", "10", "--origin-latency", "20ms"}, &stdout, &stderr)
+		code := run(t.Context(), []string{"--duration", "4s", "--ttl", "3s", "--readers", "8", "--keys", "10", "--origin-latency", "20ms"}, &stdout, &stderr)
 		out := stdout.String()
 		if code != 0 {
 			t.Fatalf("exit %d\n%s\n%s", code, out, stderr.String())
@@ -75,7 +79,7 @@ func TestDemo(t *testing.T) {
 		}
 		schemas0, keys0 := schemas(), demoKeys()
 		var stdout, stderr bytes.Buffer
-		code := run(t.Context(), []string{"demo", "--duration", "3s", "--ttl", "3s", "--readers", "4", "--keys", "5",
+		code := run(t.Context(), []string{"--duration", "3s", "--ttl", "3s", "--readers", "4", "--keys", "5",
 			"--origin-latency", "10ms", "--redis", rd.Addr, "--postgres", pg.DSN}, &stdout, &stderr)
 		out := stdout.String()
 		if code != 0 {
@@ -105,10 +109,79 @@ func TestDemo(t *testing.T) {
 			{[]string{"--ttl", "2s", "--origin-latency", "1s"}, "--origin-latency: must be between 0 and 200ms"},
 		} {
 			var stdout, stderr bytes.Buffer
-			code := run(t.Context(), append([]string{"demo"}, c.args...), &stdout, &stderr)
+			code := run(t.Context(), c.args, &stdout, &stderr)
 			if code == 0 || !strings.Contains(stderr.String(), c.msg) {
 				t.Errorf("demo %v: exit %d, stderr %q; want an error with %q", c.args, code, stderr.String(), c.msg)
 			}
 		}
 	})
+}
+
+// TestExitCodes pins the demo's part of hearth's exit-code contract
+// (docs/commands.md#exit-codes), which `hearth demo` passes on: 2 for a usage
+// error, found before anything starts, 1 for a runtime failure.
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--help"}, 0},
+		{[]string{"--bogus"}, 2},
+		{[]string{"extra"}, 2},
+		{[]string{"--ttl", "0s"}, 2},
+		{[]string{"--readers", "0"}, 2},
+		{[]string{"--duration", "soon"}, 2},
+		{[]string{"--listen", "nope"}, 2},
+		{[]string{"--listen", "127.0.0.1:99999"}, 2},
+		{[]string{"--log-level", "loud"}, 2},
+		{[]string{"--redis", "redis://h:1/notanumber"}, 2},
+		// What `hearth --config FILE demo` passes on: ignored.
+		{[]string{"--config", "nowhere.yaml", "--help"}, 0},
+		{[]string{"--redis", e2e.FreeAddr(t), "--duration", "1s"}, 1},
+	} {
+		var stdout, stderr bytes.Buffer
+		if got := run(t.Context(), c.args, &stdout, &stderr); got != c.want {
+			t.Errorf("hearth-demo %v: exit %d, want %d\n%s", c.args, got, c.want, stderr.String())
+		}
+		if c.want != 0 && !strings.HasPrefix(stderr.String(), "hearth: ") {
+			t.Errorf("hearth-demo %v: stderr %q, want it to start with \"hearth: \"", c.args, stderr.String())
+		}
+	}
+}
+
+// TestCompletion: the demo completes its own flags' values, which `hearth
+// demo` relays to the shell.
+func TestCompletion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	run(t.Context(), []string{"__complete", "--log-level", ""}, &stdout, &stderr)
+	if got := stdout.String(); !strings.Contains(got, "debug\ninfo\nwarn\nerror\n") {
+		t.Errorf("completion of --log-level = %q", got)
+	}
+}
+
+var updateHelp = flag.Bool("update-help", false, "rewrite testdata/help.txt from the current --help output")
+
+// TestHelpUnchanged pins `hearth-demo --help` (what `hearth demo --help`
+// prints) to testdata/help.txt: its flags and defaults are the demo's command
+// line, moved here from hearth's. A deliberate change reruns it with -update-help.
+func TestHelpUnchanged(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"--help"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--help: exit %d: %s", code, stderr.String())
+	}
+	file := filepath.Join("testdata", "help.txt")
+	if *updateHelp {
+		if err := os.WriteFile(file, stdout.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stdout.String(); got != string(want) {
+		t.Errorf("--help changed; got:\n%s\nwant (%s):\n%s", got, file, want)
+	}
 }
