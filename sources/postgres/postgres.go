@@ -365,7 +365,9 @@ type shape struct {
 
 // shape describes the declaration's query once (its columns and parameters,
 // without running it) and builds the bounded query around it. The wrapper is a
-// plain subquery, which the planner pulls up: the query keeps its index.
+// plain subquery, which the planner pulls up: the query keeps its index. (For a
+// jsonb value the text conversion sits in a subquery of its own that is not
+// pulled up, OFFSET 0; the query inside it is planned as it is, index and all.)
 func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
 	key := shapeKey(spec)
 	if sh, ok := s.shapes.Load(key); ok {
