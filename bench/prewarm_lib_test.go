@@ -21,7 +21,8 @@ import (
 //	go test ./bench/ -run '^$' -bench PrewarmLib -benchtime 5x -cpuprofile cpu.out -memprofile mem.out
 //
 // PREWARM_PAYLOAD=jsonb warms the jsonb payload (default text); the ranking is
-// the live one unless PREWARM_STORED is set.
+// the live one unless PREWARM_STORED is set; PREWARM_WORKERS and PREWARM_CHUNK
+// set the shape (default 4 × 1,000).
 func BenchmarkPrewarmLib(b *testing.B) {
 	pg := testenv.Postgres(b)
 	rd := testenv.Redis(b)
@@ -33,7 +34,14 @@ func BenchmarkPrewarmLib(b *testing.B) {
 	}
 	fillAccessLog(b, pg.Pool, rd.Prefix+p.family)
 	ctx := context.Background()
-	cfg, err := config.Load(writePrewarmConfigFor(b, pg.DSN, rd.Addr, rd.Prefix, p))
+	workers, chunk := 4, prewarmChunk
+	if n, err := strconv.Atoi(os.Getenv("PREWARM_WORKERS")); err == nil {
+		workers = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("PREWARM_CHUNK")); err == nil {
+		chunk = n
+	}
+	cfg, err := config.Load(writePrewarmConfigShaped(b, pg.DSN, rd.Addr, rd.Prefix, p, workers, chunk))
 	if err != nil {
 		b.Fatal(err)
 	}
