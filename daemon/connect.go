@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -72,18 +73,30 @@ const refusedFor = 500 * time.Millisecond
 // them. A refused connect costs Redis nothing; any other dial error (a
 // timeout, an address that does not resolve) is returned at once, and the
 // command's own retries (go-redis MaxRetries) dial again.
+//
+// Once one dial has redialled for refusedFor in vain, Redis is known down:
+// later dials try once until one connects, so that a command does not spend
+// refusedFor on each of its retries while Redis stays down (a lease release
+// at shutdown reports the refusal within its bound instead of running out
+// of time).
 func redialRefused(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var down atomic.Bool // a whole redial window was refused; no dial has connected since
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		deadline := time.Now().Add(refusedFor)
 		bo := &backoff.ExponentialBackOff{InitialInterval: 2 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 20 * time.Millisecond}
 		bo.Reset()
 		for {
 			conn, err := dial(ctx, network, addr)
-			if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
-				return conn, err
+			if err == nil {
+				down.Store(false)
+				return conn, nil
+			}
+			if !errors.Is(err, syscall.ECONNREFUSED) || down.Load() {
+				return nil, err
 			}
 			wait := bo.NextBackOff()
 			if time.Until(deadline) < wait {
+				down.Store(true)
 				return nil, err
 			}
 			select {

@@ -31,8 +31,28 @@ func TestRedialRefused(t *testing.T) {
 		t.Errorf("dial of a closed port: %v after %v, want connection refused after about %v", err, took, refusedFor)
 	}
 
+	// Known down: the next dial tries once, and a dial that connects ends that.
+	t0 = time.Now()
+	if _, err = dial(ctx, "tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) || time.Since(t0) > refusedFor/2 {
+		t.Errorf("dial while known down: %v after %v, want connection refused at once", err, time.Since(t0))
+	}
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("dial of a listening port while known down: %v", err)
+	}
+	_ = conn.Close()
+	_ = ln.Close()
+	t0 = time.Now()
+	if _, err = dial(ctx, "tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) || time.Since(t0) < refusedFor-50*time.Millisecond {
+		t.Errorf("dial after a connection: %v after %v, want the redial window again", err, time.Since(t0))
+	}
+
 	refusals := 0
-	conn, err := redialRefused(func(context.Context, string, string) (net.Conn, error) {
+	conn, err = redialRefused(func(context.Context, string, string) (net.Conn, error) {
 		if refusals < 5 {
 			refusals++
 			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}

@@ -186,6 +186,42 @@ func testVersionedWrites(t *testing.T, perSlot bool) {
 			t.Errorf("value = %q after delete, want same", got)
 		}
 	})
+	t.Run("an extend moves a versioned record's TTL, not its content", func(t *testing.T) {
+		ctx := context.Background()
+		k := p + "r:1"
+		rk := store.VersionKey(v.env.NS, k)
+		v.set(k, "same", 50, ptr(1))
+		rec := v.get(rk)
+		v.env.Client.PExpire(ctx, rk, 5*time.Second)
+		v.set(k, "same", 51, ptr(1))
+		if got := v.get(rk); got != rec {
+			t.Errorf("record after an extend = %q, want %q kept (its version orders writes)", got, rec)
+		}
+		if ttl := v.env.Client.PTTL(ctx, rk).Val(); ttl < 90*time.Second {
+			t.Errorf("record TTL after an extend = %s, want the record's TTL again (2m)", ttl)
+		}
+		// Still ordered by version: an older one is refused, a newer written.
+		v.set(k, "zero", 52, ptr(0))
+		if got := v.get(k); got != "same" {
+			t.Errorf("value = %q, want same (version 1 kept)", got)
+		}
+		v.set(k, "two", 53, ptr(2))
+		if got := v.get(k); got != "two" {
+			t.Errorf("value = %q, want two", got)
+		}
+	})
+	t.Run("an extend without a version moves the record's stamp", func(t *testing.T) {
+		k := p + "r:2"
+		v.set(k, "same", 60, nil)
+		v.set(k, "same", 62, nil) // extended: the record now says 62
+		v.set(k, "older", 61, nil)
+		if got := v.get(k); got != "same" {
+			t.Errorf("value = %q, want same (the load that started at 62 wins over 61)", got)
+		}
+		if rec := v.get(store.VersionKey(v.env.NS, k)); !strings.Contains(rec, ":62:") {
+			t.Errorf("record = %q, want the extend's stamp 62", rec)
+		}
+	})
 }
 
 // TestVersionRecordTamper: a version record that is not Hearth's is repaired

@@ -109,7 +109,7 @@ func (c *Cache) local(key string, load Loader, co callOpts) ([]byte, bool, error
 	if !le.expires.IsZero() {
 		e := entry{remaining: le.expires.Sub(now), delta: le.delta}
 		if c.early(e) {
-			c.refreshEarly(key, load, co, e.remaining)
+			c.refreshEarly(key, load, co, e.remaining, e.delta)
 		}
 	}
 	return bytes.Clone(le.value), true, nil

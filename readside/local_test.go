@@ -216,7 +216,7 @@ func TestLocalHitsStillRefreshEarly(t *testing.T) {
 	clock := newFakeClock(time.Unix(1_800_000_000, 0))
 	var u atomic.Value
 	u.Store(0.999999)
-	c := newCache(t, rdb, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1,
+	c := newCache(t, rdb, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1, Beta: 1,
 		Local: readside.LocalOptions{Size: 10, TTL: time.Hour}, Now: clock.Now,
 		Rand: func() float64 { return u.Load().(float64) }})
 	// A value Hearth's protocol says took δ = 1 s to load, 10 s left.

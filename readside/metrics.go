@@ -14,6 +14,8 @@ type metrics struct {
 	readHit     prometheus.Counter
 	readMiss    prometheus.Counter
 	hits        *prometheus.CounterVec
+	hitValue    prometheus.Counter // hits{kind="value"}, resolved once: every hit counts
+	hitNegative prometheus.Counter
 	localHits   *prometheus.CounterVec
 	misses      prometheus.Counter
 	coalesced   prometheus.Counter
@@ -65,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		early: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_early_refreshes_total",
-			Help: "XFetch early refreshes decided, by result: started, coalesced (one already running here), locked (another process holds the lock), done_elsewhere (another process refreshed it meanwhile), error.",
+			Help: "XFetch early refreshes decided, by result: started, coalesced (one already running here), locked (another process holds the lock), held_off (another process was seen holding the lock less than δ ago, not tried again), done_elsewhere (another process refreshed it meanwhile), error.",
 		}, []string{"result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_readside_fallbacks_total",
@@ -105,6 +107,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Reads counted into Hearth's access buckets, by result: sent, dropped (too long a key, too many keys, or Redis failed).",
 		}, []string{"result"}),
 	}
+	m.hitValue, m.hitNegative = m.hits.WithLabelValues("value"), m.hits.WithLabelValues("negative")
 	for _, k := range []string{"value", "negative"} {
 		m.hits.WithLabelValues(k)
 		m.localHits.WithLabelValues(k)
@@ -112,7 +115,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"value", "acquired", "timeout"} {
 		m.lockWait.WithLabelValues(r)
 	}
-	for _, r := range []string{"started", "coalesced", "locked", "done_elsewhere", "error"} {
+	for _, r := range []string{"started", "coalesced", "locked", "held_off", "done_elsewhere", "error"} {
 		m.early.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "not_found", "error", "panic"} {

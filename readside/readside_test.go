@@ -296,7 +296,7 @@ func TestXFetchDistribution(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	clock := newFakeClock(time.Unix(1_800_000_000, 0))
 	const delta = 10 * time.Second
-	c := newCache(t, env.Client, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1,
+	c := newCache(t, env.Client, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1, Beta: 1,
 		Now: clock.Now, Rand: lockedRand(42)})
 	if _, err := c.GetOrLoad(ctx, key, func(context.Context) ([]byte, error) {
 		clock.Add(delta)
@@ -307,6 +307,10 @@ func TestXFetchDistribution(t *testing.T) {
 	if got := env.Client.Get(ctx, readside.DeltaKey(ns, key)).Val(); got != "10000" {
 		t.Fatalf("δ stored %q, want 10000", got)
 	}
+	// Past the expiry this process wrote (an hour on): a read far from the
+	// expiry it last saw is a plain GET, so that from here every read asks
+	// Redis for the PTTL the test sets.
+	clock.Add(time.Hour)
 	block := make(chan struct{})
 	blocked := func(context.Context) ([]byte, error) { <-block; return []byte("refreshed"), nil }
 	decided := func() float64 {

@@ -17,6 +17,10 @@ type metrics struct {
 	inFlight      prometheus.Gauge
 	// versionRepairs counts what version-checked writes found wrong.
 	versionRepairs *prometheus.CounterVec
+	// behind, behindSeconds and overruns show runs that cannot keep up (behind.go).
+	behind        *prometheus.CounterVec
+	behindSeconds *prometheus.GaugeVec
+	overruns      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,5 +83,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.runs, m.runDuration, m.loadDuration, m.keysWritten, m.failures,
 		m.staleExtended, m.staleness, m.lastSuccess, m.lag, m.members, m.redisErrors, m.inFlight, m.versionRepairs)
+	reg.MustRegister(newBehindMetrics(m)...)
 	return m
 }

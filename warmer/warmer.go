@@ -219,7 +219,10 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		w.metrics.members.WithLabelValues(name).Set(1)
 	}
 
-	batches := w.batches(spec, members)
+	// Oldest writes first: when the run cannot keep up, the keys closest to
+	// expiry are the ones written (behind.go).
+	order := w.oldestFirst(spec, st, members)
+	batches := order.batches
 	// Batches are paced from when the members are known, over what is left
 	// of the spread: listing a large family takes a while (a second for a
 	// million rows), and planning from the run's start made every batch of
@@ -230,6 +233,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		w.log.Warn().Str("family", name).Int("batches", len(batches)).Dur("gap_ms", gap).Dur("interval_ms", spec.Interval).
 			Msg("the origin's rate bound cannot fit this family's batches in one interval: raise the source's rate or batch_size")
 	}
+	watch := w.watchRun(spec, order, paced)
 	var (
 		mu      sync.Mutex
 		g       errgroup.Group
@@ -253,9 +257,11 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 			w.metrics.lag.WithLabelValues(name).Observe(max(0, w.now().Sub(planned)).Seconds())
 		}
 		started += len(batch)
+		watch.begun(i)
 		g.Go(func() error {
 			defer w.loads.Release(1)
 			o := w.refreshBatch(ctx, spec, st, batch)
+			watch.completed(i, len(batch), o.Written+o.Negative > 0)
 			mu.Lock()
 			out.add(o)
 			mu.Unlock()
@@ -271,7 +277,14 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	if out.NotRun > 0 && out.LastError == nil {
 		out.LastError = fmt.Errorf("refresh %s: %w: %d of %d members not refreshed", name, ErrDrained, out.NotRun, out.Members)
 	}
+	watch.finish()
 	w.finishRun(spec, st, &out)
+	if over := out.Duration - spec.Interval; spec.Interval > 0 && over > 0 && !ro.Planned.IsZero() {
+		w.metrics.overruns.WithLabelValues(name).Inc()
+		w.log.Warn().Str("family", name).Dur("overrun_ms", over).Dur("duration_ms", out.Duration).
+			Dur("interval_ms", spec.Interval).Int("members", out.Members).
+			Msg("refresh run overran its interval")
+	}
 	return out, out.LastError
 }
 

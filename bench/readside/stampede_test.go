@@ -6,7 +6,11 @@
 //	cd bench/readside && go test -run '^$' -bench . -benchtime 1x -timeout 30m
 //
 // READSIDE_BENCH_DURATION (default 20s) sets each run's length; the issue's
-// figures are for 60s.
+// figures are for 60s. READSIDE_BENCH_BETAS adds readside rows with other β
+// (and Jitter) values, the sweep behind readside.DefaultBeta:
+//
+//	READSIDE_BENCH_DURATION=60s READSIDE_BENCH_BETAS=0.2,0.3,0.5,1,0.3/-1 \
+//	  go test -run '^$' -bench 'Stampede/^readside_β=.*$/flush' -benchtime 1x .
 package readside_test
 
 import (
@@ -17,6 +21,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/viccon/sturdyc"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
@@ -106,7 +112,10 @@ type contender struct {
 
 func key(i int) string { return "bench:key:" + strconv.Itoa(i) }
 
-var contenders = []contender{
+var contenders = append([]contender{
+	// The reference: the fastest correct simple reader, sharing no code with
+	// readside (see plainLock).
+	{"plain lock (reference)", plainLock},
 	readsideContender("readside", readside.LocalOptions{}),
 	// The near cache with the documented 1 s staleness bound.
 	readsideContender("readside+local", readside.LocalOptions{Size: 1000, TTL: time.Second}),
@@ -151,14 +160,112 @@ var contenders = []contender{
 		}
 		return get, func() float64 { return float64(misses.Load()) }, func() {}
 	}},
+}, betaContenders()...)
+
+// betaContenders are readside rows with β from READSIDE_BENCH_BETAS (a
+// comma-separated list, e.g. "0.1,0.2,0.5,1"; -1 is XFetch off), for the
+// sweep that chose readside's default β; none when unset. An entry
+// "β/j" also sets Jitter to j (-1: none).
+func betaContenders() []contender {
+	var cs []contender
+	for _, f := range strings.Split(os.Getenv("READSIDE_BENCH_BETAS"), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		bs, js, hasJ := strings.Cut(f, "/")
+		beta, err := strconv.ParseFloat(bs, 64)
+		var jitter float64
+		if err == nil && hasJ {
+			jitter, err = strconv.ParseFloat(js, 64)
+		}
+		if err != nil {
+			panic(fmt.Sprintf("READSIDE_BENCH_BETAS: %q: %v", f, err))
+		}
+		name := "readside β=" + bs
+		if hasJ {
+			name += " jitter=" + js
+		}
+		cs = append(cs, readsideContenderOpts(name, readside.Options{Beta: beta, Jitter: jitter}))
+	}
+	return cs
+}
+
+// The reference's lock: its lifetime and its compare-and-delete release.
+const refLockTTL = 5 * time.Second
+
+var refRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// plainLock is the reference reader: GET; on a miss, single-flight in the
+// process, then SET NX PX lock, a double-check GET, load, SET and release in
+// one round trip; a waiter polls GET every 5 ms and retries the lock, and
+// loads anyway once the lock's lifetime and 1 s have passed.
+func plainLock(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
+	var sf singleflight.Group
+	var misses atomic.Int64
+	loadAndSet := func(ctx context.Context, i int, lock, token string) ([]byte, error) {
+		v, err := o.load(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		pipe := rdb.Pipeline()
+		pipe.Set(ctx, key(i), v, ttl)
+		if token != "" {
+			refRelease.Eval(ctx, pipe, []string{lock}, token)
+		}
+		_, err = pipe.Exec(ctx)
+		return v, err
+	}
+	fill := func(ctx context.Context, i int) ([]byte, error) {
+		lock, token := "bench:lock:"+key(i), strconv.FormatUint(rand.Uint64(), 36)
+		for deadline := time.Now().Add(refLockTTL + time.Second); time.Now().Before(deadline); {
+			ok, err := rdb.SetNX(ctx, lock, token, refLockTTL).Result()
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				if v, err := rdb.Get(ctx, key(i)).Bytes(); err == nil { // double-check
+					refRelease.Run(ctx, rdb, []string{lock}, token)
+					return v, nil
+				}
+				return loadAndSet(ctx, i, lock, token)
+			}
+			time.Sleep(5 * time.Millisecond)
+			if v, err := rdb.Get(ctx, key(i)).Bytes(); err == nil {
+				return v, nil
+			}
+		}
+		return loadAndSet(ctx, i, "", "") // the holder is gone or slow: load anyway
+	}
+	get := func(ctx context.Context, i int) ([]byte, error) {
+		v, err := rdb.Get(ctx, key(i)).Bytes()
+		if !errors.Is(err, redis.Nil) {
+			return v, err
+		}
+		misses.Add(1)
+		r, err, shared := sf.Do(key(i), func() (any, error) { return fill(ctx, i) })
+		v, _ = r.([]byte)
+		if shared {
+			v = slices.Clone(v)
+		}
+		return v, err
+	}
+	return get, func() float64 { return float64(misses.Load()) }, func() {}
 }
 
 // readsideContender is the read side, with the near cache local (none
 // when its Size is 0).
 func readsideContender(name string, local readside.LocalOptions) contender {
+	return readsideContenderOpts(name, readside.Options{Local: local})
+}
+
+// readsideContenderOpts is the read side with opts, on the bench's client,
+// namespace, TTL and access sampling.
+func readsideContenderOpts(name string, opts readside.Options) contender {
 	return contender{name, func(rdb *redis.Client, o *origin) (func(context.Context, int) ([]byte, error), func() float64, func()) {
 		reg := prometheus.NewRegistry()
-		c, err := readside.New(readside.Options{Client: rdb, Namespace: "bench", TTL: ttl, AccessSample: 10, Registerer: reg, Local: local})
+		opts := opts
+		opts.Client, opts.Namespace, opts.TTL, opts.AccessSample, opts.Registerer = rdb, "bench", ttl, 10, reg
+		c, err := readside.New(opts)
 		if err != nil {
 			panic(err)
 		}
@@ -246,7 +353,18 @@ func duration(b *testing.B) time.Duration {
 
 type result struct {
 	loads, ideal, episodes, misses, errors, reads int64
-	p99, max                                      time.Duration
+	p99, max, wall                                time.Duration
+}
+
+// perWindow is the origin's cost: loads per key per TTL window of wall
+// time, total loads / (keys × wall / TTL). Unlike loads per episode it
+// counts an early refresh that shortens every window as the extra load it
+// is. A cache that loads each key once per TTL scores about 1 (the loads
+// at the start are counted, so a run of n windows holds n loads per key,
+// and a FLUSHDB adds up to one more); a run of a few TTLs or less
+// overstates it, since every key's first load is counted.
+func (r result) perWindow() float64 {
+	return float64(r.loads) / (keys * r.wall.Seconds() / ttl.Seconds())
 }
 
 // run drives one contender for d: 4 instances × 50 readers, Zipf(1.1) over
@@ -260,14 +378,18 @@ func run(b *testing.B, srv *testenv.RedisServer, c contender, d time.Duration, f
 		b.Fatal(err)
 	}
 	o := &origin{}
+	var res result
 	var misses []func() float64
 	var closers []func()
 	var wg sync.WaitGroup
 	var errCount, reads atomic.Int64
 	lat := make([][]time.Duration, instances*readersEach)
-	stop := time.Now().Add(d)
+	start := time.Now()
+	stop := start.Add(d)
+	var clients []*redis.Client
 	for in := range instances {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: readersEach + 10})
+		clients = append(clients, rdb)
 		get, m, cl := c.open(rdb, o)
 		misses = append(misses, m)
 		closers = append(closers, func() { cl(); _ = rdb.Close() })
@@ -294,17 +416,26 @@ func run(b *testing.B, srv *testenv.RedisServer, c contender, d time.Duration, f
 		}
 	}
 	if flush {
-		time.Sleep(d / 2)
-		if err := admin.FlushDB(ctx).Err(); err != nil {
-			b.Fatal(err)
+		// Each instance flushes at d/2, as an operator's FLUSHDB run from
+		// every application host would: four FLUSHDBs within a millisecond.
+		time.Sleep(time.Until(start.Add(d / 2)))
+		var fwg sync.WaitGroup
+		for _, rdb := range clients {
+			fwg.Go(func() {
+				if err := rdb.FlushDB(ctx).Err(); err != nil {
+					b.Error(err)
+				}
+			})
 		}
+		fwg.Wait()
 		o.flushed()
 	}
 	wg.Wait()
+	res.wall = time.Since(start)
 	for _, cl := range closers {
 		cl()
 	}
-	res := result{errors: errCount.Load(), reads: reads.Load()}
+	res.errors, res.reads = errCount.Load(), reads.Load()
 	for i := range keys {
 		res.loads += o.loads[i].Load()
 		res.ideal += o.ideal[i]
@@ -324,32 +455,41 @@ func run(b *testing.B, srv *testenv.RedisServer, c contender, d time.Duration, f
 	return res
 }
 
-// BenchmarkStampede prints, per contender and scenario: origin loads, the
+// BenchmarkStampede prints, per contender and scenario: origin loads; loads
+// per key per TTL window of wall time (the cost figure, see perWindow); the
 // load episodes the origin saw (one per key per expiry or flush) and loads per
-// episode — 1.000 is one load per key per expiry across the fleet —, the loads
-// a perfect fleet-wide cache with this TTL would do (ideal; XFetch's early
-// refreshes and TTL jitter can add one period per key at the end of the run),
-// misses as each library counts them (sturdyc: its in-memory misses), and
-// p99 and max read latency.
+// episode — 1.000 is one load per key per expiry across the fleet, blind to
+// early refreshes that shorten every window —; the loads a perfect fleet-wide
+// cache with this TTL would do (ideal); misses as each library counts them
+// (sturdyc: its in-memory misses); and p99 and max read latency.
+//
+// The four instances run in this one process, each with its own Redis client
+// and connection pool and its own cache (single-flight, in-flight refreshes,
+// near cache): what one instance knows of another goes through Redis only,
+// as between processes. They do share one Go runtime (scheduler, GC) and the
+// origin's counters. Select rows with -bench, e.g.
+// -bench 'Stampede/(plain_lock|readside)/flush'.
 func BenchmarkStampede(b *testing.B) {
 	srv := testenv.PrivateRedis(b)
 	d := duration(b)
 	for _, flush := range []bool{false, true} {
 		scenario := "steady"
 		if flush {
-			scenario = "FLUSHDB at " + (d / 2).String()
+			scenario = "FLUSHDB at " + (d / 2).String() + " in each instance"
 		}
 		fmt.Printf("\n%d instances × %d readers, Zipf(%.1f) over %d keys, origin %s, TTL %s, %s, %s\n",
 			instances, readersEach, zipfS, keys, originDelay, ttl, d, scenario)
-		fmt.Printf("%-24s %6s %8s %16s %6s %10s %7s %9s %9s %7s %6s\n", "contender", "loads", "episodes", "loads/key/expiry", "ideal", "loads/ideal", "misses", "p99", "max", "reads", "errors")
+		fmt.Printf("%-24s %6s %15s %8s %16s %6s %10s %7s %9s %9s %7s %6s\n", "contender", "loads", "loads/key/window", "episodes",
+			"loads/key/expiry", "ideal", "loads/ideal", "misses", "p99", "max", "reads", "errors")
 		for _, c := range contenders {
 			b.Run(c.name+"/"+map[bool]string{false: "steady", true: "flush"}[flush], func(b *testing.B) {
 				for range b.N {
 					r := run(b, srv, c, d, flush)
 					ratio := float64(r.loads) / float64(max(r.episodes, 1))
-					fmt.Printf("%-24s %6d %8d %16.3f %6d %10.3f %7d %9s %9s %7d %6d\n", c.name, r.loads, r.episodes, ratio,
+					fmt.Printf("%-24s %6d %15.3f %8d %16.3f %6d %10.3f %7d %9s %9s %7d %6d\n", c.name, r.loads, r.perWindow(), r.episodes, ratio,
 						r.ideal, float64(r.loads)/float64(max(r.ideal, 1)), r.misses,
 						r.p99.Round(10*time.Microsecond), r.max.Round(10*time.Microsecond), r.reads, r.errors)
+					b.ReportMetric(r.perWindow(), "loads/key/window")
 					b.ReportMetric(ratio, "loads/key/expiry")
 					b.ReportMetric(float64(r.p99.Microseconds()), "p99-µs")
 				}

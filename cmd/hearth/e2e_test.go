@@ -304,6 +304,21 @@ keys: [{name: quick, key: quick, source: db, ttl: 20s, query: SELECT 1}]
 	if out := warned.Output(); !strings.Contains(out, "warning: sources[db].breaker.probe_interval: the origin's return is noticed after up to 30s, longer than the refresh interval 10s of keys[quick]") {
 		t.Errorf("validate did not warn of the slow breaker:\n%s", out)
 	}
+	// A family needing more than half the stated write capacity is warned of.
+	heavy := e2e.Start(t, []string{"validate", "--config", slow, "--capacity", "0.1"})
+	if code := heavy.Wait(t, 10*time.Second); code != 0 {
+		t.Errorf("validate --capacity 0.1 exit %d, want 0 (a warning, not an error):\n%s", code, heavy.Output())
+	}
+	if out := heavy.Output(); !strings.Contains(out, "warning: keys[quick]: 1 members every 10s need 0.1 key writes/s, over 50% of the write capacity 0.1 keys/s") {
+		t.Errorf("validate --capacity 0.1 did not warn of the write rate:\n%s", out)
+	}
+	if out := warned.Output(); strings.Contains(out, "key writes/s") {
+		t.Errorf("validate at the default capacity warned of a 0.1 keys/s declaration:\n%s", out)
+	}
+	badCap := e2e.Start(t, []string{"validate", "--config", slow, "--capacity", "0"})
+	if code := badCap.Wait(t, 10*time.Second); code != 2 {
+		t.Errorf("validate --capacity 0 exit %d, want 2:\n%s", code, badCap.Output())
+	}
 	bad := e2e.Start(t, []string{"validate", "--config", "../../config/testdata/invalid-overlap.yaml"})
 	if code := bad.Wait(t, 10*time.Second); code != 2 {
 		t.Errorf("validate invalid exit %d, want 2", code)

@@ -205,8 +205,9 @@ func (g *globals) load() (*config.Config, error) {
 
 func newValidateCmd(g *globals) *cobra.Command {
 	var (
-		explain bool
-		minRows int64
+		explain  bool
+		minRows  int64
+		capacity float64
 	)
 	cmd := &cobra.Command{
 		Use:   "validate",
@@ -214,7 +215,10 @@ func newValidateCmd(g *globals) *cobra.Command {
 		Long: "Validate loads the config, expands ${VAR} references and HEARTH_… overrides, and\nreports every problem with its field path. Exit code 0 if valid, 2 if not." + `
 A valid setting that weakens a guarantee (a source's breaker that notices the
 origin's return less often than one of its declarations is refreshed) is
-printed as a warning after "ok"; it does not change the exit code.
+printed as a warning after "ok"; it does not change the exit code. So is a
+declaration (or all of them together) whose key writes per second (members /
+interval) need more than half of --capacity (default 40,000 keys/s, measured
+on a 2-core machine; docs/performance.md).
 
 With --explain it also connects to every postgres source and runs EXPLAIN of
 each declaration's query (a family's with a sample batch of members, bound as
@@ -231,7 +235,10 @@ one, 1 when a source is unreachable or a query could not be explained.`,
 				return err
 			}
 			fmt.Fprintf(g.stdout, "%s: ok (%d sources, %d declarations)\n", g.configPath, len(cfg.Sources), len(cfg.Keys))
-			for _, w := range cfg.Warnings() {
+			if !(capacity > 0) || capacity > 1e12 {
+				return fail(exitConfig, fmt.Errorf("--capacity must be a number of key writes per second above 0 (got %g)", capacity))
+			}
+			for _, w := range append(cfg.Warnings(), cfg.WriteRateWarnings(capacity)...) {
 				fmt.Fprintf(g.stdout, "warning: %s\n", w)
 			}
 			if !explain {
@@ -244,6 +251,7 @@ one, 1 when a source is unreachable or a query could not be explained.`,
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
+	cmd.Flags().Float64Var(&capacity, "capacity", config.DefaultWriteCapacity, "key writes per second this machine sustains; a declaration (or all of them) needing more than half of it draws a warning")
 	cmd.Flags().BoolVar(&explain, "explain", false, "check every postgres query's plan for sequential scans of large tables")
 	cmd.Flags().Int64Var(&minRows, "explain-min-rows", postgres.DefaultExplainMinRows, "with --explain, the table size (rows) from which a sequential scan is reported")
 	return cmd

@@ -87,7 +87,15 @@ local function hearth_versioned_set(e, es, vk, rk, value, ttl, seqs, ver, hash, 
     local v = redis.pcall('GET', vk)
     if v == value then
       redis.call('PEXPIRE', vk, ttl)
-      redis.call('SET', rk, rec, 'PX', vttl)
+      -- Only the TTLs move. A record with a version orders writes by it, so
+      -- its epoch:seq need not move either: it keeps the write that set the
+      -- version, and costs Redis an expiry instead of a new string. One with
+      -- none orders by epoch:seq, which must move to this load's.
+      if ver ~= '' then
+        redis.call('PEXPIRE', rk, vttl)
+      else
+        redis.call('SET', rk, rec, 'PX', vttl)
+      end
       return 2, vbad, why, ''
     end
     if v then
