@@ -1,23 +1,30 @@
-// Command ceiling is the pre-warm benchmark's honest ceiling: a plain Go
-// program that reads the top keys of the access log (the stored ranking, or
-// ranked live with the same query as Hearth's), cuts the ids out of the keys,
-// and copies the rows from PostgreSQL to Redis in chunks with pipelined
-// SET … PX, 4 workers, which start while the keys are read. It does nothing
-// Hearth must do beyond that: no validation, no de-duplication, no value
-// bound, no fencing.
+// Command ceiling is the pre-warm benchmark's honest ceiling: the fastest plain
+// Go program we know for the work `hearth prewarm` does that a user needs. It
+// reads the top keys of the access log (the stored ranking, or ranked live with
+// the same query as Hearth's) as they stream in, cuts the ids out of the keys,
+// and copies the rows from PostgreSQL to Redis in chunks: one query per chunk,
+// `id = ANY($1::bigint[])` bound as a typed int8 array through a prepared
+// statement, the values read in binary (text as is, jsonb as its JSON text,
+// the same bytes Hearth writes), and one pipeline of `SET key value PX ttl`
+// per chunk with the TTL jittered as Hearth jitters it, by N workers that start
+// while the keys are still read. It does nothing Hearth must do beyond that:
+// no validation, no de-duplication, no value bound, no set-if-absent, no fence.
 //
 // It runs as a process of its own, as `hearth prewarm` does, so that both
-// start from a fresh heap. Connected to both servers, it starts the clock,
-// copies, and prints the elapsed nanoseconds on stdout.
+// start from a fresh heap. Connected to both servers (and the statements
+// prepared), it starts the clock, copies, and prints the elapsed nanoseconds
+// on stdout.
 //
-//	ceiling -dsn postgres://… -redis 127.0.0.1:6379 -prefix bench:item: [-stored] [-n 100000]
+//	ceiling -dsn postgres://… -redis 127.0.0.1:6379 -prefix bench:item: -table items [-stored] [-n 100000] [-workers 4] [-chunk 1000]
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,14 +41,16 @@ func main() {
 		dsn     = flag.String("dsn", "", "PostgreSQL URL: the items table and the access log")
 		addr    = flag.String("redis", "127.0.0.1:6379", "Redis address")
 		prefix  = flag.String("prefix", "", "the keys' prefix before the id")
+		table   = flag.String("table", "items", "the table of (id bigint, v) rows")
 		stored  = flag.Bool("stored", false, "read the stored ranking, not the access log ranked live")
 		n       = flag.Int("n", 100_000, "keys to copy")
 		chunk   = flag.Int("chunk", 1000, "ids per query")
 		workers = flag.Int("workers", 4, "chunks copied at once")
 		ttl     = flag.Duration("ttl", 10*time.Minute, "TTL of each key")
+		jitter  = flag.Float64("jitter", 0.2, "TTL jitter: ttl * (1 + jitter*(rand-0.5)), as Hearth's refresh.jitter")
 	)
 	flag.Parse()
-	d, err := run(*dsn, *addr, *prefix, *stored, *n, *chunk, *workers, *ttl)
+	d, err := run(*dsn, *addr, *prefix, pgx.Identifier{*table}.Sanitize(), *stored, *n, *chunk, *workers, *ttl, *jitter)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ceiling:", err)
 		os.Exit(1)
@@ -49,23 +58,56 @@ func main() {
 	fmt.Println(d.Nanoseconds())
 }
 
-func run(dsn, addr, prefix string, stored bool, n, chunkSize, workers int, ttl time.Duration) (time.Duration, error) {
+const (
+	stmtLoad = "ceiling_load"
+	stmtLive = "ceiling_live"
+)
+
+func run(dsn, addr, prefix, table string, stored bool, n, chunkSize, workers int, ttl time.Duration, jitter float64) (time.Duration, error) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return 0, err
+	}
+	cfg.MaxConns = int32(workers + 1)
+	cfg.MinConns = cfg.MaxConns
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if _, err := c.Prepare(ctx, stmtLoad, "SELECT id, v FROM "+table+" WHERE id = ANY($1::bigint[])"); err != nil {
+			return err
+		}
+		_, err := c.Prepare(ctx, stmtLive, `SELECT key, sum(hits)::bigint AS h FROM `+accesslog.Table+`
+			WHERE bucket >= now() - make_interval(secs => $1::bigint / 1000.0) GROUP BY key ORDER BY h DESC, key COLLATE "C" LIMIT $2`)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return 0, err
 	}
 	defer pool.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: workers})
 	defer rdb.Close()
-	// Connect both before the clock starts, as hearth has by the time it reports.
-	if err := pool.Ping(ctx); err != nil {
-		return 0, err
+	// Connect everything before the clock starts, as hearth has by the time it reports.
+	conns := make([]*pgxpool.Conn, 0, cfg.MaxConns)
+	for range cfg.MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return 0, err
+		}
+		conns = append(conns, c)
 	}
+	for _, c := range conns {
+		c.Release()
+	}
+	var rwg sync.WaitGroup
+	for range workers {
+		rwg.Add(1)
+		go func() { defer rwg.Done(); _ = rdb.Ping(ctx).Err() }()
+	}
+	rwg.Wait()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return 0, err
 	}
-	chunks := make(chan []string, workers)
+	chunks := make(chan []int64, workers)
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -76,8 +118,10 @@ func run(dsn, addr, prefix string, stored bool, n, chunkSize, workers int, ttl t
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+			key := make([]byte, 0, len(prefix)+20)
 			for c := range chunks {
-				if err := copyChunk(ctx, pool, rdb, c, prefix, ttl); err != nil {
+				if err := copyChunk(ctx, pool, rdb, c, prefix, key, ttl, jitter, rng); err != nil {
 					mu.Lock()
 					firstErr = err
 					mu.Unlock()
@@ -85,13 +129,17 @@ func run(dsn, addr, prefix string, stored bool, n, chunkSize, workers int, ttl t
 			}
 		}()
 	}
-	c := make([]string, 0, chunkSize)
+	c := make([]int64, 0, chunkSize)
 	readErr := readTopKeys(ctx, pool, stored, n, func(key string) {
-		if id, ok := strings.CutPrefix(key, prefix); ok {
+		if s, ok := strings.CutPrefix(key, prefix); ok {
+			id, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return
+			}
 			c = append(c, id)
 			if len(c) == chunkSize {
 				chunks <- c
-				c = make([]string, 0, chunkSize)
+				c = make([]int64, 0, chunkSize)
 			}
 		}
 	})
@@ -122,16 +170,19 @@ func readTopKeys(ctx context.Context, pool *pgxpool.Pool, stored bool, n int, ea
 		if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '64MB'"); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT key, sum(hits)::bigint AS h FROM `+accesslog.Table+`
-			WHERE bucket >= now() - interval '1 hour' GROUP BY key ORDER BY h DESC, key COLLATE "C" LIMIT $1`, n)
+		rows, err = tx.Query(ctx, stmtLive, time.Hour.Milliseconds(), n)
 	}
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
+	var (
+		keys []string
+		k    string
+		h    int64
+	)
 	for rows.Next() {
 		if stored {
-			var keys []string
 			if err := rows.Scan(&keys); err != nil {
 				return err
 			}
@@ -140,10 +191,6 @@ func readTopKeys(ctx context.Context, pool *pgxpool.Pool, stored bool, n int, ea
 			}
 			continue
 		}
-		var (
-			k string
-			h int64
-		)
 		if err := rows.Scan(&k, &h); err != nil {
 			return err
 		}
@@ -153,22 +200,26 @@ func readTopKeys(ctx context.Context, pool *pgxpool.Pool, stored bool, n int, ea
 }
 
 // copyChunk copies one chunk of rows with one query and one pipeline.
-func copyChunk(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, ids []string, prefix string, ttl time.Duration) error {
-	rows, err := pool.Query(ctx, "SELECT id::text, v FROM items WHERE id = ANY($1::bigint[])", ids)
+func copyChunk(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, ids []int64, prefix string, key []byte,
+	ttl time.Duration, jitter float64, rng *rand.Rand) error {
+	rows, err := pool.Query(ctx, stmtLoad, ids)
 	if err != nil {
 		return err
 	}
 	pipe := rdb.Pipeline()
+	var (
+		id int64
+		v  []byte
+	)
+	key = append(key[:0], prefix...)
 	for rows.Next() {
-		var (
-			id string
-			v  []byte
-		)
+		v = nil // a fresh slice per row: the pipeline holds it until Exec
 		if err := rows.Scan(&id, &v); err != nil {
 			rows.Close()
 			return err
 		}
-		pipe.Set(ctx, prefix+id, v, ttl)
+		k := string(strconv.AppendInt(key[:len(prefix)], id, 10))
+		pipe.Set(ctx, k, v, time.Duration(float64(ttl)*(1+jitter*(rng.Float64()-0.5))))
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

@@ -365,7 +365,9 @@ type shape struct {
 
 // shape describes the declaration's query once (its columns and parameters,
 // without running it) and builds the bounded query around it. The wrapper is a
-// plain subquery, which the planner pulls up: the query keeps its index.
+// plain subquery, which the planner pulls up: the query keeps its index. (For a
+// jsonb value the text conversion sits in a subquery of its own that is not
+// pulled up, OFFSET 0; the query inside it is planned as it is, index and all.)
 func (s *Source) shape(ctx context.Context, spec *warmer.Spec) (*shape, error) {
 	key := shapeKey(spec)
 	if sh, ok := s.shapes.Load(key); ok {
@@ -461,9 +463,25 @@ func (s *Source) describe(ctx context.Context, spec *warmer.Spec) (*shape, error
 	if versioned {
 		ver, verCol = ", q.ver", ", ver"
 	}
-	if family {
+	switch {
+	case sd.Fields[wantCols-1].DataTypeOID == pgtype.JSONBOID:
+		// A jsonb is measured as its text, and sent as the same text (the
+		// bytes pgx decodes a binary jsonb to): converted once per row in a
+		// subquery kept apart (OFFSET 0), not once for the bound, once for
+		// the size and once more to send it.
+		outer, in, cols, bound := "", "", "v", "$1"
+		if family {
+			outer, in, cols, bound = "x.m, ", "q.m, ", "m, v", "$2"
+		}
+		xver := ""
+		if versioned {
+			xver, cols = ", x.ver", cols+", ver"
+		}
+		sql = "SELECT " + outer + "CASE WHEN octet_length(x.v) <= " + bound + " THEN x.v END, octet_length(x.v)::int8" + xver +
+			"\nFROM (SELECT " + in + "q.v::text" + ver + " FROM (\n" + inner + "\n) AS q(" + cols + ") OFFSET 0) AS x(" + cols + ")"
+	case family:
 		sql = fmt.Sprintf("SELECT q.m, CASE WHEN %[1]s <= $2 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(m, v%[4]s)", size, inner, ver, verCol)
-	} else {
+	default:
 		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
 	}
 	sh := &shape{sql: sql, versioned: versioned}
