@@ -29,37 +29,64 @@ func ScriptReply(c *redis.Cmd) (code int64, found string, repaired bool, err err
 	return 0, "", false, fmt.Errorf("unexpected script reply %v", v)
 }
 
-// RunScript runs script n times in one pipeline, with the keys and arguments
-// args(i) gives run i, by its SHA; the runs Redis answers NOSCRIPT (its script
-// cache was flushed, or it restarted) are sent again in full in a second
-// pipeline, which also caches the script for the next call. It returns the
-// commands, or the first error other than NOSCRIPT.
+// PipelineMax is the most script runs RunScript sends in one pipeline. Each
+// pipeline's replies are read within the client's read timeout, so a longer
+// one (a new leader raising 16,384 per-slot fences on a loaded Cluster) would
+// time out as a whole; in pipelines of this size each is read in its own time,
+// and the caller's context bounds them all.
+const PipelineMax = 1024
+
+// RunScript runs script n times, by its SHA, in pipelines of at most
+// PipelineMax runs, with the keys and arguments args(i) gives run i. When
+// Redis answers NOSCRIPT (its script cache was flushed, it restarted, or a
+// node was added), the script is loaded (on every master of a Cluster) and
+// those runs are sent again by SHA; a run still refused is sent in full
+// (EVAL). It returns the commands, or the first error other than NOSCRIPT.
 func RunScript(ctx context.Context, client redis.UniversalClient, script *redis.Script, n int, args func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, n)
-	pipe := client.Pipeline()
-	for i := range n {
-		keys, argv := args(i)
-		cmds[i] = script.EvalSha(ctx, pipe, keys, argv...)
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
 	}
-	_, _ = pipe.Exec(ctx)
-	var retry []int
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			if !redis.HasErrorPrefix(err, "NOSCRIPT") {
-				return nil, err
+	send := func(runs []int, full bool) {
+		for len(runs) > 0 {
+			chunk := runs[:min(len(runs), PipelineMax)]
+			runs = runs[len(chunk):]
+			pipe := client.Pipeline()
+			for _, i := range chunk {
+				keys, argv := args(i)
+				if full {
+					cmds[i] = script.Eval(ctx, pipe, keys, argv...)
+				} else {
+					cmds[i] = script.EvalSha(ctx, pipe, keys, argv...)
+				}
 			}
-			retry = append(retry, i)
+			_, _ = pipe.Exec(ctx)
 		}
 	}
-	if len(retry) == 0 {
-		return cmds, nil
+	// refused returns the runs Redis answered NOSCRIPT, or the first other error.
+	refused := func(runs []int) ([]int, error) {
+		var out []int
+		for _, i := range runs {
+			if err := cmds[i].Err(); err != nil {
+				if !redis.HasErrorPrefix(err, "NOSCRIPT") {
+					return nil, err
+				}
+				out = append(out, i)
+			}
+		}
+		return out, nil
 	}
-	pipe = client.Pipeline()
-	for _, i := range retry {
-		keys, argv := args(i)
-		cmds[i] = script.Eval(ctx, pipe, keys, argv...)
+	send(all, false)
+	retry, err := refused(all)
+	if err == nil && len(retry) > 0 && script.Load(ctx, client).Err() == nil {
+		send(retry, false)
+		retry, err = refused(retry)
 	}
-	_, _ = pipe.Exec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	send(retry, true)
 	for _, i := range retry {
 		if err := cmds[i].Err(); err != nil {
 			return nil, err
