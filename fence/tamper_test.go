@@ -53,7 +53,7 @@ func (e *tamperEnv) instance(lease, retry time.Duration) *tamperInstance {
 	return &tamperInstance{Instance: env.Instance(lease, retry, e.perSlot), logs: logs}
 }
 
-// lead runs what the daemon (leader/campaign.go) does with a lease: campaign, write key every
+// lead runs what the daemon (daemon/term.go) does with a lease: campaign, write key every
 // 50ms while the term lasts, campaign again when it ends; until the test ends.
 func (in *tamperInstance) lead(t *testing.T, key string) {
 	ctx, cancel := context.WithCancel(context.Background())
