@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,24 +183,36 @@ func TestRedirectsPolicyRejected(t *testing.T) {
 	}
 }
 
-// TestDotMembers: members that are, or unescape to, "." or ".." fail alone as
-// bad members and never reach the origin; the other members load.
-func TestDotMembers(t *testing.T) {
+// pathRecorder is a source "api" at an origin (base path /v1) that answers
+// "ok" to everything; seen returns the escaped paths it was asked, so far.
+func pathRecorder(t *testing.T) (src *httpsrc.Source, seen func() []string) {
+	t.Helper()
 	var (
-		mu   sync.Mutex
-		seen []string
+		mu    sync.Mutex
+		paths []string
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		seen = append(seen, r.URL.EscapedPath())
+		paths = append(paths, r.URL.EscapedPath())
 		mu.Unlock()
 		_, _ = w.Write([]byte("ok"))
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: srv.URL + "/v1", Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return src, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(paths)
+	}
+}
+
+// TestDotMembers: members that are, or unescape to, "." or ".." fail alone as
+// bad members and never reach the origin; the other members load.
+func TestDotMembers(t *testing.T) {
+	src, seen := pathRecorder(t)
 	bad := []string{".", "..", "%2e", "%2E%2e", "%252e%252e", ".%2e"}
 	good := []string{"a.b", "...", ".x", "x.."}
 	rs, err := src.Load(context.Background(), spec(t, "item:{id}", "/items/{id}", ""), append(append([]string{}, bad...), good...))
@@ -218,11 +231,9 @@ func TestDotMembers(t *testing.T) {
 			t.Errorf("good member %q: %q %v", r.Member, r.Value, r.Err)
 		}
 	}
-	mu.Lock()
-	if len(seen) != len(good) {
-		t.Errorf("origin saw %d requests %q, want %d (the good members only)", len(seen), seen, len(good))
+	if got := seen(); len(got) != len(good) {
+		t.Errorf("origin saw %d requests %q, want %d (the good members only)", len(got), got, len(good))
 	}
-	mu.Unlock()
 	// In the query string a dot is just a value.
 	rs, err = src.Load(context.Background(), spec(t, "q:{id}", "/items?id={id}", ""), []string{".."})
 	if err != nil || rs[0].Err != nil {
@@ -238,21 +249,7 @@ func TestDotMembers(t *testing.T) {
 // member; look-alikes that normalize to neither (U+2215, a zero-width
 // space) and other Unicode still load.
 func TestNormalizedMembers(t *testing.T) {
-	var (
-		mu   sync.Mutex
-		seen []string
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, r.URL.EscapedPath())
-		mu.Unlock()
-		_, _ = w.Write([]byte("ok"))
-	}))
-	defer srv.Close()
-	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: srv.URL + "/v1", Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, seen := pathRecorder(t)
 	for _, tc := range []struct {
 		member string
 		want   error
@@ -278,11 +275,9 @@ func TestNormalizedMembers(t *testing.T) {
 			t.Errorf("member %q: error %q does not name it", tc.member, r.Err)
 		}
 	}
-	mu.Lock()
-	if len(seen) != 0 {
-		t.Errorf("origin saw %q, want no request", seen)
+	if got := seen(); len(got) != 0 {
+		t.Errorf("origin saw %q, want no request", got)
 	}
-	mu.Unlock()
 	good := []string{"a\u2215b", "a\u200bb", "caf\u00e9", "\u65e5\u672c", "%E2%82%AC"}
 	rs, err := src.Load(context.Background(), spec(t, "item:{id}", "/items/{id}", ""), good)
 	if err != nil {

@@ -23,6 +23,33 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// apiWarmer is the real warmer writing to rd through the http source "api"
+// at baseURL (sending X-Api-Key: k), for the one declaration decl (a YAML
+// flow mapping of keys[]); reg holds the source's and the warmer's metrics.
+func apiWarmer(t *testing.T, rd *testenv.RedisEnv, baseURL, decl string) (w *warmer.Warmer, reg *prometheus.Registry) {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(`
+sources: [{name: api, type: http, base_url: "`+baseURL+`", timeout: 2s, headers: {X-Api-Key: k}}]
+keys: [`+decl+`]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg = prometheus.NewRegistry()
+	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: baseURL, Timeout: 2 * time.Second,
+		Headers: map[string]string{"X-Api-Key": "k"}, Metrics: httpsrc.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	w, err = warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
+		Specs: cfg.Specs(), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, reg
+}
+
 // TestRefusedRedirectKeepsValue runs the real warmer against real Redis: when
 // the origin starts redirecting a member to another host, the foreign answer is
 // never cached (the old value stays, its TTL extended), the refusal is counted,
@@ -39,25 +66,8 @@ func TestRefusedRedirectKeepsValue(t *testing.T) {
 		_, _ = w.Write([]byte(`{"v":"origin` + r.URL.Path + `"}`))
 	}))
 	defer origin.Close()
-	cfg, err := config.Parse("test.yaml", []byte(`
-sources: [{name: api, type: http, base_url: "`+origin.URL+`", timeout: 2s}]
-keys: [{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/p/{id}", json_pointer: /v, members: [stay, moving, ".."]}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: origin.URL, Timeout: 2 * time.Second,
-		Headers: map[string]string{"X-Api-Key": "k"}, Metrics: httpsrc.NewMetrics(reg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
-		Specs: cfg.Specs(), Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, reg := apiWarmer(t, rd, origin.URL,
+		`{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/p/{id}", json_pointer: /v, members: [stay, moving, ".."]}`)
 	ctx := context.Background()
 	get := func(m string) string { v, _ := rd.Client.Get(ctx, rd.Prefix+"p:"+m).Result(); return v }
 
@@ -122,25 +132,8 @@ func TestPathMembersStayOneSegment(t *testing.T) {
 	for i, m := range members {
 		quoted[i] = fmt.Sprintf("%q", m)
 	}
-	cfg, err := config.Parse("test.yaml", []byte(`
-sources: [{name: api, type: http, base_url: "`+up.URL+`", timeout: 2s, headers: {X-Api-Key: k}}]
-keys: [{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/v/{id}", members: [`+strings.Join(quoted, ", ")+`]}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	src, err := httpsrc.New(httpsrc.Config{Name: "api", BaseURL: up.URL, Timeout: 2 * time.Second,
-		Headers: map[string]string{"X-Api-Key": "k"}, Metrics: httpsrc.NewMetrics(reg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
-		Specs: cfg.Specs(), Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, reg := apiWarmer(t, rd, up.URL,
+		`{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/v/{id}", members: [`+strings.Join(quoted, ", ")+`]}`)
 	ctx := context.Background()
 	out, _ := w.Refresh(ctx, "p", warmer.RunOptions{})
 	if out.Written != len(good) || out.Failed != len(bad) || out.Negative != 0 {
