@@ -150,9 +150,15 @@ func run(args []string, out io.Writer) error {
 			return err
 		}
 	}
-	bucket := readside.AccessKey(*ns, time.Now(), readside.DefaultAccessBucket)
-	n, _ := admin.ZScore(ctx, bucket, *prefix+"product:0").Result()
-	fmt.Fprintf(out, "reads of %sproduct:0 recorded for Hearth in %s: %.0f (deleted at exit)\n", *prefix, bucket, n)
+	// The run may cross a bucket's boundary: count every bucket since it
+	// started.
+	var n float64
+	w := readside.DefaultAccessBucket
+	for at := started; at.Before(time.Now().Add(w)); at = at.Add(w) {
+		c, _ := admin.ZScore(ctx, readside.AccessKey(*ns, at, w), *prefix+"product:0").Result()
+		n += c
+	}
+	fmt.Fprintf(out, "reads of %sproduct:0 recorded for Hearth in %s:access:*: %.0f (deleted at exit)\n", *prefix, *ns, n)
 	mfs, err := reg.Gather()
 	if err != nil {
 		return err
