@@ -162,7 +162,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		return nil
 	})
-	adm := openAdmin(srv, w, lead.Leading, pw.startAdmin, reg, log)
+	adm := openAdmin(srv, w, lead.Leading, pw, reg, log)
 	undo.push(adm.Close)
 	// Change-driven refresh (notify declarations): a service of the term.
 	chg, err := changes.New(w, changes.Options{Specs: specs, DSNs: changeDSNs(cfg), Registerer: reg, Logger: log, ConnectTimeout: ConnectTimeout})

@@ -13,6 +13,7 @@ import (
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/fence"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
@@ -34,8 +35,8 @@ func AccessLog(cfg *config.Config, sources *Sources) (*accesslog.Log, error) {
 
 // PrewarmOptions turns the config into pre-warm options; the daemon, `hearth
 // prewarm` and the admin endpoint all pre-warm with them.
-func PrewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) warmer.PrewarmOptions {
-	po := warmer.PrewarmOptions{
+func PrewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) prewarm.Options {
+	po := prewarm.Options{
 		TopN: cfg.Prewarm.TopN, Window: cfg.Prewarm.Window,
 		Concurrency: cfg.Prewarm.Concurrency, Rate: cfg.Prewarm.Rate, Reason: reason,
 	}
@@ -51,8 +52,8 @@ func PrewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) warmer
 // services of the leader's term (see services).
 type daemonPrewarm struct {
 	cfg      *config.Config
-	w        *warmer.Warmer
-	po       warmer.PrewarmOptions
+	pw       *prewarm.Prewarmer
+	po       prewarm.Options
 	roller   *accesslog.Roller // nil without an access log, or with roll-up and ranking off
 	rewarmer *warmer.Rewarmer  // nil when prewarm.rewarm_check is 0
 	log      zerolog.Logger
@@ -64,7 +65,7 @@ func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
 	if err != nil {
 		return nil, err
 	}
-	p := &daemonPrewarm{cfg: cfg, w: w, po: PrewarmOptions(cfg, al, "startup"), log: log}
+	p := &daemonPrewarm{cfg: cfg, pw: prewarm.New(w, reg, log), po: PrewarmOptions(cfg, al, "startup"), log: log}
 	if a := cfg.AccessLog; al != nil && (a.RollupInterval > 0 || a.RankInterval > 0) {
 		p.roller, err = accesslog.NewRoller(accesslog.RollerOptions{
 			Log: al, Client: rdb, Namespace: cfg.Redis.Namespace, Bucket: a.Bucket,
@@ -79,7 +80,7 @@ func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
 	if cfg.Prewarm.RewarmCheck > 0 {
 		p.rewarmer, err = warmer.NewRewarmer(warmer.RewarmOptions{
 			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck,
-			Warmer: w, Prewarm: p.po, Registerer: reg, Logger: log,
+			Warmer: w, Prewarm: p.pw.Rewarm(p.po), Registerer: reg, Logger: log,
 		})
 		if err != nil {
 			return nil, err
@@ -101,7 +102,7 @@ func (p *daemonPrewarm) startup(ctx context.Context) {
 		}
 	}
 	if p.cfg.Prewarm.Enabled && ctx.Err() == nil {
-		_, _ = p.w.Prewarm(ctx, p.po)
+		_, _ = p.pw.Run(ctx, p.po)
 	}
 	// Redis is warm: from here on, a loss is re-warmed.
 	if p.rewarmer != nil && ctx.Err() == nil {
@@ -109,14 +110,6 @@ func (p *daemonPrewarm) startup(ctx context.Context) {
 			p.log.Warn().Err(err).Msg("re-warm watch not armed; the next check arms it")
 		}
 	}
-}
-
-// options are the pre-warm options of this daemon, for a run started for the
-// given reason, e.g. by the admin API: w.StartPrewarm(ctx, p.options("admin")).
-func (p *daemonPrewarm) options(reason string) warmer.PrewarmOptions {
-	po := p.po
-	po.Reason = reason
-	return po
 }
 
 // services are the roll-up loop and the re-warm watch, to run for each leader term.
@@ -131,29 +124,34 @@ func (p *daemonPrewarm) services() []func(context.Context) error {
 	return out
 }
 
-// startAdmin is the pre-warm engine as the admin API sees it: POST
+// Start is the pre-warm as the admin API starts it (admin.Prewarmer): POST
 // /admin/prewarm runs the daemon's pre-warm into its own Redis (through the
-// leader's fence), unless one runs; GET /admin/prewarm reads the warmer's
-// pre-warm state, the same one the start-up pre-warm and re-warms update.
-func (p *daemonPrewarm) startAdmin(ctx context.Context) (<-chan warmer.PrewarmReport, error) {
-	return p.w.StartPrewarm(ctx, p.options("admin"))
+// leader's fence), unless one runs.
+func (p *daemonPrewarm) Start(ctx context.Context) (<-chan prewarm.Report, error) {
+	po := p.po
+	po.Reason = "admin"
+	return p.pw.Start(ctx, po)
 }
+
+// Status is GET /admin/prewarm: the pre-warm state the start-up pre-warm,
+// the re-warms and the admin's runs all update.
+func (p *daemonPrewarm) Status() prewarm.Status { return p.pw.Status() }
 
 // Prewarm is `hearth prewarm`'s engine: the config's sources, opened and
 // protected as the daemon opens them, a warmer writing into a given Redis
-// through a warmer.PrewarmStore (set-if-absent unless overwrite, fenced by the
+// through a prewarm.Store (set-if-absent unless overwrite, fenced by the
 // newest epoch when a Hearth leader's state is in that Redis), and the access
 // log, for one pre-warm with the daemon's options.
 type Prewarm struct {
-	w       *warmer.Warmer
+	pw      *prewarm.Prewarmer
 	al      *accesslog.Log
-	po      warmer.PrewarmOptions
+	po      prewarm.Options
 	sources *Sources
-	fence   warmer.PrewarmFence
+	fence   prewarm.Fence
 }
 
 // OpenPrewarm connects to every source of cfg (failing fast), reads the
-// leader state of rdb (see warmer.PrewarmStore.Prepare) and builds the warmer
+// leader state of rdb (see prewarm.Store.Prepare) and builds the warmer
 // that pre-warms rdb; overwrite replaces present values. Close closes the sources.
 func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool, log zerolog.Logger) (*Prewarm, error) {
 	return OpenPrewarmFrom(ctx, cfg, rdb, overwrite, nil, false, log)
@@ -168,7 +166,7 @@ func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalCli
 // reached the selection is the declared single keys (a warning says so).
 func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool,
 	from redis.UniversalClient, fromOnly bool, log zerolog.Logger) (*Prewarm, error) {
-	ps := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
+	ps := prewarm.NewStore(prewarm.StoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
 		Versioned: fence.NewPrewarmVersioned(rdb, cfg.Redis.Namespace, log), Logger: log})
 	fence, err := ps.Prepare(ctx)
 	if err != nil {
@@ -205,7 +203,7 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 	po := PrewarmOptions(cfg, al, "cli")
 	if from != nil {
 		ns := cfg.Redis.Namespace
-		po.Copy = &warmer.CopySource{Client: from, FromOnly: fromOnly,
+		po.Copy = &prewarm.CopySource{Client: from, Target: ps, FromOnly: fromOnly,
 			RecordKey:   func(key string) string { return store.VersionKey(ns, key) },
 			ParseRecord: store.ParseCopiedRecord}
 		if logErr != nil {
@@ -213,7 +211,7 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 			po.AccessLog = unreadableLog{logErr}
 		}
 	}
-	return &Prewarm{w: w, al: al, po: po, sources: sources, fence: fence}, nil
+	return &Prewarm{pw: prewarm.New(w, prometheus.NewRegistry(), log), al: al, po: po, sources: sources, fence: fence}, nil
 }
 
 // errFromOnly is what a --from-only pre-warm's origins answer: never asked.
@@ -265,16 +263,16 @@ func (u unreadableLog) EachTopKey(context.Context, time.Duration, int, func(stri
 }
 
 // Fence is the leader state the pre-warm found: whether its writes are fenced, and by which epoch.
-func (p *Prewarm) Fence() warmer.PrewarmFence { return p.fence }
+func (p *Prewarm) Fence() prewarm.Fence { return p.fence }
 
 // Options are the pre-warm options Run uses.
-func (p *Prewarm) Options() warmer.PrewarmOptions { return p.po }
+func (p *Prewarm) Options() prewarm.Options { return p.po }
 
 // Run pre-warms once; progress (if not nil) follows it.
-func (p *Prewarm) Run(ctx context.Context, progress func(warmer.PrewarmProgress)) (warmer.PrewarmReport, error) {
+func (p *Prewarm) Run(ctx context.Context, progress func(prewarm.Progress)) (prewarm.Report, error) {
 	po := p.po
 	po.Progress = progress
-	return p.w.Prewarm(ctx, po)
+	return p.pw.Run(ctx, po)
 }
 
 // SetRanking chooses which access-log ranking Run reads: accesslog.ModeAuto

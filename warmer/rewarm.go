@@ -64,8 +64,10 @@ type RewarmOptions struct {
 	// of the marker or a dropped connection (a restart, a failover) makes the
 	// check run at once instead of at the next Interval.
 	NoPush bool
-	// Prewarm shapes the pre-warm a re-warm runs (its Reason is replaced).
-	Prewarm    PrewarmOptions
+	// Prewarm, when set, runs the pre-warm a re-warm starts with, for the
+	// reason given, unpaced and with only the access-log keys keep accepts
+	// (nil: all of them; see prewarm.Prewarmer.Rewarm).
+	Prewarm    func(ctx context.Context, reason string, keep func(key string) bool) error
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
 }
@@ -328,18 +330,17 @@ func (r *Rewarmer) setMarker(ctx context.Context, st site, force bool) (present 
 // loaded.
 func (r *Rewarmer) rewarm(ctx context.Context, reason string, scope *slotScope) error {
 	t0 := time.Now()
-	po := r.opts.Prewarm
-	po.Reason = reason
-	po.Rate = 0
-	var rerr error
+	var perr, rerr error
+	if r.opts.Prewarm != nil {
+		var keep func(string) bool
+		if scope != nil {
+			keep = scope.has
+		}
+		perr = r.opts.Prewarm(ctx, reason, keep)
+	}
 	if scope == nil {
-		_, perr := r.opts.Warmer.Prewarm(ctx, po)
 		rerr = errors.Join(perr, r.opts.Warmer.RefreshAll(ctx))
 	} else {
-		if po.AccessLog != nil {
-			po.AccessLog = filteredLog{po.AccessLog, scope.has}
-		}
-		_, perr := r.opts.Warmer.Prewarm(ctx, po)
 		rerr = errors.Join(perr, r.opts.Warmer.RefreshWhere(ctx, scope.has))
 	}
 	r.log.Info().Str("reason", reason).Str("slots", scope.String()).Dur("took_ms", time.Since(t0)).

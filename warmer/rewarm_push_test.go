@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hearth-dev/hearth/internal/prewarmtest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/store"
@@ -31,12 +32,12 @@ func TestRewarmPushFlush(t *testing.T) {
 	defer rw.Close(ctx)
 	waitTracking(t, e)
 	for i := range 2 {
-		if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		if err := e.RDB.FlushDB(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
 		waitWarm(t, e, 10*time.Second)
 		testenv.Eventually(t, 10*time.Second, "the flush counted as detected by push", func() bool {
-			return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush) >= float64(i+1)
+			return seriesValue(t, e.Reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush) >= float64(i+1)
 		})
 		if i == 0 {
 			// The watch re-subscribes after a flush: the second one is seen
@@ -45,10 +46,10 @@ func TestRewarmPushFlush(t *testing.T) {
 			waitTracking(t, e)
 		}
 	}
-	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll); got != 0 {
+	if got := seriesValue(t, e.Reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll); got != 0 {
 		t.Errorf("detections{via=poll} = %g, want 0 (the poll never ran)", got)
 	}
-	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 2.0; got != want {
+	if got, want := seriesValue(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 2.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 }
@@ -65,10 +66,10 @@ func TestRewarmPushRestart(t *testing.T) {
 	waitTracking(t, e)
 	srv.Restart(t)
 	waitWarm(t, e, 10*time.Second)
-	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := seriesValue(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush), 1.0; got != want {
+	if got, want := seriesValue(t, e.Reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush), 1.0; got != want {
 		t.Errorf("detections{via=push} = %g, want %g", got, want)
 	}
 }
@@ -85,22 +86,22 @@ func TestRewarmNoPushPolls(t *testing.T) {
 	if n := trackingClients(t, e); n != 0 {
 		t.Fatalf("%d tracking connections with NoPush", n)
 	}
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := e.RDB.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, "the flush counted as detected by poll", func() bool {
-		return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll) == 1
+		return seriesValue(t, e.Reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll) == 1
 	})
-	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush); got != 0 {
+	if got := seriesValue(t, e.Reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush); got != 0 {
 		t.Errorf("detections{via=push} = %g, want 0", got)
 	}
 }
 
 // trackingClients counts the connections with client tracking on (flag t).
-func trackingClients(t *testing.T, e *pwEnv) int {
+func trackingClients(t *testing.T, e *prewarmtest.Env) int {
 	t.Helper()
-	list, err := e.rdb.ClientList(context.Background()).Result()
+	list, err := e.RDB.ClientList(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func trackingClients(t *testing.T, e *pwEnv) int {
 }
 
 // waitTracking waits until the watch's tracking connection is on.
-func waitTracking(t *testing.T, e *pwEnv) {
+func waitTracking(t *testing.T, e *prewarmtest.Env) {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, "the push watch tracks the marker", func() bool { return trackingClients(t, e) == 1 })
 }
@@ -214,15 +215,15 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 	waitTracking(t, e)
 	time.Sleep(200 * time.Millisecond) // the opening check and its marker write settle
 	marker := store.MarkerKey(rewarmNS)
-	before := testenv.CommandCalls(t, e.rdb, "info", "evalsha")
-	writes := hammer(t, e.rdb, 7400, 3*time.Second, func(p redis.Pipeliner, i int) {
+	before := testenv.CommandCalls(t, e.RDB, "info", "evalsha")
+	writes := hammer(t, e.RDB, 7400, 3*time.Second, func(p redis.Pipeliner, i int) {
 		p.Set(ctx, marker+"X"+strconv.Itoa(i%100), i, 0)
 	})
-	published := hammer(t, e.rdb, 1000, time.Second, func(p redis.Pipeliner, _ int) {
+	published := hammer(t, e.RDB, 1000, time.Second, func(p redis.Pipeliner, _ int) {
 		p.Publish(ctx, "__redis__:invalidate", marker)
 	})
 	time.Sleep(200 * time.Millisecond)
-	after := testenv.CommandCalls(t, e.rdb, "info", "evalsha")
+	after := testenv.CommandCalls(t, e.RDB, "info", "evalsha")
 	if d := after["info"] - before["info"]; d > 2 {
 		t.Errorf("%d INFO calls during %d writes to look-alike keys and %d foreign publishes, want none (checks)", d, writes, published)
 	}
@@ -230,13 +231,13 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 		t.Errorf("%d EVALSHA calls during the flood, want none", d)
 	}
 	testenv.Eventually(t, 10*time.Second, "the foreign publishes counted as ignored", func() bool {
-		return counterValue(t, e.reg, "hearth_prewarm_rewarm_ignored_invalidations_total") == float64(published)
+		return counterValue(t, e.Reg, "hearth_prewarm_rewarm_ignored_invalidations_total") == float64(published)
 	})
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := e.RDB.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush); got != 1 {
+	if got := seriesValue(t, e.Reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush); got != 1 {
 		t.Errorf("detections{via=push} = %g after the flush, want 1", got)
 	}
 }
@@ -254,11 +255,11 @@ func TestRewarmChecksPaced(t *testing.T) {
 	waitTracking(t, e)
 	marker := store.MarkerKey(rewarmNS)
 	const d = 3 * time.Second
-	before := testenv.CommandCalls(t, e.rdb, "info")
+	before := testenv.CommandCalls(t, e.RDB, "info")
 	t0 := time.Now()
-	hammer(t, e.rdb, 1000, d, func(p redis.Pipeliner, _ int) { p.Del(ctx, marker) })
+	hammer(t, e.RDB, 1000, d, func(p redis.Pipeliner, _ int) { p.Del(ctx, marker) })
 	elapsed := time.Since(t0)
-	checks := testenv.CommandCalls(t, e.rdb, "info")["info"] - before["info"]
+	checks := testenv.CommandCalls(t, e.RDB, "info")["info"] - before["info"]
 	if limit := int64(elapsed/warmer.MinCheckGap) + 2; checks > limit {
 		t.Errorf("%d checks (INFO) in %v of marker deletions, want at most %d (one per %v)", checks, elapsed, limit, warmer.MinCheckGap)
 	}
@@ -298,11 +299,11 @@ func TestRewarmPushSessionsPaced(t *testing.T) {
 	defer rw.Close(ctx)
 	waitTracking(t, e)
 	const d = 2 * time.Second
-	before := testenv.CommandCalls(t, e.rdb, "subscribe")
+	before := testenv.CommandCalls(t, e.RDB, "subscribe")
 	t0 := time.Now()
-	hammer(t, e.rdb, 100, d, func(p redis.Pipeliner, _ int) { p.FlushDB(ctx) })
+	hammer(t, e.RDB, 100, d, func(p redis.Pipeliner, _ int) { p.FlushDB(ctx) })
 	elapsed := time.Since(t0)
-	sessions := testenv.CommandCalls(t, e.rdb, "subscribe")["subscribe"] - before["subscribe"]
+	sessions := testenv.CommandCalls(t, e.RDB, "subscribe")["subscribe"] - before["subscribe"]
 	if limit := int64(elapsed/warmer.MinCheckGap) + 2; sessions > limit {
 		t.Errorf("%d watch sessions (SUBSCRIBE) in %v of flushes, want at most %d (one per %v)", sessions, elapsed, limit, warmer.MinCheckGap)
 	}
@@ -328,14 +329,14 @@ func TestRewarmPushRestartGated(t *testing.T) {
 	}
 	srv.Restart(t)
 	time.Sleep(300 * time.Millisecond)
-	if got := e.keys(t); len(got) != 0 {
+	if got := e.Keys(t); len(got) != 0 {
 		t.Fatalf("keys written while not leading: %q", got)
 	}
 	term, end = context.WithCancel(context.Background())
 	defer end()
 	go func() { done <- rw.Run(term) }()
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
 	end()

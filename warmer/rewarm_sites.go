@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -141,20 +140,6 @@ func (s *slotScope) String() string {
 		parts[i] = strconv.Itoa(r[0]) + "-" + strconv.Itoa(r[1])
 	}
 	return strings.Join(parts, ",")
-}
-
-// filteredLog passes on the access-log keys keep accepts.
-type filteredLog struct {
-	AccessLog
-	keep func(string) bool
-}
-
-func (f filteredLog) EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error {
-	return f.AccessLog.EachTopKey(ctx, window, n, func(key string) {
-		if f.keep(key) {
-			fn(key)
-		}
-	})
 }
 
 // RefreshWhere refreshes, once and unpaced, the members of every declaration

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/prewarmtest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/store"
@@ -20,31 +21,31 @@ var warmKeys = []string{"product:1", "product:7", "top"}
 
 // newRewarmEnv warms a private Redis (the tests flush and restart it) and
 // opens a Rewarmer checking it every 100ms.
-func newRewarmEnv(t *testing.T) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+func newRewarmEnv(t *testing.T) (*testenv.RedisServer, *prewarmtest.Env, *warmer.Rewarmer) {
 	t.Helper()
 	return newRewarmEnvWith(t, nil)
 }
 
 // newRewarmEnvWith is newRewarmEnv with the Rewarmer's options adjusted by opt.
-func newRewarmEnvWith(t *testing.T, opt func(*warmer.RewarmOptions)) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+func newRewarmEnvWith(t *testing.T, opt func(*warmer.RewarmOptions)) (*testenv.RedisServer, *prewarmtest.Env, *warmer.Rewarmer) {
 	t.Helper()
 	srv := testenv.PrivateRedis(t)
 	rdb := srv.Client(t)
-	e := newPWEnv(t, rdb, "rw:", 20, 100, "")
-	e.record(t, "rw:product:7")
+	e := prewarmtest.New(t, rdb, "rw:", 20, 100, "")
+	e.Record(t, "rw:product:7")
 	ctx := context.Background()
-	if err := e.w.RefreshAll(ctx); err != nil {
+	if err := e.W.RefreshAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.w.Prewarm(ctx, e.options(10)); err != nil {
+	if _, err := e.PW.Run(ctx, e.Options(10)); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.keys(t); !slices.Equal(got, warmKeys) {
+	if got := e.Keys(t); !slices.Equal(got, warmKeys) {
 		t.Fatalf("warm keys = %q, want %q", got, warmKeys)
 	}
 	opts := warmer.RewarmOptions{
 		Client: rdb, Namespace: rewarmNS, Interval: 100 * time.Millisecond,
-		Warmer: e.w, Prewarm: e.options(10), Registerer: e.reg,
+		Warmer: e.W, Prewarm: e.PW.Rewarm(e.Options(10)), Registerer: e.Reg,
 	}
 	if opt != nil {
 		opt(&opts)
@@ -57,11 +58,11 @@ func newRewarmEnvWith(t *testing.T, opt func(*warmer.RewarmOptions)) (*testenv.R
 }
 
 // waitWarm polls until every warm key is back.
-func waitWarm(t *testing.T, e *pwEnv, within time.Duration) {
+func waitWarm(t *testing.T, e *prewarmtest.Env, within time.Duration) {
 	t.Helper()
 	var got []string
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if got = e.keys(t); slices.Equal(got, warmKeys) {
+		if got = e.Keys(t); slices.Equal(got, warmKeys) {
 			return
 		}
 	}
@@ -77,14 +78,14 @@ func TestRewarmAfterFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rw.Close(ctx)
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := e.RDB.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
-	if n := e.rdb.Exists(ctx, store.MarkerKey(rewarmNS)).Val(); n != 1 {
+	if n := e.RDB.Exists(ctx, store.MarkerKey(rewarmNS)).Val(); n != 1 {
 		t.Errorf("marker %s not written back", store.MarkerKey(rewarmNS))
 	}
 }
@@ -100,10 +101,10 @@ func TestRewarmAfterRestart(t *testing.T) {
 	defer rw.Close(ctx)
 	srv.Restart(t)
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g (a restart is not a flush)", got, want)
 	}
 }
@@ -120,28 +121,28 @@ func TestRewarmPerTerm(t *testing.T) {
 	go func() { done <- rw.Run(term) }()
 	// The first term takes the baseline (Open's first check).
 	testenv.Eventually(t, 10*time.Second, "the baseline marker", func() bool {
-		n, _ := e.rdb.Exists(ctx, store.MarkerKey(rewarmNS)).Result()
+		n, _ := e.RDB.Exists(ctx, store.MarkerKey(rewarmNS)).Result()
 		return n == 1
 	})
 	end()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after its term = %v", err)
 	}
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := e.RDB.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // three intervals without a term
-	if got := e.keys(t); len(got) != 0 {
+	if got := e.Keys(t); len(got) != 0 {
 		t.Errorf("re-warmed without a term: keys %q", got)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	term, end = context.WithCancel(ctx)
 	defer end()
 	go func() { done <- rw.Run(term) }()
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	end()

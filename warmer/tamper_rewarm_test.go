@@ -27,25 +27,25 @@ func TestRewarmCoalesced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rw.Close(ctx)
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := e.RDB.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush); got != 1 {
+	if got := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush); got != 1 {
 		t.Fatalf("rewarms{flush} after the first flush = %g, want 1", got)
 	}
-	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+	if err := e.RDB.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, gap, "the second flush counted as suppressed", func() bool {
-		return promtest.Value(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", "reason", warmer.RewarmFlush) >= 1
+		return promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_suppressed_total", "reason", warmer.RewarmFlush) >= 1
 	})
-	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush); got != 1 {
+	if got := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush); got != 1 {
 		t.Errorf("rewarms{flush} within the gap = %g, want 1 (suppressed)", got)
 	}
 	// Not lost: re-warmed once the gap has passed.
 	testenv.Eventually(t, gap+10*time.Second, "the suppressed flush re-warmed after the gap", func() bool {
-		return promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush) == 2
+		return promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush) == 2
 	})
 	waitWarm(t, e, 10*time.Second)
 }
@@ -65,18 +65,18 @@ func TestRewarmDELLoop(t *testing.T) {
 	marker := store.MarkerKey(rewarmNS)
 	start := time.Now()
 	for time.Since(start) < 3*gap {
-		e.rdb.Del(ctx, marker)
+		e.RDB.Del(ctx, marker)
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush)
+	got := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush)
 	if limit := float64(elapsed/gap) + 2; got > limit {
 		t.Errorf("%g full re-warms in %s of DEL %s, want ≤ %g (one per %s gap)", got, elapsed, marker, limit, gap)
 	}
 	if got < 1 {
 		t.Errorf("no re-warm during a DEL loop of %s", elapsed)
 	}
-	if n := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", "reason", warmer.RewarmFlush); n < 1 {
+	if n := promtest.Value(t, e.Reg, "hearth_prewarm_rewarms_suppressed_total", "reason", warmer.RewarmFlush); n < 1 {
 		t.Errorf("suppressed re-warms = %g, want ≥ 1", n)
 	}
 	t.Logf("%g re-warms in %s of DEL loop", got, elapsed)
@@ -111,21 +111,21 @@ func TestRewarmForeignMarker(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.do(e.rdb, marker); err != nil {
+			if err := tc.do(e.RDB, marker); err != nil {
 				t.Fatal(err)
 			}
 			reason, err := rw.CheckOnce(ctx)
 			if err != nil || reason != warmer.RewarmFlush {
 				t.Errorf("check over a foreign marker = %q, %v; want a re-warm for %q", reason, err, warmer.RewarmFlush)
 			}
-			if got, want := promtest.Value(t, e.reg, "hearth_state_repairs_total", "key", "marker"), float64(i+1); got != want {
+			if got, want := promtest.Value(t, e.Reg, "hearth_state_repairs_total", "key", "marker"), float64(i+1); got != want {
 				t.Errorf("repairs{marker} = %g, want %g", got, want)
 			}
-			v, err := e.rdb.Get(ctx, marker).Result()
+			v, err := e.RDB.Get(ctx, marker).Result()
 			if _, perr := strconv.ParseUint(v, 10, 64); err != nil || perr != nil {
 				t.Errorf("marker after the repair = %q, %v; want unix seconds", v, err)
 			}
-			if ttl := e.rdb.PTTL(ctx, marker).Val(); ttl != -1 {
+			if ttl := e.RDB.PTTL(ctx, marker).Val(); ttl != -1 {
 				t.Errorf("marker ttl after the repair = %s, want none", ttl)
 			}
 			if l := logs.String(); !strings.Contains(l, `"key":"`+marker+`"`) || !strings.Contains(l, tc.found) {

@@ -1,4 +1,4 @@
-package warmer_test
+package prewarm_test
 
 import (
 	"context"
@@ -8,11 +8,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -36,7 +38,7 @@ func TestPrewarmStoreFillsAbsentOnly(t *testing.T) {
 			if err := rd.Client.Set(ctx, p+"a", "fresh", time.Hour).Err(); err != nil {
 				t.Fatal(err)
 			}
-			nx := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: p + "hearth", PerSlot: &perSlot})
+			nx := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: p + "hearth", PerSlot: &perSlot})
 			pf, err := nx.Prepare(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -61,7 +63,7 @@ func TestPrewarmStoreFillsAbsentOnly(t *testing.T) {
 				t.Errorf("filled key's TTL %s, want (0, 1m]", ttl)
 			}
 
-			ow := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: p + "hearth", PerSlot: &perSlot, Overwrite: true})
+			ow := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: p + "hearth", PerSlot: &perSlot, Overwrite: true})
 			if _, err := ow.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +97,7 @@ func TestPrewarmStoreFencedByLeader(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, overwrite := range []bool{false, true} {
-				s := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: overwrite})
+				s := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: overwrite})
 				pf, err := s.Prepare(ctx)
 				if err != nil {
 					t.Fatal(err)
@@ -120,7 +122,7 @@ func TestPrewarmStoreFencedByLeader(t *testing.T) {
 			}
 
 			// The pre-warm has read epoch E; a new leader takes over.
-			late := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: true})
+			late := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: true})
 			if _, err := late.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -168,9 +170,9 @@ func TestPrewarmStoreForeignState(t *testing.T) {
 	ctx := context.Background()
 	ns := rd.Prefix + "hearth"
 	perSlot := false
-	open := func() *warmer.PrewarmStore {
+	open := func() *prewarm.Store {
 		t.Helper()
-		s := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot})
+		s := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot})
 		if _, err := s.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +249,7 @@ func TestPrewarmReportsPresent(t *testing.T) {
 	}
 	for _, oneShot := range []bool{true, false} {
 		reg := prometheus.NewRegistry()
-		store := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: rd.Prefix + "hearth"})
+		store := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: rd.Prefix + "hearth"})
 		if _, err := store.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +258,7 @@ func TestPrewarmReportsPresent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := w.Prewarm(ctx, warmer.PrewarmOptions{AccessLog: keyList{rd.Prefix + "p:1", rd.Prefix + "p:2", rd.Prefix + "p:3"}, TopN: 10})
+		rep, err := prewarm.New(w, reg, zerolog.Nop()).Run(ctx, prewarm.Options{AccessLog: keyList{rd.Prefix + "p:1", rd.Prefix + "p:2", rd.Prefix + "p:3"}, TopN: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,9 +292,9 @@ func TestPrewarmStoreFindsASlotFence(t *testing.T) {
 	ctx := context.Background()
 	ns := rd.Prefix + "hearth"
 	perSlot := true
-	open := func() (*warmer.PrewarmStore, warmer.PrewarmFence) {
+	open := func() (*prewarm.Store, prewarm.Fence) {
 		t.Helper()
-		s := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: true})
+		s := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: true})
 		pf, err := s.Prepare(ctx)
 		if err != nil {
 			t.Fatal(err)

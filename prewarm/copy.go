@@ -1,15 +1,17 @@
-package warmer
+package prewarm
 
 import (
 	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/store"
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // CopySource is the Redis a blue-green pre-warm copies from (`hearth prewarm
@@ -20,6 +22,9 @@ import (
 // from the origin instead unless FromOnly.
 type CopySource struct {
 	Client redis.UniversalClient
+	// Target writes the copies, fill-absent and fenced: the Store of
+	// `hearth prewarm`, which the engine's loads write through too.
+	Target warmer.EachStore
 	// RecordKey names the version record of a value key in the source
 	// (store.VersionKey); nil copies no records.
 	RecordKey func(key string) string
@@ -43,10 +48,10 @@ const (
 	CopySkipTooLarge = "too_large"
 )
 
-// copyOutcome is a copied batch's outcome: Outcome's counts over every
+// copyOutcome is a copied batch's outcome: warmer.Outcome's counts over every
 // member, and where the loaded ones came from.
 type copyOutcome struct {
-	Outcome
+	warmer.Outcome
 	// Copied were written from the source; FromOrigin loaded from the
 	// origin (absent or skipped in the source); SourceMissing the source
 	// could not give (absent, expired, skipped); RecordsCopied carried
@@ -64,7 +69,7 @@ type copyMember struct {
 
 // copyBatch copies one batch from the source: pipelined GET + PTTL (and the
 // version record's GET for a declaration with a version column), then one
-// write through the store (fill-absent and fenced as every pre-warm write).
+// write through Target (fill-absent and fenced as every pre-warm write).
 // Keys the source cannot give fall back to the origin (RefreshMembers) unless
 // FromOnly. It returns the batch's outcome, as RefreshMembers does.
 func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, error) {
@@ -89,12 +94,12 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		return out, out.LastError
 	}
 	var (
-		entries  []Entry
+		entries  []warmer.Entry
 		negative []bool
 		fallback []string
 	)
 	skips := map[string]int{}
-	vttl := versionTTL(spec)
+	vttl := warmer.VersionTTL(spec)
 	maxTTL := max(spec.MaxTTL(), spec.NegativeTTL)
 	for _, c := range ms {
 		v, err := c.get.Bytes()
@@ -132,18 +137,18 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		// the source's.
 		ttl = min(ttl, maxTTL)
 		if j := spec.Jitter; j > 0 && j < 1 {
-			ttl -= time.Duration(float64(ttl) * j / 2 * r.w.rand())
+			ttl -= time.Duration(float64(ttl) * j / 2 * rand.Float64())
 		}
-		e := Entry{Key: spec.Template.Key(c.member), Value: v, TTL: max(time.Millisecond, ttl)}
-		if Stamped(spec) {
-			// Stamped: written through the version check, which orders the
+		e := warmer.Entry{Key: spec.Template.Key(c.member), Value: v, TTL: max(time.Millisecond, ttl)}
+		if warmer.Stamped(spec) {
+			// warmer.Stamped: written through the version check, which orders the
 			// copy (epoch, 0) before every load of the target leader's term.
 			e.Seq, e.VersionTTL, e.Family = 1, vttl, spec.Name
 		}
 		if c.rec != nil && !neg {
 			if rec, err := c.rec.Result(); err == nil {
 				ver, versioned, hash, ok := src.ParseRecord(rec)
-				if ok && versioned && hash == sha1Hex(v) {
+				if ok && versioned && hash == store.ValueHash(v) {
 					// The record backs this value: its origin version
 					// travels with it, so an older row never replaces it.
 					e.Versioned, e.Version = true, ver
@@ -163,29 +168,26 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	}
 	r.mu.Unlock()
 	if len(entries) > 0 {
-		res, _, err := r.w.write(ctx, r.w.store, entries)
-		if res == nil && err == nil {
-			res = make([]SetOutcome, len(entries)) // a store that writes all or none
-		}
+		res, err := src.Target.SetEach(ctx, entries)
 		if err != nil {
 			out.Failed += len(entries)
 			out.LastError = fmt.Errorf("write %d copied keys of %s: %w", len(entries), spec.Name, err)
 		} else {
 			for i, o := range res {
 				switch o {
-				case SetWritten:
+				case warmer.SetWritten:
 					out.Copied++
 					if negative[i] {
 						out.Negative++
 					} else {
 						out.Written++
 					}
-				case SetPresent:
+				case warmer.SetPresent:
 					out.Present++
-				case SetFenced:
+				case warmer.SetFenced:
 					out.Failed++
 					out.Fenced++
-					out.LastError = fmt.Errorf("write %s: %w", spec.Name, ErrPrewarmFenced)
+					out.LastError = fmt.Errorf("write %s: %w", spec.Name, warmer.ErrPrewarmFenced)
 				}
 			}
 		}
@@ -198,7 +200,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		out.Failed += len(fallback)
 		return out, out.LastError
 	}
-	o, err := r.w.RefreshMembers(ctx, spec.Name, fallback)
+	o, err := r.p.e.RefreshMembers(ctx, spec.Name, fallback)
 	out.Written += o.Written
 	out.Negative += o.Negative
 	out.Present += o.Present
@@ -214,12 +216,6 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 // type), not the connection's.
 func isKeyLevel(err error) bool {
 	return errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "WRONGTYPE")
-}
-
-// sha1Hex is the hash a version record keeps of its value.
-func sha1Hex(v []byte) string {
-	h := sha1.Sum(v) // a content check, not a security boundary
-	return hex.EncodeToString(h[:])
 }
 
 // scanCount is the COUNT hint of the source SCAN.
@@ -256,7 +252,8 @@ func (r *prewarmRun) scanSource(ctx context.Context, n int) error {
 		if !s.Template.IsFamily() {
 			continue
 		}
-		match := globEscape(s.Template.prefix) + "*" + globEscape(s.Template.suffix)
+		prefix, suffix := s.Template.Literals()
+		match := globEscape(prefix) + "*" + globEscape(suffix)
 		scan := func(ctx context.Context, c redis.UniversalClient) error {
 			it := c.ScanType(ctx, 0, match, scanCount, "string").Iterator()
 			for it.Next(ctx) {
