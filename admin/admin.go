@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -31,6 +32,10 @@ import (
 // down: 503.
 var ErrClosed = errors.New("shutting down")
 
+// ErrInvalid marks a request the engine refused as it stands (a pre-warm
+// source that does not parse or does not answer): 422 with the message.
+var ErrInvalid = errors.New("invalid request")
+
 // NextRunner tells when a declaration runs next (the jobs.Scheduler).
 type NextRunner interface {
 	NextRun(name string) (time.Time, bool)
@@ -50,7 +55,7 @@ type Prewarmer interface {
 	// Start begins one pre-warm of the daemon's own Redis in the
 	// background, or returns prewarm.ErrBusy while any pre-warm runs; its
 	// report arrives on the channel.
-	Start(ctx context.Context) (<-chan prewarm.Report, error)
+	Start(ctx context.Context, req PrewarmRequest) (<-chan prewarm.Report, error)
 	// Status is the running pre-warm's progress and the last report, shared
 	// by every path.
 	Status() prewarm.Status
@@ -97,6 +102,18 @@ type API struct {
 	closed bool
 	wg     sync.WaitGroup
 }
+
+// PrewarmRequest is the body POST /admin/prewarm may carry (none: load from
+// the origin as the start-up pre-warm does): copy the wanted keys from the
+// Redis From (what `hearth prewarm --from` takes), loading only those it
+// cannot give from the origin, or none with FromOnly.
+type PrewarmRequest struct {
+	From     string `json:"from"`
+	FromOnly bool   `json:"from_only"`
+}
+
+// maxPrewarmBody bounds POST /admin/prewarm's body.
+const maxPrewarmBody = 64 << 10
 
 // prewarmState is the running pre-warm, whoever started it, or else the last
 // one finished: GET /admin/prewarm and the answers of POST.
@@ -391,9 +408,20 @@ func (a *API) status(w http.ResponseWriter, _ *http.Request) {
 // startPrewarm starts a pre-warm in the background (it can take minutes) and
 // answers 202 with its state, or 409 with the running one's while any pre-warm
 // runs, whoever started it; GET /admin/prewarm follows it.
-func (a *API) startPrewarm(w http.ResponseWriter, _ *http.Request) {
+func (a *API) startPrewarm(w http.ResponseWriter, r *http.Request) {
 	if a.prewarm == nil {
 		writeError(w, http.StatusNotImplemented, "pre-warm not configured")
+		return
+	}
+	var req PrewarmRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPrewarmBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error()+` (want {"from": "redis://…", "from_only": true} or none)`)
+		return
+	}
+	if req.FromOnly && req.From == "" {
+		writeError(w, http.StatusUnprocessableEntity, "from_only: needs from, the Redis to copy from")
 		return
 	}
 	if a.leading != nil && !a.leading() {
@@ -404,12 +432,16 @@ func (a *API) startPrewarm(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, ErrClosed.Error())
 		return
 	}
-	done, err := a.prewarm.Start(a.base)
+	done, err := a.prewarm.Start(a.base, req)
 	if err != nil {
 		a.leave()
 		code := http.StatusInternalServerError
-		if errors.Is(err, prewarm.ErrBusy) {
+		switch {
+		case errors.Is(err, prewarm.ErrBusy):
 			code = http.StatusConflict
+		case errors.Is(err, ErrInvalid):
+			writeError(w, http.StatusUnprocessableEntity, err.Error())
+			return
 		}
 		st := prewarmStateOf(a.prewarm.Status())
 		st.Error = err.Error()

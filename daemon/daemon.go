@@ -137,7 +137,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, reg, log)
+	pw, err := newDaemonPrewarm(cfg, w, sources, lead, rdb, reg, log)
 	if err != nil {
 		return err
 	}

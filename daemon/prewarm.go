@@ -11,8 +11,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/accesslog"
+	"github.com/hearth-dev/hearth/admin"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/fence"
+	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/store"
@@ -52,6 +54,8 @@ func PrewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) prewar
 // services of the leader's term (see services).
 type daemonPrewarm struct {
 	cfg      *config.Config
+	rdb      redis.UniversalClient
+	lead     *leadership
 	pw       *prewarm.Prewarmer
 	po       prewarm.Options
 	roller   *accesslog.Roller // nil without an access log, or with roll-up and ranking off
@@ -59,13 +63,13 @@ type daemonPrewarm struct {
 	log      zerolog.Logger
 }
 
-func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
+func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources, lead *leadership,
 	rdb redis.UniversalClient, reg prometheus.Registerer, log zerolog.Logger) (*daemonPrewarm, error) {
 	al, err := AccessLog(cfg, sources)
 	if err != nil {
 		return nil, err
 	}
-	p := &daemonPrewarm{cfg: cfg, pw: prewarm.New(w, reg, log), po: PrewarmOptions(cfg, al, "startup"), log: log}
+	p := &daemonPrewarm{cfg: cfg, rdb: rdb, lead: lead, pw: prewarm.New(w, reg, log), po: PrewarmOptions(cfg, al, "startup"), log: log}
 	if a := cfg.AccessLog; al != nil && (a.RollupInterval > 0 || a.RankInterval > 0) {
 		p.roller, err = accesslog.NewRoller(accesslog.RollerOptions{
 			Log: al, Client: rdb, Namespace: cfg.Redis.Namespace, Bucket: a.Bucket,
@@ -126,11 +130,64 @@ func (p *daemonPrewarm) services() []func(context.Context) error {
 
 // Start is the pre-warm as the admin API starts it (admin.Prewarmer): POST
 // /admin/prewarm runs the daemon's pre-warm into its own Redis (through the
-// leader's fence), unless one runs.
-func (p *daemonPrewarm) Start(ctx context.Context) (<-chan prewarm.Report, error) {
+// leader's fence), unless one runs. With req.From it copies from that Redis
+// instead (see startCopy).
+func (p *daemonPrewarm) Start(ctx context.Context, req admin.PrewarmRequest) (<-chan prewarm.Report, error) {
 	po := p.po
 	po.Reason = "admin"
-	return p.pw.Start(ctx, po)
+	if req.From == "" {
+		return p.pw.Start(ctx, po)
+	}
+	return p.startCopy(ctx, po, req)
+}
+
+// startCopy is an admin pre-warm that copies from the Redis req.From. The
+// copies are written fill-absent (a value the leader wrote is never
+// replaced) and fenced by the epoch of the term running now: a leader that
+// takes over refuses the rest, and the run ends with the term. Keys the
+// source cannot give are loaded from the origin as the leader loads, unless
+// req.FromOnly. A from that does not parse or answer is admin.ErrInvalid.
+func (p *daemonPrewarm) startCopy(ctx context.Context, po prewarm.Options, req admin.PrewarmRequest) (<-chan prewarm.Report, error) {
+	from, name, err := RedisURLFlag(p.cfg.Redis, req.From, "from")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", admin.ErrInvalid, err)
+	}
+	if err := PingRedis(ctx, from, name); err != nil {
+		from.Close()
+		return nil, fmt.Errorf("%w: from: %w", admin.ErrInvalid, err)
+	}
+	ns := p.cfg.Redis.Namespace
+	target := prewarm.NewStore(prewarm.StoreOptions{Client: p.rdb, Namespace: ns,
+		Versioned: fence.NewPrewarmVersioned(p.rdb, ns, p.log), Logger: p.log})
+	runCtx, cancel := context.WithCancel(ctx)
+	stop := func() bool { return false }
+	if p.lead.lease != nil { // without one, nothing fences: plain SET NX
+		t, ok := p.lead.lease.Current()
+		if !ok {
+			cancel()
+			from.Close()
+			return nil, leader.ErrNotLeader
+		}
+		target.Bind(t.Epoch)
+		stop = context.AfterFunc(t.Context(), cancel) // the run ends with the term
+	}
+	end := func() { stop(); cancel(); from.Close() }
+	po.Copy = copySource(p.cfg, from, name, target, req.FromOnly)
+	done, err := p.pw.Start(runCtx, po)
+	if err != nil {
+		end()
+		return nil, err
+	}
+	out := make(chan prewarm.Report, 1)
+	go func() {
+		defer close(out)
+		rep, ok := <-done
+		end()
+		if ok {
+			out <- rep
+		}
+	}()
+	return out, nil
 }
 
 // Status is GET /admin/prewarm: the pre-warm state the start-up pre-warm,
@@ -202,16 +259,22 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 	}
 	po := PrewarmOptions(cfg, al, "cli")
 	if from != nil {
-		ns := cfg.Redis.Namespace
-		po.Copy = &prewarm.CopySource{Client: from, Target: ps, FromOnly: fromOnly,
-			RecordKey:   func(key string) string { return store.VersionKey(ns, key) },
-			ParseRecord: store.ParseCopiedRecord}
+		po.Copy = copySource(cfg, from, "", ps, fromOnly)
 		if logErr != nil {
 			// Read as a failing access log: the run selects by a scan of the source.
 			po.AccessLog = unreadableLog{logErr}
 		}
 	}
 	return &Prewarm{pw: prewarm.New(w, prometheus.NewRegistry(), log), al: al, po: po, sources: sources, fence: fence}, nil
+}
+
+// copySource is a copy from the Redis from (named name, without its
+// password) into target, carrying the version records of cfg's namespace.
+func copySource(cfg *config.Config, from redis.UniversalClient, name string, target warmer.EachStore, fromOnly bool) *prewarm.CopySource {
+	ns := cfg.Redis.Namespace
+	return &prewarm.CopySource{Client: from, Name: name, Target: target, FromOnly: fromOnly,
+		RecordKey:   func(key string) string { return store.VersionKey(ns, key) },
+		ParseRecord: store.ParseCopiedRecord}
 }
 
 // errFromOnly is what a --from-only pre-warm's origins answer: never asked.

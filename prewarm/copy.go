@@ -22,6 +22,8 @@ import (
 // from the origin instead unless FromOnly.
 type CopySource struct {
 	Client redis.UniversalClient
+	// Name names the source in the report and the logs; it holds no password.
+	Name string
 	// Target writes the copies, fill-absent and fenced: the Store of
 	// `hearth prewarm`, which the engine's loads write through too.
 	Target warmer.EachStore

@@ -116,6 +116,7 @@ type Report struct {
 	// SourceSkipped counts the skipped by reason (CopySkip*) and
 	// RecordsCopied the copies that carried their version record.
 	Copy          bool           `json:"copy,omitempty"`
+	From          string         `json:"from,omitempty"` // CopySource.Name
 	Copied        int            `json:"copied,omitempty"`
 	FromOrigin    int            `json:"from_origin,omitempty"`
 	SourceMissing int            `json:"source_missing,omitempty"`
@@ -337,8 +338,15 @@ func (p *Prewarmer) prewarm(ctx context.Context, po Options) (Report, error) {
 		done:   make(chan struct{}),
 		reader: prewarmReader{pending: map[*warmer.Spec]*pendingBatch{}, skipped: map[string]int{}},
 	}
+	if po.Copy != nil {
+		r.rep.From = po.Copy.Name
+	}
 	p.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window_ms", po.Window).
-		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Msg("pre-warm started")
+		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Func(func(e *zerolog.Event) {
+		if po.Copy != nil {
+			e.Str("from", po.Copy.Name).Bool("from_only", po.Copy.FromOnly)
+		}
+	}).Msg("pre-warm started")
 	// Declared single keys first: they load while the access log is read.
 	for _, s := range r.specs {
 		if !s.Template.IsFamily() {

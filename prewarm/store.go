@@ -145,6 +145,12 @@ func (s *Store) Prepare(ctx context.Context) (Fence, error) {
 	return pf, nil
 }
 
+// Bind fences every write with epoch instead of the epoch Prepare reads: the
+// running leader's own fill-absent copy from another Redis (the admin API's
+// pre-warm with a source), bound to its term. A leader that takes over raises
+// the fence past epoch, and the copy's later writes are refused.
+func (s *Store) Bind(epoch int64) { s.fenced, s.epoch = true, epoch }
+
 // anyFence reports whether a fence key exists: the single one, or on a
 // Cluster any of the one per hash slot (all 16,384 names checked in one
 // pipeline, each on its master: no SCAN of the keyspace).
