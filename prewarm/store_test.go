@@ -160,6 +160,42 @@ func TestPrewarmStoreFencedByLeader(t *testing.T) {
 	}
 }
 
+// TestStoreBoundToTerm: a store bound to the running term's epoch (the
+// daemon's copy from another Redis; it reads no leader state) fills absent
+// keys only, and once another leader has taken over its writes are refused.
+func TestStoreBoundToTerm(t *testing.T) {
+	rd := testenv.Redis(t)
+	ctx := context.Background()
+	ns := rd.Prefix + "hearth"
+	a := newLeader(t, rd.Client, ns, false)
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.Client.Set(ctx, rd.Prefix+"fresh", "leader's", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns})
+	s.Bind(ta.Epoch)
+	res, err := s.SetEach(ctx, entries(rd.Prefix, "copy", "fresh", "absent"))
+	if got, want := fmt.Sprint(res), fmt.Sprint([]warmer.SetOutcome{warmer.SetPresent, warmer.SetWritten}); err != nil || got != want {
+		t.Errorf("bound to the leader's term: outcomes %s (%v), want %s", got, err, want)
+	}
+	if err := ta.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newLeader(t, rd.Client, ns, false).Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.SetEach(ctx, entries(rd.Prefix, "copy", "later"))
+	if got, want := fmt.Sprint(res), fmt.Sprint([]warmer.SetOutcome{warmer.SetFenced}); err != nil || got != want {
+		t.Errorf("after a takeover: outcomes %s (%v), want %s", got, err, want)
+	}
+	if got := rd.Client.Get(ctx, rd.Prefix+"fresh").Val(); got != "leader's" {
+		t.Errorf("a present key was overwritten: %q", got)
+	}
+}
+
 // TestPrewarmStoreForeignState: Hearth's own keys are untrusted. A foreign
 // epoch counter and lease are ignored (the epoch comes from what is valid); a
 // fence holding NaN or a non-number counts as absent and never lets an
