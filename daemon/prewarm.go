@@ -17,7 +17,6 @@ import (
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
-	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -172,7 +171,7 @@ func (p *daemonPrewarm) startCopy(ctx context.Context, po prewarm.Options, req a
 		stop = context.AfterFunc(t.Context(), cancel) // the run ends with the term
 	}
 	end := func() { stop(); cancel(); from.Close() }
-	po.Copy = copySource(p.cfg, from, name, target, req.FromOnly)
+	po.Copy = &prewarm.CopySource{Client: from, Name: name, Target: target, FromOnly: req.FromOnly, Namespace: ns}
 	done, err := p.pw.Start(runCtx, po)
 	if err != nil {
 		end()
@@ -259,22 +258,13 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 	}
 	po := PrewarmOptions(cfg, al, "cli")
 	if from != nil {
-		po.Copy = copySource(cfg, from, "", ps, fromOnly)
+		po.Copy = &prewarm.CopySource{Client: from, Target: ps, FromOnly: fromOnly, Namespace: cfg.Redis.Namespace}
 		if logErr != nil {
 			// Read as a failing access log: the run selects by a scan of the source.
 			po.AccessLog = unreadableLog{logErr}
 		}
 	}
 	return &Prewarm{pw: prewarm.New(w, prometheus.NewRegistry(), log), al: al, po: po, sources: sources, fence: fence}, nil
-}
-
-// copySource is a copy from the Redis from (named name, without its
-// password) into target, carrying the version records of cfg's namespace.
-func copySource(cfg *config.Config, from redis.UniversalClient, name string, target warmer.EachStore, fromOnly bool) *prewarm.CopySource {
-	ns := cfg.Redis.Namespace
-	return &prewarm.CopySource{Client: from, Name: name, Target: target, FromOnly: fromOnly,
-		RecordKey:   func(key string) string { return store.VersionKey(ns, key) },
-		ParseRecord: store.ParseCopiedRecord}
 }
 
 // errFromOnly is what a --from-only pre-warm's origins answer: never asked.
@@ -327,9 +317,6 @@ func (u unreadableLog) EachTopKey(context.Context, time.Duration, int, func(stri
 
 // Fence is the leader state the pre-warm found: whether its writes are fenced, and by which epoch.
 func (p *Prewarm) Fence() prewarm.Fence { return p.fence }
-
-// Options are the pre-warm options Run uses.
-func (p *Prewarm) Options() prewarm.Options { return p.po }
 
 // Run pre-warms once; progress (if not nil) follows it.
 func (p *Prewarm) Run(ctx context.Context, progress func(prewarm.Progress)) (prewarm.Report, error) {

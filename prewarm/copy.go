@@ -27,13 +27,9 @@ type CopySource struct {
 	// Target writes the copies, fill-absent and fenced: the Store of
 	// `hearth prewarm`, which the engine's loads write through too.
 	Target warmer.EachStore
-	// RecordKey names the version record of a value key in the source
-	// (store.VersionKey); nil copies no records.
-	RecordKey func(key string) string
-	// ParseRecord decodes a version record: the origin version it holds
-	// (versioned false when it holds none) and the SHA-1 (hex) of the value
-	// it was written with; ok false for anything Hearth does not write.
-	ParseRecord func(rec string) (version int64, versioned bool, hash string, ok bool)
+	// Namespace is the source's redis.namespace, where its version records
+	// are (store.VersionKey).
+	Namespace string
 	// FromOnly never loads from the origin: keys the source cannot give are
 	// not loaded (SourceMissing, counted failed).
 	FromOnly bool
@@ -78,12 +74,12 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	src, spec := r.po.Copy, j.spec
 	pipe := src.Client.Pipeline()
 	ms := make([]copyMember, len(j.members))
-	withRec := spec.VersionColumn != "" && src.RecordKey != nil && src.ParseRecord != nil
+	withRec := spec.VersionColumn != ""
 	for i, m := range j.members {
 		key := spec.Template.Key(m)
 		ms[i] = copyMember{member: m, get: pipe.Get(ctx, key), pttl: pipe.PTTL(ctx, key)}
 		if withRec {
-			ms[i].rec = pipe.Get(ctx, src.RecordKey(key))
+			ms[i].rec = pipe.Get(ctx, store.VersionKey(src.Namespace, key))
 		}
 	}
 	var out copyOutcome
@@ -149,7 +145,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		}
 		if c.rec != nil && !neg {
 			if rec, err := c.rec.Result(); err == nil {
-				ver, versioned, hash, ok := src.ParseRecord(rec)
+				ver, versioned, hash, ok := store.ParseCopiedRecord(rec)
 				if ok && versioned && hash == store.ValueHash(v) {
 					// The record backs this value: its origin version
 					// travels with it, so an older row never replaces it.

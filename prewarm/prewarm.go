@@ -60,16 +60,11 @@ type Options struct {
 	Copy *CopySource
 }
 
-// Reasons an access-log key is skipped, never loaded. The first three are
-// the hot set's too (warmer.SkipTooLong...).
+// Reasons an access-log key is skipped, never loaded: the hot set's three
+// (see warmer.SkipTooLong and the next two), and three of its own.
 const (
-	// SkipTooLong: longer than MaxLogKeyBytes.
-	SkipTooLong = warmer.SkipTooLong
-	// SkipNamespace: the key is one of Hearth's own (inside redis.namespace,
-	// see warmer.InNamespace), which an access log must never make it overwrite.
-	SkipNamespace = warmer.SkipNamespace
-	// SkipInvalidMember: a family template matches, but its parameter fails the
-	// declaration's member rules (length, characters, param_pattern).
+	SkipTooLong       = warmer.SkipTooLong
+	SkipNamespace     = warmer.SkipNamespace
 	SkipInvalidMember = warmer.SkipInvalidMember
 	// SkipMalformed: invalid UTF-8, whitespace or control characters.
 	SkipMalformed = "malformed"
@@ -227,7 +222,7 @@ func (p *Prewarmer) Status() Status {
 	return st
 }
 
-// prewarmJob is one batch of one declaration.
+// prewarmJob is one batch of one declaration, queued or still being filled.
 type prewarmJob struct {
 	spec    *warmer.Spec
 	members []string
@@ -304,9 +299,9 @@ type prewarmRun struct {
 
 // prewarmReader is what the access-log reader keeps between keys.
 type prewarmReader struct {
-	pending map[*warmer.Spec]*pendingBatch
-	order   []*pendingBatch // in order of each declaration's hottest key
-	last    *pendingBatch   // the batch of the last key (keys of one family come in runs)
+	pending map[*warmer.Spec]*prewarmJob
+	order   []*prewarmJob // in order of each declaration's hottest key
+	last    *prewarmJob   // the batch of the last key (keys of one family come in runs)
 	// seen holds a hash of every family key queued so far, so that a key
 	// repeated in the ranking is loaded once. A key names one member of one
 	// declaration (templates do not overlap), so keys stand for both. Hashes,
@@ -323,11 +318,6 @@ type prewarmReader struct {
 	scanning bool
 }
 
-type pendingBatch struct {
-	spec    *warmer.Spec
-	members []string
-}
-
 func (p *Prewarmer) prewarm(ctx context.Context, po Options) (Report, error) {
 	start := time.Now()
 	r := &prewarmRun{
@@ -336,7 +326,7 @@ func (p *Prewarmer) prewarm(ctx context.Context, po Options) (Report, error) {
 		prog:   Progress{Running: true, Reason: po.Reason, Started: time.Now(), Reading: true},
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
-		reader: prewarmReader{pending: map[*warmer.Spec]*pendingBatch{}, skipped: map[string]int{}},
+		reader: prewarmReader{pending: map[*warmer.Spec]*prewarmJob{}, skipped: map[string]int{}},
 	}
 	if po.Copy != nil {
 		r.rep.From = po.Copy.Name
@@ -466,7 +456,7 @@ func (r *prewarmRun) add(key string) {
 	b := rd.last
 	if b == nil || b.spec != spec {
 		if b = rd.pending[spec]; b == nil {
-			b = &pendingBatch{spec: spec}
+			b = &prewarmJob{spec: spec}
 			rd.pending[spec] = b
 			rd.order = append(rd.order, b)
 		}
