@@ -817,6 +817,55 @@ func (w *Warmer) RefreshAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// RefreshWhere refreshes, once and unpaced, the members of every declaration
+// whose key keep accepts (a re-warm of one Cluster master's slots); a nil keep
+// is RefreshAll. Members come from the declaration's list or query, as a
+// scheduled refresh's do.
+func (w *Warmer) RefreshWhere(ctx context.Context, keep func(key string) bool) error {
+	if keep == nil {
+		return w.RefreshAll(ctx)
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		g    errgroup.Group
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for _, name := range w.names() {
+		spec, st, ok := w.lookup(name)
+		if !ok {
+			continue
+		}
+		members, _, err := w.members(ctx, spec, st)
+		if err != nil {
+			fail(err)
+			if members == nil {
+				continue
+			}
+		}
+		var mine []string
+		for _, m := range members {
+			if keep(spec.Template.Key(m)) {
+				mine = append(mine, m)
+			}
+		}
+		for _, batch := range w.batches(spec, mine) {
+			g.Go(func() error {
+				if _, err := w.RefreshMembers(ctx, name, batch); err != nil {
+					fail(err)
+				}
+				return nil
+			})
+		}
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
+}
+
 // Status is what the warmer knows of one declaration.
 type Status struct {
 	Name       string    `json:"name"`

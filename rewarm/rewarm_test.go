@@ -1,4 +1,4 @@
-package warmer_test
+package rewarm_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 const rewarmNS = "hearth-rewarm-test"
@@ -19,37 +19,37 @@ const rewarmNS = "hearth-rewarm-test"
 var warmKeys = []string{"product:1", "product:7", "top"}
 
 // newRewarmEnv warms a private Redis (the tests flush and restart it) and
-// opens a Rewarmer checking it every 100ms.
-func newRewarmEnv(t *testing.T) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+// builds a Rewarmer checking it every 100ms.
+func newRewarmEnv(t *testing.T) (*testenv.RedisServer, *env, *rewarm.Rewarmer) {
 	t.Helper()
 	return newRewarmEnvWith(t, nil)
 }
 
 // newRewarmEnvWith is newRewarmEnv with the Rewarmer's options adjusted by opt.
-func newRewarmEnvWith(t *testing.T, opt func(*warmer.RewarmOptions)) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+func newRewarmEnvWith(t *testing.T, opt func(*rewarm.Options)) (*testenv.RedisServer, *env, *rewarm.Rewarmer) {
 	t.Helper()
 	srv := testenv.PrivateRedis(t)
 	rdb := srv.Client(t)
-	e := newPWEnv(t, rdb, "rw:", 20, 100, "")
+	e := newEnv(t, rdb, "rw:")
 	e.record(t, "rw:product:7")
 	ctx := context.Background()
 	if err := e.w.RefreshAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.w.Prewarm(ctx, e.options(10)); err != nil {
+	if err := e.prewarm(t)(ctx, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.keys(t); !slices.Equal(got, warmKeys) {
 		t.Fatalf("warm keys = %q, want %q", got, warmKeys)
 	}
-	opts := warmer.RewarmOptions{
+	opts := rewarm.Options{
 		Client: rdb, Namespace: rewarmNS, Interval: 100 * time.Millisecond,
-		Warmer: e.w, Prewarm: e.options(10), Registerer: e.reg,
+		Warmer: e.w, Prewarm: e.prewarm(t), Registerer: e.reg,
 	}
 	if opt != nil {
 		opt(&opts)
 	}
-	rw, err := warmer.NewRewarmer(opts)
+	rw, err := rewarm.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func newRewarmEnvWith(t *testing.T, opt func(*warmer.RewarmOptions)) (*testenv.R
 }
 
 // waitWarm polls until every warm key is back.
-func waitWarm(t *testing.T, e *pwEnv, within time.Duration) {
+func waitWarm(t *testing.T, e *env, within time.Duration) {
 	t.Helper()
 	var got []string
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -73,15 +73,12 @@ func waitWarm(t *testing.T, e *pwEnv, within time.Duration) {
 func TestRewarmAfterFlush(t *testing.T) {
 	_, e, rw := newRewarmEnv(t)
 	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	if n := e.rdb.Exists(ctx, store.MarkerKey(rewarmNS)).Val(); n != 1 {
@@ -93,17 +90,13 @@ func TestRewarmAfterFlush(t *testing.T) {
 // empty, with a new run_id) is re-warmed and counted for reason restart.
 func TestRewarmAfterRestart(t *testing.T) {
 	srv, e, rw := newRewarmEnv(t)
-	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	srv.Restart(t)
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g (a restart is not a flush)", got, want)
 	}
 }
@@ -118,7 +111,7 @@ func TestRewarmPerTerm(t *testing.T) {
 	term, end := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- rw.Run(term) }()
-	// The first term takes the baseline (Open's first check).
+	// The first term takes the baseline (Run's first check).
 	testenv.Eventually(t, 10*time.Second, "the baseline marker", func() bool {
 		n, _ := e.rdb.Exists(ctx, store.MarkerKey(rewarmNS)).Result()
 		return n == 1
@@ -134,14 +127,14 @@ func TestRewarmPerTerm(t *testing.T) {
 	if got := e.keys(t); len(got) != 0 {
 		t.Errorf("re-warmed without a term: keys %q", got)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	term, end = context.WithCancel(ctx)
 	defer end()
 	go func() { done <- rw.Run(term) }()
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	end()

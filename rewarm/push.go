@@ -1,4 +1,4 @@
-package warmer
+package rewarm
 
 import (
 	"context"
