@@ -2,9 +2,13 @@ package rewarm_test
 
 import (
 	"context"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -141,4 +145,39 @@ func TestRewarmPerTerm(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run after the second term = %v", err)
 	}
+}
+
+// TestRunLeavesNoGoroutine: Run returns only once everything it started has
+// stopped — the check loop and the push watch's sessions, one of them just
+// reconnecting after a flush — so that a term's end leaves nothing of the
+// re-warm running.
+func TestRunLeavesNoGoroutine(t *testing.T) {
+	_, e, rw := newRewarmEnv(t)
+	opt := goleak.IgnoreCurrent()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rw.Run(ctx) }()
+	testenv.Eventually(t, 10*time.Second, "the re-warm baseline", func() bool { return rewarm.Armed(rw) })
+	waitTracking(t, e)
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, e, 10*time.Second)
+	waitTracking(t, e)
+	// The flush ends the watch's session: Run ends while it reconnects.
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	// At once, not eventually: Run waited for them.
+	buf := make([]byte, 1<<20)
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "hearth/rewarm.") {
+			t.Errorf("a goroutine of the re-warm outlived Run:\n%s", g)
+		}
+	}
+	goleak.VerifyNone(t, opt)
 }
