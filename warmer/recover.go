@@ -20,13 +20,17 @@ const recoverTimeout = 5 * time.Minute
 // declarations of that source whose last run failed, at once rather than at
 // their next scheduled run: their values were kept alive stale during the
 // outage, and are fresh again within the probe interval of the origin's return.
+// The refresh runs on the source's goroutine, as the warmer's own work: Close
+// ends it and waits for it.
 func (w *Warmer) watchRecoveries(sources map[string]Source) {
 	for name, src := range sources {
 		if r, ok := src.(recoverer); ok {
 			r.OnRecover(func(ctx context.Context) {
-				ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
-				defer cancel()
-				w.RefreshFailing(ctx, name)
+				w.owned(ctx, func(ctx context.Context) {
+					ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
+					defer cancel()
+					w.RefreshFailing(ctx, name)
+				})
 			})
 		}
 	}

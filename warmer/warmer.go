@@ -68,6 +68,13 @@ type Warmer struct {
 	// store refuses one whose load started before a later one's that already
 	// wrote (see version.go).
 	seq atomic.Int64
+
+	// life ends at Close. The warmer's own work, which no caller's call
+	// bounds (a recovery refresh), runs under it and is counted in own.
+	life   context.Context
+	end    context.CancelFunc
+	lifeMu sync.Mutex // orders own.Add after Close's end
+	own    sync.WaitGroup
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -148,8 +155,43 @@ func New(opts Options) (*Warmer, error) {
 		w.hot.declare(s)
 	}
 	w.cur.Store(&view{decl: d, state: st})
+	w.life, w.end = context.WithCancel(context.Background())
 	w.watchRecoveries(opts.Sources)
 	return w, nil
+}
+
+// Close ends the warmer's own work — a recovery refresh in progress is
+// abandoned, a later recovery refreshes nothing — and waits for it within
+// ctx. What callers run (Refresh, the schedule's runs) is theirs to end.
+func (w *Warmer) Close(ctx context.Context) error {
+	w.lifeMu.Lock()
+	w.end()
+	w.lifeMu.Unlock()
+	done := make(chan struct{})
+	go func() { w.own.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close warmer: %w", ctx.Err())
+	}
+}
+
+// owned runs fn on the caller's goroutine as the warmer's own work: under ctx
+// and until Close, which waits for it. After Close it does not run fn.
+func (w *Warmer) owned(ctx context.Context, fn func(context.Context)) {
+	w.lifeMu.Lock()
+	if w.life.Err() != nil {
+		w.lifeMu.Unlock()
+		return
+	}
+	w.own.Add(1)
+	w.lifeMu.Unlock()
+	defer w.own.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(w.life, cancel)()
+	fn(ctx)
 }
 
 // Specs returns the declarations in their declared order.
