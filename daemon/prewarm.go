@@ -324,5 +324,5 @@ func (p *Prewarm) Ranking() accesslog.Ranking {
 	return p.al.LastRankingInfo()
 }
 
-// Close closes the sources.
-func (p *Prewarm) Close() { p.sources.Close() }
+// Close closes the warmer, then the sources.
+func (p *Prewarm) Close() { p.w.Close(); p.sources.Close() }

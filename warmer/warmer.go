@@ -161,20 +161,13 @@ func New(opts Options) (*Warmer, error) {
 }
 
 // Close ends the warmer's own work — a recovery refresh in progress is
-// abandoned, a later recovery refreshes nothing — and waits for it within
-// ctx. What callers run (Refresh, the schedule's runs) is theirs to end.
-func (w *Warmer) Close(ctx context.Context) error {
+// abandoned, a later recovery refreshes nothing — and returns once it has.
+// What callers run (Refresh, the schedule's runs) is theirs to end.
+func (w *Warmer) Close() {
 	w.lifeMu.Lock()
 	w.end()
 	w.lifeMu.Unlock()
-	done := make(chan struct{})
-	go func() { w.own.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("close warmer: %w", ctx.Err())
-	}
+	w.own.Wait()
 }
 
 // owned runs fn on the caller's goroutine as the warmer's own work: under ctx
