@@ -3,8 +3,6 @@ package warmer
 import (
 	"context"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // recoverer is a source that tells when its origin is back after an outage
@@ -63,13 +61,9 @@ func (w *Warmer) RefreshFailing(ctx context.Context, source string) int {
 		return 0
 	}
 	w.log.Info().Str("source", source).Strs("families", names).Msg("origin back: refreshing the declarations that went stale")
-	var g errgroup.Group
-	for _, n := range names {
-		g.Go(func() error {
-			_, _ = w.Refresh(ctx, n, RunOptions{})
-			return nil
-		})
-	}
-	_ = g.Wait()
+	_ = each(names, func(n string) error {
+		_, _ = w.Refresh(ctx, n, RunOptions{})
+		return nil
+	})
 	return len(names)
 }

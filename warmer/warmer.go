@@ -832,24 +832,10 @@ func loadResult(err error) string {
 // it is the start-up load that precedes readiness. It returns the errors of the
 // declarations that did not fully load.
 func (w *Warmer) RefreshAll(ctx context.Context) error {
-	var (
-		mu   sync.Mutex
-		errs []error
-		g    errgroup.Group
-	)
-	for _, name := range w.names() {
-		g.Go(func() error {
-			if _, err := w.Refresh(ctx, name, RunOptions{}); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
-	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
-	return errors.Join(errs...)
+	return each(w.names(), func(name string) error {
+		_, err := w.Refresh(ctx, name, RunOptions{})
+		return err
+	})
 }
 
 // RefreshWhere refreshes, once and unpaced, the members of every declaration
@@ -860,44 +846,45 @@ func (w *Warmer) RefreshWhere(ctx context.Context, keep func(key string) bool) e
 	if keep == nil {
 		return w.RefreshAll(ctx)
 	}
-	var (
-		mu   sync.Mutex
-		errs []error
-		g    errgroup.Group
-	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
-	for _, name := range w.names() {
+	return each(w.names(), func(name string) error {
 		spec, st, ok := w.lookup(name)
 		if !ok {
-			continue
+			return nil
 		}
 		members, _, err := w.members(ctx, spec, st)
-		if err != nil {
-			fail(err)
-			if members == nil {
-				continue
-			}
-		}
 		var mine []string
 		for _, m := range members {
 			if keep(spec.Template.Key(m)) {
 				mine = append(mine, m)
 			}
 		}
-		for _, batch := range w.batches(spec, mine) {
-			g.Go(func() error {
-				if _, err := w.RefreshMembers(ctx, name, batch); err != nil {
-					fail(err)
-				}
-				return nil
-			})
-		}
+		return errors.Join(err, each(w.batches(spec, mine), func(batch []string) error {
+			_, err := w.RefreshMembers(ctx, name, batch)
+			return err
+		}))
+	})
+}
+
+// each runs fn on every item concurrently (the load bound paces the loads)
+// and joins the errors, sorted so that the same failures read the same.
+func each[T any](items []T, fn func(T) error) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		g    errgroup.Group
+	)
+	for _, it := range items {
+		g.Go(func() error {
+			if err := fn(it); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
 	}
 	_ = g.Wait()
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errors.Join(errs...)
 }
 
