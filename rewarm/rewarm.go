@@ -109,7 +109,6 @@ type Rewarmer struct {
 	last     time.Time         // start of the last full re-warm
 	quiet    bool              // a suppression was logged since the last re-warm
 	running  bool              // Run is running
-	retry    *time.Timer       // the check after MinGap of a suppressed loss
 	kick     chan string       // a push asks for a check now
 	push     *pushWatch        // nil with NoPush or outside Run
 }
@@ -262,10 +261,7 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 		}
 		r.scope = scope
 		// The poll may be far off, or off: come back once the gap has passed.
-		if r.retry != nil {
-			r.retry.Stop()
-		}
-		r.retry = time.AfterFunc(wait, r.kickNow)
+		time.AfterFunc(wait, r.kickNow)
 		return "", nil
 	}
 	if r.pending == "" {
@@ -433,9 +429,6 @@ func (r *Rewarmer) stop() {
 	r.mu.Lock()
 	p := r.push
 	r.push, r.running = nil, false
-	if r.retry != nil {
-		r.retry.Stop()
-	}
 	r.mu.Unlock()
 	if p != nil {
 		p.close()
