@@ -16,6 +16,7 @@ import (
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/prewarm"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -58,7 +59,7 @@ type daemonPrewarm struct {
 	pw       *prewarm.Prewarmer
 	po       prewarm.Options
 	roller   *accesslog.Roller // nil without an access log, or with roll-up and ranking off
-	rewarmer *warmer.Rewarmer  // nil when prewarm.rewarm_check is 0
+	rewarmer *rewarm.Rewarmer  // nil when prewarm.rewarm_check is 0
 	log      zerolog.Logger
 }
 
@@ -81,7 +82,7 @@ func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources, le
 		}
 	}
 	if cfg.Prewarm.RewarmCheck > 0 {
-		p.rewarmer, err = warmer.NewRewarmer(warmer.RewarmOptions{
+		p.rewarmer, err = rewarm.New(rewarm.Options{
 			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck,
 			Warmer: w, Prewarm: p.pw.Rewarm(p.po), Registerer: reg, Logger: log,
 		})
@@ -199,6 +200,7 @@ func (p *daemonPrewarm) Status() prewarm.Status { return p.pw.Status() }
 // newest epoch when a Hearth leader's state is in that Redis), and the access
 // log, for one pre-warm with the daemon's options.
 type Prewarm struct {
+	w       *warmer.Warmer
 	pw      *prewarm.Prewarmer
 	al      *accesslog.Log
 	po      prewarm.Options
@@ -264,7 +266,7 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 			po.AccessLog = unreadableLog{logErr}
 		}
 	}
-	return &Prewarm{pw: prewarm.New(w, prometheus.NewRegistry(), log), al: al, po: po, sources: sources, fence: fence}, nil
+	return &Prewarm{w: w, pw: prewarm.New(w, prometheus.NewRegistry(), log), al: al, po: po, sources: sources, fence: fence}, nil
 }
 
 // errFromOnly is what a --from-only pre-warm's origins answer: never asked.
@@ -343,5 +345,5 @@ func (p *Prewarm) Ranking() accesslog.Ranking {
 	return p.al.LastRankingInfo()
 }
 
-// Close closes the sources.
-func (p *Prewarm) Close() { p.sources.Close() }
+// Close closes the warmer, then the sources.
+func (p *Prewarm) Close() { p.w.Close(); p.sources.Close() }

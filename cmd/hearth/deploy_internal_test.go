@@ -33,6 +33,7 @@ import (
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/prewarm"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -106,7 +107,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	// Pre-warm: the pre-warmer registers hearth_prewarm_*; the re-warm watch
 	// and the access-log roll-up register theirs.
 	prewarm.New(w, rec, zerolog.Nop())
-	if _, err := warmer.NewRewarmer(warmer.RewarmOptions{Client: rdb, Namespace: "t", Warmer: w, Registerer: rec}); err != nil {
+	if _, err := rewarm.New(rewarm.Options{Client: rdb, Namespace: "t", Warmer: w, Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := accesslog.NewRoller(accesslog.RollerOptions{Log: accesslog.New(nil), Client: rdb, Namespace: "t", Registerer: rec}); err != nil {
