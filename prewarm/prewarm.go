@@ -732,7 +732,7 @@ func quoteKey(k string) string {
 	return fmt.Sprintf("%q", k)
 }
 
-// ErrBusy is returned by StartPrewarm while a pre-warm is running.
+// ErrBusy is returned by Start while a pre-warm is running.
 var ErrBusy = errors.New("a pre-warm is already running")
 
 type metrics struct {

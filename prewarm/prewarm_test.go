@@ -374,7 +374,7 @@ func TestStartPrewarm(t *testing.T) {
 		t.Errorf("status right after start = %+v, want running", st.Current)
 	}
 	if _, err := e.PW.Start(context.Background(), opts); !errors.Is(err, prewarm.ErrBusy) {
-		t.Errorf("second StartPrewarm: err = %v, want ErrPrewarmBusy", err)
+		t.Errorf("second Start: err = %v, want ErrBusy", err)
 	}
 	// A config reload while it runs (the race detector watches).
 	if _, err := e.W.Apply(e.W.Specs()); err != nil {
