@@ -83,6 +83,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		}
 	}
 	var out copyOutcome
+	read := time.Now()
 	if _, err := pipe.Exec(ctx); err != nil && !isKeyLevel(err) {
 		// The source is unreachable: nothing of this batch is known. The
 		// origin is not asked for a whole source's worth of keys behind the
@@ -166,6 +167,13 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	}
 	r.mu.Unlock()
 	if len(entries) > 0 {
+		// The source's TTLs count from its answer: the time since the read
+		// (and a millisecond of rounding) is taken off, so that no copy
+		// outlives its source however long the write takes to be sent.
+		spent := time.Since(read) + time.Millisecond
+		for i := range entries {
+			entries[i].TTL = max(time.Millisecond, entries[i].TTL-spent)
+		}
 		res, err := src.Target.SetEach(ctx, entries)
 		if err != nil {
 			out.Failed += len(entries)
