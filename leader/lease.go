@@ -528,7 +528,9 @@ func (l *Lease) renewLoop(t *Term) {
 				timer.Reset(0) // the deadline passed: grace or the end, at once
 				continue
 			}
-			if !t.grace.Load() {
+			if t.grace.Load() {
+				l.log.Debug().Err(r.err).Dur("left_ms", left).Msg("lease renew failed in the failover grace; retrying")
+			} else {
 				l.log.Warn().Err(r.err).Dur("left_ms", left).Msg("lease renew failed; retrying until the renew deadline")
 			}
 			timer.Reset(max(0, min(l.opts.RetryPeriod, l.opts.RenewInterval, left)))
