@@ -540,14 +540,22 @@ func (l *Lease) renewLoop(t *Term) {
 
 // grace decides, at t's renew deadline, whether the term goes on under
 // FailoverGrace: only when the grace is set, the last renewal failed because
-// Redis did not answer (never after a reply), and not already in a grace
-// that ran out. It moves the deadline to lastOK's deadline + FailoverGrace.
+// Redis did not answer (never after a reply), the deadline is seen on time
+// (within lease/10: not by a process that was stopped past it), and not
+// already in a grace that ran out. It moves the deadline to lastOK's
+// deadline + FailoverGrace.
 func (l *Lease) grace(t *Term, unreachable bool, lastOK time.Duration) bool {
 	if l.opts.FailoverGrace <= 0 || !unreachable || t.grace.Load() {
 		return false
 	}
-	until := lastOK + l.opts.Duration - l.safety + l.opts.FailoverGrace
-	if until <= l.since() || !t.setDeadline(until) {
+	deadline := lastOK + l.opts.Duration - l.safety
+	if l.since() > deadline+l.safety {
+		// Seen this late, the deadline passed while this process did not
+		// run (SIGSTOP, a frozen VM): not Redis's silence. A stopped
+		// leader stops at its deadline, as on a single node.
+		return false
+	}
+	if !t.setDeadline(deadline + l.opts.FailoverGrace) {
 		return false
 	}
 	t.grace.Store(true)
