@@ -488,7 +488,9 @@ func (l *Lease) renewLoop(t *Term) {
 		select {
 		case r = <-res:
 		case <-ctx.Done():
-			if time.Duration(t.deadline.Load()) <= l.since() && !l.grace(t, true, lastOK) {
+			// Outside the grace the wait ran to the deadline: the term ends
+			// now, not when the renewal gives up, unless the grace begins.
+			if !t.grace.Load() && !l.grace(t, true, lastOK) {
 				t.end(ErrLeaseExpired)
 				<-res // no renewal outlives this loop
 				cancel()
@@ -645,7 +647,9 @@ func (t *Term) Err() error {
 	}
 }
 
-// Valid reports whether this instance can still prove it leads in this term.
+// Valid reports whether this instance can still prove it leads in this term,
+// or, in its failover grace (LeaseOptions.FailoverGrace), may still write
+// under the per-slot fences.
 func (t *Term) Valid() bool { return t.valid() }
 
 // Fenced ends the term because Redis refused one of its writes: a newer
