@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,12 +24,17 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
 // ErrClosed refuses work once the admin API, or what it drives, is shutting
 // down: 503.
 var ErrClosed = errors.New("shutting down")
+
+// ErrInvalid marks a request the engine refused as it stands (a pre-warm
+// source that does not parse or does not answer): 422 with the message.
+var ErrInvalid = errors.New("invalid request")
 
 // NextRunner tells when a declaration runs next (the jobs.Scheduler).
 type NextRunner interface {
@@ -41,7 +47,18 @@ type Warmer interface {
 	Refresh(ctx context.Context, name string, ro warmer.RunOptions) (warmer.Outcome, error)
 	RefreshMembers(ctx context.Context, name string, members []string) (warmer.Outcome, error)
 	Status() []warmer.Status
-	PrewarmStatus() warmer.PrewarmStatus
+}
+
+// Prewarmer runs the daemon's pre-warms (the start-up one, re-warms, the
+// admin API's), one at a time, and tells their state.
+type Prewarmer interface {
+	// Start begins one pre-warm of the daemon's own Redis in the
+	// background, or returns prewarm.ErrBusy while any pre-warm runs; its
+	// report arrives on the channel.
+	Start(ctx context.Context, req PrewarmRequest) (<-chan prewarm.Report, error)
+	// Status is the running pre-warm's progress and the last report, shared
+	// by every path.
+	Status() prewarm.Status
 }
 
 // Options are what the admin API needs.
@@ -52,15 +69,11 @@ type Options struct {
 	// Leading reports whether this instance may write; nil means always (no
 	// leadership configured).
 	Leading func() bool
-	// StartPrewarm begins one pre-warm of the daemon's own Redis in the
-	// background, or returns warmer.ErrPrewarmBusy while any pre-warm runs
-	// (start-up, re-warm, admin); its report arrives on the channel. The run
-	// state (running, progress, last report) is the warmer's own
-	// (Warmer.PrewarmStatus), shared by every path. Nil: the pre-warm routes
-	// answer 501.
-	StartPrewarm func(ctx context.Context) (<-chan warmer.PrewarmReport, error)
-	Registerer   prometheus.Registerer
-	Logger       zerolog.Logger
+	// Prewarm runs POST /admin/prewarm and answers GET. Nil: the pre-warm
+	// routes answer 501.
+	Prewarm    Prewarmer
+	Registerer prometheus.Registerer
+	Logger     zerolog.Logger
 }
 
 // API serves the authenticated /admin/ routes: refresh a declaration or one
@@ -73,7 +86,7 @@ type API struct {
 	metrics   *adminMetrics
 	log       zerolog.Logger
 	leading   func() bool
-	prewarm   func(ctx context.Context) (<-chan warmer.PrewarmReport, error)
+	prewarm   Prewarmer
 
 	// base bounds loads and pre-warms: they outlive the request that started
 	// them (other requests share them) but not the daemon.
@@ -90,20 +103,32 @@ type API struct {
 	wg     sync.WaitGroup
 }
 
+// PrewarmRequest is the body POST /admin/prewarm may carry (none: load from
+// the origin as the start-up pre-warm does): copy the wanted keys from the
+// Redis From (what `hearth prewarm --from` takes), loading only those it
+// cannot give from the origin, or none with FromOnly.
+type PrewarmRequest struct {
+	From     string `json:"from"`
+	FromOnly bool   `json:"from_only"`
+}
+
+// maxPrewarmBody bounds POST /admin/prewarm's body.
+const maxPrewarmBody = 64 << 10
+
 // prewarmState is the running pre-warm, whoever started it, or else the last
 // one finished: GET /admin/prewarm and the answers of POST.
 type prewarmState struct {
-	Running  bool                    `json:"running"`
-	Reason   string                  `json:"reason,omitempty"`
-	Started  *time.Time              `json:"started,omitempty"`
-	Finished *time.Time              `json:"finished,omitempty"`
-	Report   *warmer.PrewarmReport   `json:"report,omitempty"`
-	Progress *warmer.PrewarmProgress `json:"progress,omitempty"`
-	Error    string                  `json:"error,omitempty"`
+	Running  bool              `json:"running"`
+	Reason   string            `json:"reason,omitempty"`
+	Started  *time.Time        `json:"started,omitempty"`
+	Finished *time.Time        `json:"finished,omitempty"`
+	Report   *prewarm.Report   `json:"report,omitempty"`
+	Progress *prewarm.Progress `json:"progress,omitempty"`
+	Error    string            `json:"error,omitempty"`
 }
 
-// prewarmStateOf reads the warmer's pre-warm state.
-func prewarmStateOf(st warmer.PrewarmStatus) prewarmState {
+// prewarmStateOf reads the pre-warm state.
+func prewarmStateOf(st prewarm.Status) prewarmState {
 	if cur := st.Current; cur.Running {
 		started := cur.Started
 		return prewarmState{Running: true, Reason: cur.Reason, Started: &started, Progress: &cur}
@@ -130,7 +155,7 @@ func New(opts Options) *API {
 		metrics:   newAdminMetrics(opts.Registerer),
 		log:       opts.Logger.With().Str("component", "admin").Logger(),
 		leading:   opts.Leading,
-		prewarm:   opts.StartPrewarm,
+		prewarm:   opts.Prewarm,
 		base:      base,
 		cancel:    cancel,
 	}
@@ -383,9 +408,20 @@ func (a *API) status(w http.ResponseWriter, _ *http.Request) {
 // startPrewarm starts a pre-warm in the background (it can take minutes) and
 // answers 202 with its state, or 409 with the running one's while any pre-warm
 // runs, whoever started it; GET /admin/prewarm follows it.
-func (a *API) startPrewarm(w http.ResponseWriter, _ *http.Request) {
+func (a *API) startPrewarm(w http.ResponseWriter, r *http.Request) {
 	if a.prewarm == nil {
 		writeError(w, http.StatusNotImplemented, "pre-warm not configured")
+		return
+	}
+	var req PrewarmRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPrewarmBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error()+` (want {"from": "redis://…", "from_only": true} or none)`)
+		return
+	}
+	if req.FromOnly && req.From == "" {
+		writeError(w, http.StatusUnprocessableEntity, "from_only: needs from, the Redis to copy from")
 		return
 	}
 	if a.leading != nil && !a.leading() {
@@ -396,14 +432,18 @@ func (a *API) startPrewarm(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, ErrClosed.Error())
 		return
 	}
-	done, err := a.prewarm(a.base)
+	done, err := a.prewarm.Start(a.base, req)
 	if err != nil {
 		a.leave()
 		code := http.StatusInternalServerError
-		if errors.Is(err, warmer.ErrPrewarmBusy) {
+		switch {
+		case errors.Is(err, prewarm.ErrBusy):
 			code = http.StatusConflict
+		case errors.Is(err, ErrInvalid):
+			writeError(w, http.StatusUnprocessableEntity, err.Error())
+			return
 		}
-		st := prewarmStateOf(a.w.PrewarmStatus())
+		st := prewarmStateOf(a.prewarm.Status())
 		st.Error = err.Error()
 		writeJSON(w, code, st)
 		return
@@ -415,7 +455,7 @@ func (a *API) startPrewarm(w http.ResponseWriter, _ *http.Request) {
 		a.log.Info().Dur("took_ms", time.Since(t0)).Float64("coverage", rep.Coverage).Str("error", rep.Error).
 			Msg("admin pre-warm finished")
 	}()
-	writeJSON(w, http.StatusAccepted, prewarmStateOf(a.w.PrewarmStatus()))
+	writeJSON(w, http.StatusAccepted, prewarmStateOf(a.prewarm.Status()))
 }
 
 func (a *API) prewarmStatus(w http.ResponseWriter, _ *http.Request) {
@@ -423,7 +463,7 @@ func (a *API) prewarmStatus(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotImplemented, "pre-warm not configured")
 		return
 	}
-	writeJSON(w, http.StatusOK, prewarmStateOf(a.w.PrewarmStatus()))
+	writeJSON(w, http.StatusOK, prewarmStateOf(a.prewarm.Status()))
 }
 
 // ReloadResult is what a reload changed, by declaration name, and the

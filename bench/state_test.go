@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -87,8 +88,9 @@ func BenchmarkStateAfterPrewarms(b *testing.B) {
 		}
 		before := heapMB()
 		heaps := make([]float64, 0, 2)
+		pw := prewarm.New(w, reg, zerolog.Nop())
 		for run := range 2 {
-			rep, err := w.Prewarm(ctx, warmer.PrewarmOptions{AccessLog: keyLog{prefix: rd.Prefix, start: 1000 + run*stateKeys},
+			rep, err := pw.Run(ctx, prewarm.Options{AccessLog: keyLog{prefix: rd.Prefix, start: 1000 + run*stateKeys},
 				TopN: stateKeys, Window: time.Hour, Concurrency: 4, Reason: "bench"})
 			if err != nil || rep.Written != stateKeys {
 				b.Fatalf("pre-warm %d: written %d of %d: %v", run+1, rep.Written, stateKeys, err)

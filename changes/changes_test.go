@@ -24,6 +24,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/migrations"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -457,8 +458,9 @@ func TestChangesNoVersionRegression(t *testing.T) {
 		}
 	})
 	wg.Go(func() { // pre-warms from an access log naming every key
+		pw := prewarm.New(e.w, e.reg, zerolog.Nop())
 		for work.Err() == nil {
-			_, _ = e.w.Prewarm(work, warmer.PrewarmOptions{AccessLog: allKeys{e}, TopN: rows, Window: time.Hour, Concurrency: 2, Reason: "test"})
+			_, _ = pw.Run(work, prewarm.Options{AccessLog: allKeys{e}, TopN: rows, Window: time.Hour, Concurrency: 2, Reason: "test"})
 			sleepCtx(work, 50*time.Millisecond)
 		}
 	})

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -20,14 +19,14 @@ const adminTokenEnv = "HEARTH_ADMIN_TOKEN"
 
 // openAdmin mounts the admin API on the daemon's listener when HEARTH_ADMIN_TOKEN
 // is set, and returns nil (the routes do not exist) when it is not. leading
-// tells whether this instance may write now; prewarm starts an admin pre-warm.
+// tells whether this instance may write now; pw runs the admin's pre-warms.
 func openAdmin(srv *server, w *warmer.Warmer, leading func() bool,
-	prewarm func(context.Context) (<-chan warmer.PrewarmReport, error), reg prometheus.Registerer, log zerolog.Logger) *admin.API {
+	pw admin.Prewarmer, reg prometheus.Registerer, log zerolog.Logger) *admin.API {
 	token := os.Getenv(adminTokenEnv)
 	if token == "" {
 		return nil
 	}
-	a := admin.New(admin.Options{Token: token, Warmer: w, Leading: leading, StartPrewarm: prewarm, Registerer: reg, Logger: log})
+	a := admin.New(admin.Options{Token: token, Warmer: w, Leading: leading, Prewarm: pw, Registerer: reg, Logger: log})
 	srv.mux.Handle("/admin/", a)
 	if host, _, err := net.SplitHostPort(srv.Addr()); err == nil {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {

@@ -137,7 +137,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	pw, err := newDaemonPrewarm(cfg, w, sources, rdb, reg, log)
+	pw, err := newDaemonPrewarm(cfg, w, sources, lead, rdb, reg, log)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// The warmer's own work (a refresh after an origin's recovery) ends
 	// before the lease is released, after everything that asks it to refresh.
 	undo.push(func(context.Context) error { w.Close(); return nil })
-	adm := openAdmin(srv, w, lead.Leading, pw.startAdmin, reg, log)
+	adm := openAdmin(srv, w, lead.Leading, pw, reg, log)
 	undo.push(adm.Close)
 	// Change-driven refresh (notify declarations): a service of the term.
 	chg, err := changes.New(w, changes.Options{Specs: specs, DSNs: changeDSNs(cfg), Registerer: reg, Logger: log, ConnectTimeout: ConnectTimeout})

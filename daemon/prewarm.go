@@ -11,11 +11,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/accesslog"
+	"github.com/hearth-dev/hearth/admin"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/fence"
+	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
-	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -35,8 +37,8 @@ func AccessLog(cfg *config.Config, sources *Sources) (*accesslog.Log, error) {
 
 // PrewarmOptions turns the config into pre-warm options; the daemon, `hearth
 // prewarm` and the admin endpoint all pre-warm with them.
-func PrewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) warmer.PrewarmOptions {
-	po := warmer.PrewarmOptions{
+func PrewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) prewarm.Options {
+	po := prewarm.Options{
 		TopN: cfg.Prewarm.TopN, Window: cfg.Prewarm.Window,
 		Concurrency: cfg.Prewarm.Concurrency, Rate: cfg.Prewarm.Rate, Reason: reason,
 	}
@@ -52,20 +54,22 @@ func PrewarmOptions(cfg *config.Config, al *accesslog.Log, reason string) warmer
 // services of the leader's term (see services).
 type daemonPrewarm struct {
 	cfg      *config.Config
-	w        *warmer.Warmer
-	po       warmer.PrewarmOptions
+	rdb      redis.UniversalClient
+	lead     *leadership
+	pw       *prewarm.Prewarmer
+	po       prewarm.Options
 	roller   *accesslog.Roller // nil without an access log, or with roll-up and ranking off
 	rewarmer *rewarm.Rewarmer  // nil when prewarm.rewarm_check is 0
 	log      zerolog.Logger
 }
 
-func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
+func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources, lead *leadership,
 	rdb redis.UniversalClient, reg prometheus.Registerer, log zerolog.Logger) (*daemonPrewarm, error) {
 	al, err := AccessLog(cfg, sources)
 	if err != nil {
 		return nil, err
 	}
-	p := &daemonPrewarm{cfg: cfg, w: w, po: PrewarmOptions(cfg, al, "startup"), log: log}
+	p := &daemonPrewarm{cfg: cfg, rdb: rdb, lead: lead, pw: prewarm.New(w, reg, log), po: PrewarmOptions(cfg, al, "startup"), log: log}
 	if a := cfg.AccessLog; al != nil && (a.RollupInterval > 0 || a.RankInterval > 0) {
 		p.roller, err = accesslog.NewRoller(accesslog.RollerOptions{
 			Log: al, Client: rdb, Namespace: cfg.Redis.Namespace, Bucket: a.Bucket,
@@ -80,7 +84,7 @@ func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
 	if cfg.Prewarm.RewarmCheck > 0 {
 		p.rewarmer, err = rewarm.New(rewarm.Options{
 			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck,
-			Warmer: w, Prewarm: p.rewarm, Registerer: reg, Logger: log,
+			Warmer: w, Prewarm: p.pw.Rewarm(p.po), Registerer: reg, Logger: log,
 		})
 		if err != nil {
 			return nil, err
@@ -102,7 +106,7 @@ func (p *daemonPrewarm) startup(ctx context.Context) {
 		}
 	}
 	if p.cfg.Prewarm.Enabled && ctx.Err() == nil {
-		_, _ = p.w.Prewarm(ctx, p.po)
+		_, _ = p.pw.Run(ctx, p.po)
 	}
 	// Redis is warm: from here on, a loss is re-warmed.
 	if p.rewarmer != nil && ctx.Err() == nil {
@@ -110,42 +114,6 @@ func (p *daemonPrewarm) startup(ctx context.Context) {
 			p.log.Warn().Err(err).Msg("re-warm watch not armed; the next check arms it")
 		}
 	}
-}
-
-// options are the pre-warm options of this daemon, for a run started for the
-// given reason, e.g. by the admin API: w.StartPrewarm(ctx, p.options("admin")).
-func (p *daemonPrewarm) options(reason string) warmer.PrewarmOptions {
-	po := p.po
-	po.Reason = reason
-	return po
-}
-
-// rewarm is the pre-warm a re-warm runs first (rewarm.Options.Prewarm): this
-// daemon's, for reason, without its rate (the warmer's load bound and each
-// source's protection still apply), loading only the access-log keys keep
-// accepts (nil: all).
-func (p *daemonPrewarm) rewarm(ctx context.Context, reason string, keep func(key string) bool) error {
-	po := p.options(reason)
-	po.Rate = 0
-	if keep != nil && po.AccessLog != nil {
-		po.AccessLog = filteredLog{po.AccessLog, keep}
-	}
-	_, err := p.w.Prewarm(ctx, po)
-	return err
-}
-
-// filteredLog passes on the access-log keys keep accepts.
-type filteredLog struct {
-	warmer.AccessLog
-	keep func(string) bool
-}
-
-func (f filteredLog) EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error {
-	return f.AccessLog.EachTopKey(ctx, window, n, func(key string) {
-		if f.keep(key) {
-			fn(key)
-		}
-	})
 }
 
 // services are the roll-up loop and the re-warm watch, to run for each leader term.
@@ -160,29 +128,88 @@ func (p *daemonPrewarm) services() []func(context.Context) error {
 	return out
 }
 
-// startAdmin is the pre-warm engine as the admin API sees it: POST
+// Start is the pre-warm as the admin API starts it (admin.Prewarmer): POST
 // /admin/prewarm runs the daemon's pre-warm into its own Redis (through the
-// leader's fence), unless one runs; GET /admin/prewarm reads the warmer's
-// pre-warm state, the same one the start-up pre-warm and re-warms update.
-func (p *daemonPrewarm) startAdmin(ctx context.Context) (<-chan warmer.PrewarmReport, error) {
-	return p.w.StartPrewarm(ctx, p.options("admin"))
+// leader's fence), unless one runs. With req.From it copies from that Redis
+// instead (see startCopy).
+func (p *daemonPrewarm) Start(ctx context.Context, req admin.PrewarmRequest) (<-chan prewarm.Report, error) {
+	po := p.po
+	po.Reason = "admin"
+	if req.From == "" {
+		return p.pw.Start(ctx, po)
+	}
+	return p.startCopy(ctx, po, req)
 }
+
+// startCopy is an admin pre-warm that copies from the Redis req.From. The
+// copies are written fill-absent (a value the leader wrote is never
+// replaced) and fenced by the epoch of the term running now: a leader that
+// takes over refuses the rest, and the run ends with the term. Keys the
+// source cannot give are loaded from the origin as the leader loads, unless
+// req.FromOnly. A from that does not parse or answer is admin.ErrInvalid.
+func (p *daemonPrewarm) startCopy(ctx context.Context, po prewarm.Options, req admin.PrewarmRequest) (<-chan prewarm.Report, error) {
+	from, name, err := RedisURLFlag(p.cfg.Redis, req.From, "from")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", admin.ErrInvalid, err)
+	}
+	if err := PingRedis(ctx, from, name); err != nil {
+		from.Close()
+		return nil, fmt.Errorf("%w: from: %w", admin.ErrInvalid, err)
+	}
+	ns := p.cfg.Redis.Namespace
+	target := prewarm.NewStore(prewarm.StoreOptions{Client: p.rdb, Namespace: ns,
+		Versioned: fence.NewPrewarmVersioned(p.rdb, ns, p.log), Logger: p.log})
+	runCtx, cancel := context.WithCancel(ctx)
+	stop := func() bool { return false }
+	if p.lead.lease != nil { // without one, nothing fences: plain SET NX
+		t, ok := p.lead.lease.Current()
+		if !ok {
+			cancel()
+			from.Close()
+			return nil, leader.ErrNotLeader
+		}
+		target.Bind(t.Epoch)
+		stop = context.AfterFunc(t.Context(), cancel) // the run ends with the term
+	}
+	end := func() { stop(); cancel(); from.Close() }
+	po.Copy = &prewarm.CopySource{Client: from, Name: name, Target: target, FromOnly: req.FromOnly, Namespace: ns}
+	done, err := p.pw.Start(runCtx, po)
+	if err != nil {
+		end()
+		return nil, err
+	}
+	out := make(chan prewarm.Report, 1)
+	go func() {
+		defer close(out)
+		rep, ok := <-done
+		end()
+		if ok {
+			out <- rep
+		}
+	}()
+	return out, nil
+}
+
+// Status is GET /admin/prewarm: the pre-warm state the start-up pre-warm,
+// the re-warms and the admin's runs all update.
+func (p *daemonPrewarm) Status() prewarm.Status { return p.pw.Status() }
 
 // Prewarm is `hearth prewarm`'s engine: the config's sources, opened and
 // protected as the daemon opens them, a warmer writing into a given Redis
-// through a warmer.PrewarmStore (set-if-absent unless overwrite, fenced by the
+// through a prewarm.Store (set-if-absent unless overwrite, fenced by the
 // newest epoch when a Hearth leader's state is in that Redis), and the access
 // log, for one pre-warm with the daemon's options.
 type Prewarm struct {
 	w       *warmer.Warmer
+	pw      *prewarm.Prewarmer
 	al      *accesslog.Log
-	po      warmer.PrewarmOptions
+	po      prewarm.Options
 	sources *Sources
-	fence   warmer.PrewarmFence
+	fence   prewarm.Fence
 }
 
 // OpenPrewarm connects to every source of cfg (failing fast), reads the
-// leader state of rdb (see warmer.PrewarmStore.Prepare) and builds the warmer
+// leader state of rdb (see prewarm.Store.Prepare) and builds the warmer
 // that pre-warms rdb; overwrite replaces present values. Close closes the sources.
 func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool, log zerolog.Logger) (*Prewarm, error) {
 	return OpenPrewarmFrom(ctx, cfg, rdb, overwrite, nil, false, log)
@@ -197,7 +224,7 @@ func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalCli
 // reached the selection is the declared single keys (a warning says so).
 func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool,
 	from redis.UniversalClient, fromOnly bool, log zerolog.Logger) (*Prewarm, error) {
-	ps := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
+	ps := prewarm.NewStore(prewarm.StoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Overwrite: overwrite,
 		Versioned: fence.NewPrewarmVersioned(rdb, cfg.Redis.Namespace, log), Logger: log})
 	fence, err := ps.Prepare(ctx)
 	if err != nil {
@@ -233,16 +260,13 @@ func OpenPrewarmFrom(ctx context.Context, cfg *config.Config, rdb redis.Universa
 	}
 	po := PrewarmOptions(cfg, al, "cli")
 	if from != nil {
-		ns := cfg.Redis.Namespace
-		po.Copy = &warmer.CopySource{Client: from, FromOnly: fromOnly,
-			RecordKey:   func(key string) string { return store.VersionKey(ns, key) },
-			ParseRecord: store.ParseCopiedRecord}
+		po.Copy = &prewarm.CopySource{Client: from, Target: ps, FromOnly: fromOnly, Namespace: cfg.Redis.Namespace}
 		if logErr != nil {
 			// Read as a failing access log: the run selects by a scan of the source.
 			po.AccessLog = unreadableLog{logErr}
 		}
 	}
-	return &Prewarm{w: w, al: al, po: po, sources: sources, fence: fence}, nil
+	return &Prewarm{w: w, pw: prewarm.New(w, prometheus.NewRegistry(), log), al: al, po: po, sources: sources, fence: fence}, nil
 }
 
 // errFromOnly is what a --from-only pre-warm's origins answer: never asked.
@@ -294,16 +318,13 @@ func (u unreadableLog) EachTopKey(context.Context, time.Duration, int, func(stri
 }
 
 // Fence is the leader state the pre-warm found: whether its writes are fenced, and by which epoch.
-func (p *Prewarm) Fence() warmer.PrewarmFence { return p.fence }
-
-// Options are the pre-warm options Run uses.
-func (p *Prewarm) Options() warmer.PrewarmOptions { return p.po }
+func (p *Prewarm) Fence() prewarm.Fence { return p.fence }
 
 // Run pre-warms once; progress (if not nil) follows it.
-func (p *Prewarm) Run(ctx context.Context, progress func(warmer.PrewarmProgress)) (warmer.PrewarmReport, error) {
+func (p *Prewarm) Run(ctx context.Context, progress func(prewarm.Progress)) (prewarm.Report, error) {
 	po := p.po
 	po.Progress = progress
-	return p.w.Prewarm(ctx, po)
+	return p.pw.Run(ctx, po)
 }
 
 // SetRanking chooses which access-log ranking Run reads: accesslog.ModeAuto

@@ -23,15 +23,14 @@ import (
 
 // PrewarmVersioned is the version-checked write of `hearth prewarm` for the
 // declarations whose writes the leader version-checks (warmer.Stamped): the
-// pre-warm store hands it their entries when it writes fenced.
+// pre-warm store hands it their entries when it writes fenced (it is a
+// prewarm.VersionedWriter).
 type PrewarmVersioned struct {
 	client  redis.UniversalClient
 	ns      string
 	log     zerolog.Logger
 	foreign atomic.Int64
 }
-
-var _ warmer.PrewarmVersionedWriter = (*PrewarmVersioned)(nil)
 
 // NewPrewarmVersioned builds the writer for Redis client and namespace ns.
 func NewPrewarmVersioned(client redis.UniversalClient, ns string, log zerolog.Logger) *PrewarmVersioned {

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/fence"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -35,9 +36,9 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			prewarm := func(overwrite bool, entries ...warmer.Entry) []warmer.SetOutcome {
+			write := func(overwrite bool, entries ...warmer.Entry) []warmer.SetOutcome {
 				t.Helper()
-				ps := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: v.env.Client, Namespace: v.env.NS, PerSlot: &perSlot,
+				ps := prewarm.NewStore(prewarm.StoreOptions{Client: v.env.Client, Namespace: v.env.NS, PerSlot: &perSlot,
 					Overwrite: overwrite, Versioned: fence.NewPrewarmVersioned(v.env.Client, v.env.NS, zerolog.Nop())})
 				pf, err := ps.Prepare(context.Background())
 				if err != nil {
@@ -62,7 +63,7 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 				return e
 			}
 
-			got := prewarm(true,
+			got := write(true,
 				entry(k("newer"), "v30", ptr(30)),       // newer than the leader's: replaced
 				entry(k("older"), "v10", ptr(10)),       // older: left alone
 				entry(k("stamp-only"), "pre-warm", nil), // the leader's load is the newest known
@@ -97,7 +98,7 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 			// Without --overwrite a present key is left alone, and so is an
 			// absent one whose record holds a newer version: writing it would
 			// bring back an older value than the leader last wrote.
-			got = prewarm(false,
+			got = write(false,
 				entry(k("older"), "v40", ptr(40)),
 				entry(k("evicted"), "v10", ptr(10)),
 				entry(k("absent"), "v1", ptr(1)),
@@ -118,7 +119,7 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 			if err := v.env.Client.Set(context.Background(), fence, strconv.FormatInt(v.epoch+1, 10), 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			got = prewarm(true, entry(k("absent2"), "v1", ptr(1)))
+			got = write(true, entry(k("absent2"), "v1", ptr(1)))
 			if len(got) != 1 || got[0] != warmer.SetFenced {
 				t.Errorf("outcome under a newer fence = %v, want fenced", got)
 			}

@@ -17,18 +17,21 @@ import (
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/migrations"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// env is a catalogue in PostgreSQL, its access log, and a warmer writing to Redis.
+// env is a catalogue in PostgreSQL, its access log, and a warmer and its
+// pre-warmer writing to Redis.
 type env struct {
 	rdb    *redis.Client
 	prefix string // every cache key starts with it
 	log    *accesslog.Log
 	reg    *prometheus.Registry
 	w      *warmer.Warmer
+	pw     *prewarm.Prewarmer
 }
 
 // newEnv declares a single key <prefix>top and a family <prefix>product:{id}
@@ -74,6 +77,7 @@ keys:
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.pw = prewarm.New(e.w, e.reg, zerolog.Nop())
 	return e
 }
 
@@ -97,7 +101,7 @@ func (e *env) prewarm(t *testing.T) func(ctx context.Context, reason string, kee
 		if keep != nil {
 			t.Errorf("a re-warm scoped to some slots on a single node (reason %s)", reason)
 		}
-		_, err := e.w.Prewarm(ctx, warmer.PrewarmOptions{AccessLog: e.log, TopN: 10, Window: time.Hour, Concurrency: 4, Reason: reason})
+		_, err := e.pw.Run(ctx, prewarm.Options{AccessLog: e.log, TopN: 10, Window: time.Hour, Concurrency: 4, Reason: reason})
 		return err
 	}
 }

@@ -49,13 +49,24 @@ type HotRanker interface {
 	EachTopMatching(ctx context.Context, window time.Duration, n int, prefix, suffix string, fn func(key string) bool) (string, error)
 }
 
-// Reasons a ranked key is not promoted (besides the pre-warm's SkipTooLong,
-// SkipNamespace and SkipInvalidMember).
+// Reasons a ranked key is not promoted; the pre-warm skips access-log keys
+// for the first three too.
 const (
+	// SkipTooLong: longer than MaxLogKeyBytes.
+	SkipTooLong = "too_long"
+	// SkipNamespace: the key is one of Hearth's own (inside redis.namespace,
+	// see InNamespace), which a ranking must never make Hearth overwrite.
+	SkipNamespace = "namespace"
+	// SkipInvalidMember: the template matches, but its parameter fails the
+	// declaration's member rules (length, characters, param_pattern).
+	SkipInvalidMember = "invalid_member"
 	// SkipNoMatch: the key does not belong to the template (a ranker that
 	// returned a key it was not asked for).
 	SkipNoMatch = "no_match"
 )
+
+// MaxLogKeyBytes bounds a ranked or access-log key before it is matched at all.
+const MaxLogKeyBytes = 4096
 
 // HotSetChange is what one ranking did to a hot set.
 type HotSetChange struct {
@@ -224,7 +235,7 @@ func hotMember(spec *Spec, key string) (string, string) {
 	switch {
 	case t.namespace != "" && InNamespace(key, t.namespace):
 		return "", SkipNamespace
-	case !t.couldMatch(key):
+	case !t.CouldMatch(key):
 		return "", SkipNoMatch
 	}
 	return "", SkipInvalidMember

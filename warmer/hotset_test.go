@@ -16,6 +16,7 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/prewarmtest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -32,7 +33,7 @@ type hotEnv struct {
 	rdb    *redis.Client
 	prefix string
 	log    *accesslog.Log
-	src    *counting
+	src    *prewarmtest.Counting
 	reg    *prometheus.Registry
 	w      *warmer.Warmer
 	cfg    *config.Config
@@ -68,7 +69,7 @@ func newHotEnv(t *testing.T, hotSet string) *hotEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
-	e.src = &counting{sourcetest.Record(src)}
+	e.src = &prewarmtest.Counting{Recorder: sourcetest.Record(src)}
 	e.log = accesslog.New(e.pg.Pool)
 	e.w, err = warmer.New(warmer.Options{
 		Store: &warmer.RedisStore{Client: e.rdb}, Sources: map[string]warmer.Source{"catalog": e.src},
@@ -181,7 +182,7 @@ func TestHotSetFollowsShiftingTraffic(t *testing.T) {
 	if _, err := e.w.Refresh(ctx, "product", warmer.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := e.src.asked(), append([]string{"1"}, old...); !slices.Equal(got, want) {
+	if got, want := e.src.Sorted(), append([]string{"1"}, old...); !slices.Equal(got, want) {
 		t.Fatalf("refresh asked %v, want %v (static member + hot set)", got, want)
 	}
 
@@ -208,7 +209,7 @@ func TestHotSetFollowsShiftingTraffic(t *testing.T) {
 		if _, err := e.w.Refresh(ctx, "product", warmer.RunOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if asked := e.src.asked(); slices.ContainsFunc(asked, func(m string) bool { return slices.Contains(old, m) }) {
+		if asked := e.src.Sorted(); slices.ContainsFunc(asked, func(m string) bool { return slices.Contains(old, m) }) {
 			t.Fatalf("a demoted member was refreshed: asked %v", asked)
 		}
 		for _, m := range append([]string{"1"}, next...) {
@@ -358,7 +359,7 @@ func TestHotSetSkipsBadKeys(t *testing.T) {
 			t.Errorf("bad key %q was written", k)
 		}
 	}
-	for _, m := range e.src.asked() {
+	for _, m := range e.src.Sorted() {
 		if _, err := strconv.Atoi(m); err != nil {
 			t.Errorf("origin asked for %q", m)
 		}
@@ -451,7 +452,7 @@ func TestHotSetSurvivesReload(t *testing.T) {
 	if _, err := e.w.Refresh(ctx, "product", warmer.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := e.src.asked(), []string{"1", "21", "22"}; !slices.Equal(got, want) {
+	if got, want := e.src.Sorted(), []string{"1", "21", "22"}; !slices.Equal(got, want) {
 		t.Errorf("refresh asked %v, want %v", got, want)
 	}
 
@@ -462,7 +463,7 @@ func TestHotSetSurvivesReload(t *testing.T) {
 	if _, err := e.w.Refresh(ctx, "product", warmer.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := e.src.asked(), []string{"1"}; !slices.Equal(got, want) {
+	if got, want := e.src.Sorted(), []string{"1"}; !slices.Equal(got, want) {
 		t.Errorf("refresh without members_from asked %v, want %v", got, want)
 	}
 	if _, err := e.w.RankHotSet(ctx, "product", e.log); err == nil {

@@ -7,9 +7,9 @@ import "time"
 // the sequence number its load started with and, for a declaration with a
 // version column, the row's version.
 
-// versionTTL is how long a declaration's version records live: twice its
+// VersionTTL is how long a declaration's version records live: twice its
 // longest value TTL, so that a record outlives the value it guards.
-func versionTTL(spec *Spec) time.Duration { return 2 * max(spec.MaxTTL(), spec.NegativeTTL) }
+func VersionTTL(spec *Spec) time.Duration { return 2 * max(spec.MaxTTL(), spec.NegativeTTL) }
 
 // Stamped reports whether spec's writes are version-checked: it names a
 // version column, or change notifications (which load members on a second
@@ -35,7 +35,7 @@ func (w *Warmer) stamp(spec *Spec, entries []Entry, seq int64, results []Result)
 			}
 		}
 	}
-	vttl := versionTTL(spec)
+	vttl := VersionTTL(spec)
 	for i := range entries {
 		e := &entries[i]
 		e.Seq, e.VersionTTL, e.Family = seq, vttl, spec.Name

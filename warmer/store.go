@@ -2,6 +2,7 @@ package warmer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -150,4 +151,97 @@ func existed(ctx context.Context, c redis.UniversalClient, keys []string, cmds [
 		kept[i] = ex[j].Val() == 1
 	}
 	return kept, nil
+}
+
+// ErrPrewarmFenced: a pre-warm write was refused because a leader took over
+// after the pre-warm read the epoch.
+var ErrPrewarmFenced = errors.New("pre-warm write fenced by a newer leader")
+
+// SetOutcome is what a store did with one entry of a write.
+type SetOutcome uint8
+
+const (
+	// SetWritten: the value was written.
+	SetWritten SetOutcome = iota
+	// SetPresent: the key already held a value, which was left alone
+	// (set-if-absent).
+	SetPresent
+	// SetFenced: the fence holds a newer epoch than the writer's: a leader
+	// took over after the writer read the epoch; nothing was written.
+	SetFenced
+)
+
+// EachStore is a Store that tells, per entry, what a write did. The warmer
+// writes through SetEach when its store has it, and counts present keys
+// (Outcome.Present) and fenced ones apart from the written.
+type EachStore interface {
+	Store
+	SetEach(ctx context.Context, entries []Entry) ([]SetOutcome, error)
+}
+
+// write writes entries through ws: per entry when it is an EachStore,
+// with what the version check found when it is a CheckedStore, else all
+// written or none.
+func (w *Warmer) write(ctx context.Context, ws Store, entries []Entry) ([]SetOutcome, []VersionCheck, error) {
+	if es, ok := ws.(EachStore); ok {
+		res, err := es.SetEach(ctx, entries)
+		return res, nil, err
+	}
+	if cs, ok := ws.(CheckedStore); ok {
+		checks, err := cs.SetChecked(ctx, entries)
+		return nil, checks, err
+	}
+	return nil, nil, ws.Set(ctx, entries)
+}
+
+// settle applies a conditional write's outcomes to a batch's counts: a
+// present key is warm but was not written (Present), a fenced one failed.
+// It returns the members whose write was fenced, and the written-or-present
+// and negative member lists without them.
+func settle(out *Outcome, spec *Spec, entries []Entry, res []SetOutcome, okm, negm []string) (ok, neg, fenced []string) {
+	if res == nil {
+		return okm, negm, nil
+	}
+	isNeg := make(map[string]bool, len(negm))
+	for _, m := range negm {
+		isNeg[spec.Template.Key(m)] = true
+	}
+	drop := map[string]bool{}
+	for i, r := range res {
+		if r == SetWritten {
+			continue
+		}
+		if isNeg[entries[i].Key] {
+			out.Negative--
+		} else {
+			out.Written--
+		}
+		switch r {
+		case SetPresent:
+			out.Present++
+		case SetFenced:
+			out.Failed++
+			out.Fenced++
+			drop[entries[i].Key] = true
+		}
+	}
+	if len(drop) == 0 {
+		return okm, negm, nil
+	}
+	out.LastError = fmt.Errorf("write %s: %d keys: %w", spec.Name, len(drop), ErrPrewarmFenced)
+	keep := func(ms []string) []string {
+		var kept []string
+		for _, m := range ms {
+			if !drop[spec.Template.Key(m)] {
+				kept = append(kept, m)
+			}
+		}
+		return kept
+	}
+	for _, m := range okm {
+		if drop[spec.Template.Key(m)] {
+			fenced = append(fenced, m)
+		}
+	}
+	return keep(okm), keep(negm), fenced
 }

@@ -217,9 +217,9 @@ func (t Template) Overlaps(o Template) bool {
 	case !t.IsFamily() && !o.IsFamily():
 		return t.raw == o.raw
 	case !t.IsFamily():
-		return o.couldMatch(t.raw)
+		return o.CouldMatch(t.raw)
 	case !o.IsFamily():
-		return t.couldMatch(o.raw)
+		return t.CouldMatch(o.raw)
 	}
 	// Two families share a key exactly when one prefix extends the other and one
 	// suffix extends the other: the key longer prefix + "x" + longer suffix is in both.
@@ -227,11 +227,18 @@ func (t Template) Overlaps(o Template) bool {
 		(strings.HasSuffix(t.suffix, o.suffix) || strings.HasSuffix(o.suffix, t.suffix))
 }
 
-// couldMatch ignores member rules: overlap is judged on names alone.
-func (t Template) couldMatch(key string) bool {
+// CouldMatch reports whether key has the family's prefix and suffix around a
+// non-empty member; it ignores member rules: overlap is judged on names alone.
+func (t Template) CouldMatch(key string) bool {
 	return len(key) > len(t.prefix)+len(t.suffix) &&
 		strings.HasPrefix(key, t.prefix) && strings.HasSuffix(key, t.suffix)
 }
+
+// Literals returns the literal parts around a family's parameter.
+func (t Template) Literals() (prefix, suffix string) { return t.prefix, t.suffix }
+
+// Namespace is Hearth's namespace set by WithNamespace, "" when none is.
+func (t Template) Namespace() string { return t.namespace }
 
 // InNamespace reports whether key is one of Hearth's own under namespace ns:
 // ns itself or ns followed by ':' (<ns>:fence, <ns>:{lease}, <ns>:warm,

@@ -58,7 +58,6 @@ type Warmer struct {
 	cur     atomic.Pointer[view]
 	applyMu sync.Mutex
 
-	pw  *prewarmer
 	stm *stateMetrics
 
 	hot     *hotMetrics
@@ -139,7 +138,6 @@ func New(opts Options) (*Warmer, error) {
 		log:     opts.Logger.With().Str("component", "warmer").Logger(),
 		now:     opts.Now,
 		rand:    opts.Rand,
-		pw:      newPrewarmer(opts.Registerer),
 		stm:     newStateMetrics(opts.Registerer),
 		hot:     newHotMetrics(opts.Registerer),
 		oneShot: opts.OneShot,

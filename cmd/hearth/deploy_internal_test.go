@@ -32,6 +32,7 @@ import (
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -103,8 +104,9 @@ func exportedMetrics(t *testing.T) map[string]bool {
 			names[name] = true
 		}
 	}
-	// Pre-warm: the warmer above registers hearth_prewarm_*; the re-warm watch
+	// Pre-warm: the pre-warmer registers hearth_prewarm_*; the re-warm watch
 	// and the access-log roll-up register theirs.
+	prewarm.New(w, rec, zerolog.Nop())
 	if _, err := rewarm.New(rewarm.Options{Client: rdb, Namespace: "t", Warmer: w, Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/daemon"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/prewarm"
 )
 
 func newPrewarmCmd(g *globals) *cobra.Command {
@@ -200,7 +200,7 @@ type progress struct {
 	log   zerolog.Logger
 	start time.Time
 	last  time.Time
-	p     warmer.PrewarmProgress
+	p     prewarm.Progress
 }
 
 func newProgress(w io.Writer, log zerolog.Logger) *progress {
@@ -208,7 +208,7 @@ func newProgress(w io.Writer, log zerolog.Logger) *progress {
 	return &progress{out: w, tty: ok && isatty.IsTerminal(f.Fd()), log: log, start: time.Now()}
 }
 
-func (p *progress) update(pr warmer.PrewarmProgress) {
+func (p *progress) update(pr prewarm.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.p = pr
@@ -258,7 +258,7 @@ func (p *progress) finish() {
 	}
 }
 
-func printSummary(w io.Writer, target, from string, r warmer.PrewarmReport, rk accesslog.Ranking, minCoverage float64, fence warmer.PrewarmFence, overwrite bool) {
+func printSummary(w io.Writer, target, from string, r prewarm.Report, rk accesslog.Ranking, minCoverage float64, fence prewarm.Fence, overwrite bool) {
 	reasons := make([]string, 0, len(r.Skipped))
 	for k, n := range r.Skipped {
 		if n > 0 {

@@ -2,7 +2,10 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -28,6 +31,7 @@ import (
 type blueGreen struct {
 	srv, gsrv    *testenv.RedisServer
 	slow         bool // configs pace the pre-warm: batches of 2, 4 a second
+	onGreen      bool // configs name green (db 1) and turn the start-up pre-warm off: a daemon's
 	blue, green  *redis.Client
 	from         redis.UniversalClient // what checkCopied compares green with (default blue)
 	ns, dir      string
@@ -113,12 +117,15 @@ func (b *blueGreen) config(t *testing.T, dsn string) string {
 func (b *blueGreen) configLog(t *testing.T, dsn, logDSN string) string {
 	t.Helper()
 	path := filepath.Join(b.dir, fmt.Sprintf("config-%d.yaml", time.Now().UnixNano()))
-	pace, batch := "", ""
+	pace, batch, rdb := "", "", fmt.Sprintf("{addrs: [%q], namespace: %q}", b.srv.Addr, b.ns)
 	if b.slow {
 		pace, batch = "prewarm: {rate: 4, concurrency: 1}", "batch_size: 2"
 	}
+	if b.onGreen {
+		pace, rdb = "prewarm: {enabled: false}", fmt.Sprintf("{addrs: [%q], db: 1, namespace: %q}", b.gsrv.Addr, b.ns)
+	}
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
-redis: {addrs: [%q], namespace: %q}
+redis: %s
 log: {level: warn, format: json}
 sources:
   - {name: db, type: postgres, dsn: %q}
@@ -141,7 +148,7 @@ keys:
     version_column: ver
     %s
     query: "SELECT id::text, v, ver FROM items WHERE id = ANY($1::bigint[])"
-`, b.srv.Addr, b.ns, dsn, logDSN, pace, batch)), 0o600); err != nil {
+`, rdb, dsn, logDSN, pace, batch)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -458,4 +465,98 @@ func TestPrewarmFromSentinel(t *testing.T) {
 	}
 	wantSummary(t, out, "access-log keys read", "wanted                22", "copied                22 (with version record 20)", "negative              1", "coverage              100.000%")
 	b.checkCopied(t, append([]string{"bg:top", b.sentinelKey}, b.itemKeys...))
+}
+
+// TestAdminPrewarmFrom: a leader running on green, asked through the admin
+// API to pre-warm from blue with from_only, copies blue's values and version
+// records with no origin load, leaves alone the keys it wrote itself (its
+// start-up load of the declared ones), and answers a bad request with a
+// clear 4xx naming the field and no password.
+func TestAdminPrewarmFrom(t *testing.T) {
+	t.Parallel()
+	b := newBlueGreen(t)
+	b.onGreen = true
+	ctx := context.Background()
+	d := startDaemonPath(t, b.config(t, b.pgDSN), "HEARTH_ADMIN_TOKEN="+adminToken)
+	bearer := "Bearer " + adminToken
+	// The leader's start-up load wrote the declared keys from the origin.
+	own := map[string]string{"bg:top": "top-origin", b.itemKeys[0]: "old1"}
+	for k, v := range own {
+		if got := b.green.Get(ctx, k).Val(); got != v {
+			t.Fatalf("green %s = %q after the start-up load, want the origin's %q", k, got, v)
+		}
+	}
+	post := func(body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("POST", d.URL+"/admin/prewarm", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", bearer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	for _, c := range []struct {
+		body, want string
+		code       int
+	}{
+		{`{"from": "redis://:hunter2@127.0.0.1:notaport/0"}`, `from: parse`, http.StatusUnprocessableEntity},
+		{`{"from": "redis://:hunter2@` + e2e.FreeAddr(t) + `/0"}`, `from: redis `, http.StatusUnprocessableEntity},
+		{`{"from_only": true}`, `from_only: needs from`, http.StatusUnprocessableEntity},
+		{`{"form": "redis://x"}`, `unknown field \"form\"`, http.StatusBadRequest},
+	} {
+		code, body := post(c.body)
+		if code != c.code || !strings.Contains(body, c.want) || strings.Contains(body, "hunter2") {
+			t.Errorf("POST %s: %d %s, want %d naming %s without the password", c.body, code, body, c.code, c.want)
+		}
+	}
+
+	loads := d.metric(t, "hearth_origin_load_duration_seconds_count")
+	if code, body := post(fmt.Sprintf(`{"from": %q, "from_only": true}`, b.blueURL)); code != http.StatusAccepted {
+		t.Fatalf("POST /admin/prewarm from blue: %d %s, want 202", code, body)
+	}
+	var st struct {
+		Running bool `json:"running"`
+		Report  *struct {
+			From       string  `json:"from"`
+			Wanted     int     `json:"wanted"`
+			Copied     int     `json:"copied"`
+			Records    int     `json:"records_copied"`
+			Present    int     `json:"present"`
+			FromOrigin int     `json:"from_origin"`
+			Failed     int     `json:"failed"`
+			Coverage   float64 `json:"coverage"`
+		} `json:"report"`
+	}
+	var body string
+	testenv.Eventually(t, 30*time.Second, "the admin copy finishes", func() bool {
+		var code int
+		code, body = call(t, "GET", d.URL+"/admin/prewarm", bearer)
+		st.Report = nil
+		return code == http.StatusOK && json.Unmarshal([]byte(body), &st) == nil && !st.Running && st.Report != nil && st.Report.From != ""
+	})
+	// Wanted: top, items 1..20 and the sentinel; the leader's two are present.
+	if r := st.Report; r.Wanted != 22 || r.Copied != 20 || r.Records != 20 || r.Present != 2 || r.FromOrigin != 0 || r.Failed != 0 || r.Coverage != 1 {
+		t.Errorf("GET /admin/prewarm = %s, want 22 wanted: 20 copied (20 carried their record, item 1's to a present key), 2 present, none from the origin", body)
+	}
+	if got := d.metric(t, "hearth_origin_load_duration_seconds_count") - loads; got != 0 {
+		t.Errorf("the copy made %g origin loads, want 0", got)
+	}
+	for k, v := range own {
+		if got := b.green.Get(ctx, k).Val(); got != v {
+			t.Errorf("green %s = %q after the copy, want the leader's %q: a copy never overwrites", k, got, v)
+		}
+	}
+	b.checkCopied(t, append([]string{b.sentinelKey}, b.itemKeys[1:]...))
+	for _, k := range b.itemKeys[1:] {
+		rec, err := b.green.Get(ctx, store.VersionKey(b.ns, k)).Result()
+		if v, ok := store.ParseVersionRecord(rec); err != nil || !ok || v != 50 {
+			t.Errorf("green's version record of %s = %q (%v), want version 50", k, rec, err)
+		}
+	}
 }

@@ -406,8 +406,8 @@ func (s *RedisServer) Restart(t testing.TB) {
 func (s *RedisServer) RestartTimed(t testing.TB, down time.Duration) time.Time {
 	t.Helper()
 	s.Stop(t)
-	up := make(chan time.Time, 1)
-	go func() { up <- firstPong(s.Addr, time.Minute+down) }()
+	up, addr := make(chan time.Time, 1), s.Addr // read before Start rewrites it
+	go func() { up <- firstPong(addr, time.Minute+down) }()
 	time.Sleep(down)
 	s.Start(t)
 	return <-up

@@ -1,9 +1,10 @@
-package warmer_test
+package prewarm_test
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -16,19 +17,15 @@ func FuzzPrewarmClassify(f *testing.F) {
 		f.Add(k)
 	}
 	specs := []*warmer.Spec{fuzzSingle(f, "top"), fuzzFamily(f, "product", "product:{id}", "[0-9]{1,12}"), fuzzFamily(f, "price", "price:{sku}:eur", "")}
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{}, Sources: map[string]warmer.Source{"o": newOrigin()}, Specs: specs})
-	if err != nil {
-		f.Fatal(err)
-	}
-	reasons := map[string]bool{warmer.SkipTooLong: true, warmer.SkipMalformed: true, warmer.SkipUnknown: true, warmer.SkipInvalidMember: true}
+	reasons := map[string]bool{prewarm.SkipTooLong: true, prewarm.SkipMalformed: true, prewarm.SkipUnknown: true, prewarm.SkipInvalidMember: true}
 	f.Fuzz(func(t *testing.T, key string) {
-		spec, member, reason := w.Classify(key)
+		spec, member, reason := prewarm.Classify(specs, key)
 		if reason != "" {
 			if !reasons[reason] || spec != nil {
 				t.Fatalf("Classify(%q) = %v, %q, %q: unknown reason or a spec with a skip", key, spec, member, reason)
 			}
 			for _, s := range specs {
-				if m, ok := s.Template.Match(key); ok && len(key) <= warmer.MaxLogKeyBytes {
+				if m, ok := s.Template.Match(key); ok && len(key) <= prewarm.MaxLogKeyBytes {
 					t.Fatalf("Classify(%q) skipped it (%s), but %s matches it with member %q", key, reason, s.Name, m)
 				}
 			}

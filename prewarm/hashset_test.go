@@ -1,4 +1,4 @@
-package warmer
+package prewarm
 
 import (
 	"hash/maphash"

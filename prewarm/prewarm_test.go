@@ -1,4 +1,4 @@
-package warmer_test
+package prewarm_test
 
 import (
 	"context"
@@ -12,158 +12,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/accesslog"
-	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/prewarmtest"
 	"github.com/hearth-dev/hearth/internal/promtest"
-	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/migrations"
-	"github.com/hearth-dev/hearth/sources/postgres"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/prewarm"
 )
-
-// counting wraps a real source and records what it was asked.
-type counting struct{ *sourcetest.Recorder }
-
-// asked is every member asked for, sorted ("" for the single key).
-func (c *counting) asked() []string {
-	out := c.Asked()
-	sort.Strings(out)
-	return out
-}
-
-// pwEnv is a catalogue in PostgreSQL, its access log, and a warmer writing to Redis.
-type pwEnv struct {
-	pg     *testenv.PostgresEnv
-	rdb    *redis.Client
-	prefix string // every cache key starts with it
-	log    *accesslog.Log
-	src    *counting
-	reg    *prometheus.Registry
-	w      *warmer.Warmer
-}
-
-// newPWEnv declares a single key <prefix>top and a family <prefix>product:{id}
-// (digits only, batches of batch), with products 1..products in the catalogue;
-// the value of product i is "p<i>", and product 13's value is NULL (a failure).
-func newPWEnv(t *testing.T, rdb *redis.Client, prefix string, products, batch int, query string) *pwEnv {
-	t.Helper()
-	ctx := context.Background()
-	e := &pwEnv{pg: testenv.Postgres(t), rdb: rdb, prefix: prefix, reg: prometheus.NewRegistry()}
-	for _, q := range []string{
-		`CREATE TABLE products (id bigint PRIMARY KEY, v text)`,
-		fmt.Sprintf(`INSERT INTO products SELECT i, CASE WHEN i = 13 THEN NULL ELSE 'p' || i END FROM generate_series(1, %d) i`, products),
-	} {
-		if _, err := e.pg.Pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var err error
-	db := stdlib.OpenDBFromPool(e.pg.Pool)
-	defer db.Close()
-	p, err := migrations.NewProvider(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if query == "" {
-		query = "SELECT id::text, v FROM products WHERE id::text = ANY($1)"
-	}
-	yaml := fmt.Sprintf(`
-sources:
-  - {name: catalog, type: postgres, dsn: %q}
-keys:
-  - name: top
-    key: %q
-    source: catalog
-    ttl: 60s
-    query: "SELECT 'top'"
-  - name: product
-    key: %q
-    source: catalog
-    ttl: 60s
-    batch_size: %d
-    param_pattern: "[0-9]{1,12}"
-    members: ["1"]
-    query: %q
-`, e.pg.DSN, prefix+"top", prefix+"product:{id}", batch, query)
-	cfg, err := config.Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := postgres.New(postgres.Config{Name: "catalog", DSN: e.pg.DSN, MaxConns: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	e.src = &counting{sourcetest.Record(src)}
-	e.log = accesslog.New(e.pg.Pool)
-	e.w, err = warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"catalog": e.src},
-		Specs: cfg.Specs(), MaxConcurrentLoads: 8, Registerer: e.reg, Logger: zerolog.Nop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
-// record counts reads of keys in the current bucket: the first is the hottest.
-func (e *pwEnv) record(t *testing.T, keys ...string) {
-	t.Helper()
-	h := map[string]int64{}
-	for i, k := range keys {
-		h[k] = int64(1000 - i)
-	}
-	if err := e.log.Record(context.Background(), time.Now(), time.Minute, h); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (e *pwEnv) options(n int) warmer.PrewarmOptions {
-	return warmer.PrewarmOptions{AccessLog: e.log, TopN: n, Window: time.Hour, Concurrency: 4, Reason: "test"}
-}
-
-// keys lists the Redis keys under the test's prefix.
-func (e *pwEnv) keys(t *testing.T) []string {
-	t.Helper()
-	var out []string
-	iter := e.rdb.Scan(context.Background(), 0, e.prefix+"*", 1000).Iterator()
-	for iter.Next(context.Background()) {
-		out = append(out, strings.TrimPrefix(iter.Val(), e.prefix))
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(out)
-	return out
-}
 
 // TestPrewarmSkipsHostileKeys: access-log keys that match no declaration or
 // whose parameter is invalid are skipped and counted by reason, never sent to
 // the origin and never written; the valid ones and the declared single key load.
 func TestPrewarmSkipsHostileKeys(t *testing.T) {
 	rd := testenv.Redis(t)
-	e := newPWEnv(t, rd.Client, rd.Prefix, 20, 100, "")
+	e := prewarmtest.New(t, rd.Client, rd.Prefix, 20, 100, "")
 	p := rd.Prefix
 	hostile := map[string]string{
-		p + "product:{id}":                               warmer.SkipInvalidMember, // a template look-alike
-		p + "product:1;DROP_TABLE_products":              warmer.SkipInvalidMember, // SQL-looking, fails param_pattern
-		p + "product:" + strings.Repeat("9", 200):        warmer.SkipInvalidMember, // member too long
-		p + "product:1' OR '1'='1":                       warmer.SkipMalformed,     // SQL with spaces
-		p + "product:1\x01":                              warmer.SkipMalformed,     // control character
-		p + "product:\u00a02":                            warmer.SkipMalformed,     // unicode space
-		p + "user:7":                                     warmer.SkipUnknown,       // wrong family
-		"product:3":                                      warmer.SkipUnknown,       // right family name, wrong namespace
-		p + "top:extra":                                  warmer.SkipUnknown,       // single-key look-alike
-		p + strings.Repeat("x", warmer.MaxLogKeyBytes+1): warmer.SkipTooLong,
+		p + "product:{id}":                                prewarm.SkipInvalidMember, // a template look-alike
+		p + "product:1;DROP_TABLE_products":               prewarm.SkipInvalidMember, // SQL-looking, fails param_pattern
+		p + "product:" + strings.Repeat("9", 200):         prewarm.SkipInvalidMember, // member too long
+		p + "product:1' OR '1'='1":                        prewarm.SkipMalformed,     // SQL with spaces
+		p + "product:1\x01":                               prewarm.SkipMalformed,     // control character
+		p + "product:\u00a02":                             prewarm.SkipMalformed,     // unicode space
+		p + "user:7":                                      prewarm.SkipUnknown,       // wrong family
+		"product:3":                                       prewarm.SkipUnknown,       // right family name, wrong namespace
+		p + "top:extra":                                   prewarm.SkipUnknown,       // single-key look-alike
+		p + strings.Repeat("x", prewarm.MaxLogKeyBytes+1): prewarm.SkipTooLong,
 	}
 	valid := []string{p + "product:3", p + "product:5", p + "top", p + "product:404"}
 	var logged []string
@@ -174,12 +50,12 @@ func TestPrewarmSkipsHostileKeys(t *testing.T) {
 	// Hostile keys are the hottest: they must not crowd out or stop the rest.
 	// The table's guard drops a key over accesslog.MaxKeyBytes; a row written
 	// before it existed (or with it off) still reaches the pre-warm.
-	if _, err := e.pg.Pool.Exec(context.Background(), `ALTER TABLE hearth_access_log DISABLE TRIGGER hearth_access_log_guard`); err != nil {
+	if _, err := e.PG.Pool.Exec(context.Background(), `ALTER TABLE hearth_access_log DISABLE TRIGGER hearth_access_log_guard`); err != nil {
 		t.Fatal(err)
 	}
-	e.record(t, append(logged, valid...)...)
+	e.Record(t, append(logged, valid...)...)
 
-	rep, err := e.w.Prewarm(context.Background(), e.options(100))
+	rep, err := e.PW.Run(context.Background(), e.Options(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +67,7 @@ func TestPrewarmSkipsHostileKeys(t *testing.T) {
 		if got := rep.Skipped[r]; got != n {
 			t.Errorf("skipped[%s] = %d, want %d (all: %v)", r, got, n, rep.Skipped)
 		}
-		if got := promtest.Value(t, e.reg, "hearth_prewarm_keys_total", "outcome", "skipped_"+r); got != float64(n) {
+		if got := promtest.Value(t, e.Reg, "hearth_prewarm_keys_total", "outcome", "skipped_"+r); got != float64(n) {
 			t.Errorf("hearth_prewarm_keys_total{outcome=skipped_%s} = %g, want %d", r, got, n)
 		}
 	}
@@ -202,10 +78,10 @@ func TestPrewarmSkipsHostileKeys(t *testing.T) {
 	if got, want := rep.Coverage, 1.0; got != want {
 		t.Errorf("coverage = %g, want %g", got, want)
 	}
-	if got, want := e.src.asked(), []string{"", "3", "404", "5"}; !slices.Equal(got, want) {
+	if got, want := e.Src.Sorted(), []string{"", "3", "404", "5"}; !slices.Equal(got, want) {
 		t.Errorf("origin asked for %q, want %q (nothing hostile)", got, want)
 	}
-	if got, want := e.keys(t), []string{"product:3", "product:404", "product:5", "top"}; !slices.Equal(got, want) {
+	if got, want := e.Keys(t), []string{"product:3", "product:404", "product:5", "top"}; !slices.Equal(got, want) {
 		t.Errorf("redis keys = %q, want %q", got, want)
 	}
 	if got, want := rd.Client.Get(context.Background(), p+"product:5").Val(), "p5"; got != want {
@@ -219,32 +95,32 @@ func TestPrewarmSkipsHostileKeys(t *testing.T) {
 func TestPrewarmBatchesHottestFirst(t *testing.T) {
 	rd := testenv.Redis(t)
 	// A slow origin, so that batches overlap if nothing bounds them.
-	e := newPWEnv(t, rd.Client, rd.Prefix, 100, 10,
+	e := prewarmtest.New(t, rd.Client, rd.Prefix, 100, 10,
 		"SELECT id::text, v FROM products, pg_sleep(0.05) WHERE id::text = ANY($1)")
 	var hot []string
 	for i := 100; i >= 51; i-- { // 100 is the hottest
 		hot = append(hot, fmt.Sprintf("%sproduct:%d", rd.Prefix, i))
 	}
-	e.record(t, hot...)
-	run := func(t *testing.T, concurrency int) ([][]string, int, []warmer.PrewarmProgress) {
+	e.Record(t, hot...)
+	run := func(t *testing.T, concurrency int) ([][]string, int, []prewarm.Progress) {
 		t.Helper()
-		e.src.Reset()
-		opts := e.options(50)
+		e.Src.Reset()
+		opts := e.Options(50)
 		opts.Concurrency = concurrency
-		var progress []warmer.PrewarmProgress
-		opts.Progress = func(p warmer.PrewarmProgress) { progress = append(progress, p) }
-		rep, err := e.w.Prewarm(context.Background(), opts)
+		var progress []prewarm.Progress
+		opts.Progress = func(p prewarm.Progress) { progress = append(progress, p) }
+		rep, err := e.PW.Run(context.Background(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got, want := rep.Written, 51; got != want {
 			t.Errorf("written = %d, want %d (50 products and the single key)", got, want)
 		}
-		loads := e.src.Loads()
+		loads := e.Src.Loads()
 		if got, want := len(loads), 6; got != want {
 			t.Fatalf("origin queries = %d, want %d (the single key, then 5 batches of 10)", got, want)
 		}
-		return loads, e.src.Peak(), progress
+		return loads, e.Src.Peak(), progress
 	}
 
 	t.Run("hottest first", func(t *testing.T) {
@@ -277,15 +153,15 @@ func TestPrewarmBatchesHottestFirst(t *testing.T) {
 // TestPrewarmRateBound: batch loads start no faster than the rate allows.
 func TestPrewarmRateBound(t *testing.T) {
 	rd := testenv.Redis(t)
-	e := newPWEnv(t, rd.Client, rd.Prefix, 50, 10, "")
+	e := prewarmtest.New(t, rd.Client, rd.Prefix, 50, 10, "")
 	var hot []string
 	for i := 1; i <= 50; i++ {
 		hot = append(hot, fmt.Sprintf("%sproduct:%d", rd.Prefix, i))
 	}
-	e.record(t, hot...)
-	opts := e.options(50)
+	e.Record(t, hot...)
+	opts := e.Options(50)
 	opts.Rate = 20 // 6 batches (the single key and 5 of 10): at least 5 intervals of 50ms
-	rep, err := e.w.Prewarm(context.Background(), opts)
+	rep, err := e.PW.Run(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,9 +174,9 @@ func TestPrewarmRateBound(t *testing.T) {
 // lowers the coverage; a member with no row is a negative sentinel and does not.
 func TestPrewarmCoverage(t *testing.T) {
 	rd := testenv.Redis(t)
-	e := newPWEnv(t, rd.Client, rd.Prefix, 20, 100, "")
-	e.record(t, rd.Prefix+"product:1", rd.Prefix+"product:13", rd.Prefix+"product:999")
-	rep, err := e.w.Prewarm(context.Background(), e.options(10))
+	e := prewarmtest.New(t, rd.Client, rd.Prefix, 20, 100, "")
+	e.Record(t, rd.Prefix+"product:1", rd.Prefix+"product:13", rd.Prefix+"product:999")
+	rep, err := e.PW.Run(context.Background(), e.Options(10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,10 +186,10 @@ func TestPrewarmCoverage(t *testing.T) {
 	if got, want := rep.Coverage, 0.75; got != want {
 		t.Errorf("coverage = %g, want %g", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_coverage_ratio"), 0.75; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_coverage_ratio"), 0.75; got != want {
 		t.Errorf("hearth_prewarm_coverage_ratio = %g, want %g", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_runs_total", "result", "partial"), 1.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_runs_total", "result", "partial"), 1.0; got != want {
 		t.Errorf("hearth_prewarm_runs_total{result=partial} = %g, want %g", got, want)
 	}
 }
@@ -323,7 +199,7 @@ func TestPrewarmCoverage(t *testing.T) {
 // key once and counts it once as wanted.
 func TestPrewarmRepeatedKeysLoadOnce(t *testing.T) {
 	rd := testenv.Redis(t)
-	e := newPWEnv(t, rd.Client, rd.Prefix, 20, 2, "")
+	e := prewarmtest.New(t, rd.Client, rd.Prefix, 20, 2, "")
 	p := rd.Prefix
 	// A stored chunk holds 1,000 keys: the first is filled with keys of no
 	// declaration.
@@ -331,35 +207,35 @@ func TestPrewarmRepeatedKeysLoadOnce(t *testing.T) {
 	for i := len(first); i < 1000; i++ {
 		first = append(first, fmt.Sprintf("%sother:%d", p, i))
 	}
-	if _, err := e.pg.Pool.Exec(context.Background(), `INSERT INTO hearth_access_rank (chunk, keys) VALUES (0, $1::text[]), (1, $2::text[])`,
+	if _, err := e.PG.Pool.Exec(context.Background(), `INSERT INTO hearth_access_rank (chunk, keys) VALUES (0, $1::text[]), (1, $2::text[])`,
 		first, []string{p + "product:2", p + "product:3", p + "top"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.pg.Pool.Exec(context.Background(), `INSERT INTO hearth_access_rank_info (computed_at, window_ms, top_n, keys) VALUES (now(), 3600000, 2000, 1003)`); err != nil {
+	if _, err := e.PG.Pool.Exec(context.Background(), `INSERT INTO hearth_access_rank_info (computed_at, window_ms, top_n, keys) VALUES (now(), 3600000, 2000, 1003)`); err != nil {
 		t.Fatal(err)
 	}
-	e.log.UseRanking(time.Hour)
-	rep, err := e.w.Prewarm(context.Background(), e.options(2000))
+	e.Log.UseRanking(time.Hour)
+	rep, err := e.PW.Run(context.Background(), e.Options(2000))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.log.LastRanking(); got != accesslog.RankingStored {
+	if got := e.Log.LastRanking(); got != accesslog.RankingStored {
 		t.Fatalf("ranking %q, want the stored one", got)
 	}
 	if !strings.HasPrefix(rep.Ranking, "stored, ") || !strings.Contains(rep.Ranking, "buckets ") {
 		t.Errorf("report ranking %q, want the stored ranking's age and buckets", rep.Ranking)
 	}
-	if got, want := e.src.asked(), []string{"", "1", "2", "3"}; !slices.Equal(got, want) {
+	if got, want := e.Src.Sorted(), []string{"", "1", "2", "3"}; !slices.Equal(got, want) {
 		t.Errorf("origin asked for %q, want each member once %q", got, want)
 	}
 	if got, want := [3]int{rep.Candidates, rep.Wanted, rep.Written}, [3]int{1003, 4, 4}; got != want {
 		t.Errorf("candidates, wanted, written = %v, want %v", got, want)
 	}
 	// The repeats are counted as skipped, with the keys of no declaration.
-	if got, want := [2]int{rep.Skipped[warmer.SkipDuplicate], rep.Skipped[warmer.SkipUnknown]}, [2]int{2, 997}; got != want {
+	if got, want := [2]int{rep.Skipped[prewarm.SkipDuplicate], rep.Skipped[prewarm.SkipUnknown]}, [2]int{2, 997}; got != want {
 		t.Errorf("skipped duplicate, unknown = %v, want %v", got, want)
 	}
-	if got := promtest.Value(t, e.reg, "hearth_prewarm_keys_total", "outcome", "skipped_duplicate"); got != 2 {
+	if got := promtest.Value(t, e.Reg, "hearth_prewarm_keys_total", "outcome", "skipped_duplicate"); got != 2 {
 		t.Errorf("hearth_prewarm_keys_total{outcome=skipped_duplicate} = %g, want 2", got)
 	}
 	if rep.Coverage != 1 {
@@ -371,21 +247,21 @@ func TestPrewarmRepeatedKeysLoadOnce(t *testing.T) {
 // single keys still load, and the error is returned.
 func TestPrewarmAccessLogUnreadable(t *testing.T) {
 	rd := testenv.Redis(t)
-	e := newPWEnv(t, rd.Client, rd.Prefix, 5, 100, "")
-	if _, err := e.pg.Pool.Exec(context.Background(), "DROP TABLE hearth_access_log"); err != nil {
+	e := prewarmtest.New(t, rd.Client, rd.Prefix, 5, 100, "")
+	if _, err := e.PG.Pool.Exec(context.Background(), "DROP TABLE hearth_access_log"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := e.w.Prewarm(context.Background(), e.options(10))
+	rep, err := e.PW.Run(context.Background(), e.Options(10))
 	if err == nil || !strings.Contains(err.Error(), accesslog.Table) || !strings.Contains(err.Error(), "hearth migrate up") {
 		t.Fatalf("err = %v, want one naming %s and the fix", err, accesslog.Table)
 	}
-	if got, want := e.keys(t), []string{"top"}; !slices.Equal(got, want) {
+	if got, want := e.Keys(t), []string{"top"}; !slices.Equal(got, want) {
 		t.Errorf("redis keys = %q, want %q", got, want)
 	}
 	if got, want := rep.Written, 1; got != want {
 		t.Errorf("written = %d, want %d", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_access_log_errors_total"), 1.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_access_log_errors_total"), 1.0; got != want {
 		t.Errorf("hearth_prewarm_access_log_errors_total = %g, want %g", got, want)
 	}
 	// The ranking failed: the run failed, whatever it loaded. The top 10 keys
@@ -396,10 +272,10 @@ func TestPrewarmAccessLogUnreadable(t *testing.T) {
 	if got, want := rep.Coverage, 1.0/11; got != want {
 		t.Errorf("coverage = %g, want %g", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_coverage_ratio"), 1.0/11; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_coverage_ratio"), 1.0/11; got != want {
 		t.Errorf("hearth_prewarm_coverage_ratio = %g, want %g", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_runs_total", "result", "error"), 1.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_runs_total", "result", "error"), 1.0; got != want {
 		t.Errorf("hearth_prewarm_runs_total{result=error} = %g, want %g", got, want)
 	}
 }
@@ -413,12 +289,12 @@ func TestPrewarmAccessLogUnreadable(t *testing.T) {
 // coverage said 1.)
 func TestPrewarmFromHostileBuckets(t *testing.T) {
 	rd := testenv.Redis(t)
-	e := newPWEnv(t, rd.Client, rd.Prefix, 20, 100, "")
+	e := prewarmtest.New(t, rd.Client, rd.Prefix, 20, 100, "")
 	ctx := context.Background()
 	p, ns := rd.Prefix, strings.TrimSuffix(rd.Prefix, ":")
 	reg := prometheus.NewRegistry()
 	roller, err := accesslog.NewRoller(accesslog.RollerOptions{
-		Log: e.log, Client: rd.Client, Namespace: ns, Bucket: time.Minute, Lookback: time.Hour, Registerer: reg,
+		Log: e.Log, Client: rd.Client, Namespace: ns, Bucket: time.Minute, Lookback: time.Hour, Registerer: reg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -458,7 +334,7 @@ func TestPrewarmFromHostileBuckets(t *testing.T) {
 		t.Errorf("ranking: %v", err)
 	}
 
-	rep, err := e.w.Prewarm(ctx, e.options(100))
+	rep, err := e.PW.Run(ctx, e.Options(100))
 	if err != nil {
 		t.Fatalf("pre-warm: %v", err)
 	}
@@ -469,10 +345,10 @@ func TestPrewarmFromHostileBuckets(t *testing.T) {
 	if rep.Coverage != 1 || rep.AccessLogFailed {
 		t.Errorf("coverage %g, access log failed %v; want 1, false", rep.Coverage, rep.AccessLogFailed)
 	}
-	if got, want := e.keys(t), []string{"product:11", "product:3", "product:5", "top"}; !slices.Equal(got, want) {
+	if got, want := e.Keys(t), []string{"product:11", "product:3", "product:5", "top"}; !slices.Equal(got, want) {
 		t.Errorf("redis keys = %q, want %q", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_runs_total", "result", "ok"), 1.0; got != want {
+	if got, want := promtest.Value(t, e.Reg, "hearth_prewarm_runs_total", "result", "ok"), 1.0; got != want {
 		t.Errorf("hearth_prewarm_runs_total{result=ok} = %g, want %g", got, want)
 	}
 }
@@ -481,34 +357,34 @@ func TestPrewarmFromHostileBuckets(t *testing.T) {
 // refuses a second one, survives a reload, and leaves its report behind.
 func TestStartPrewarm(t *testing.T) {
 	rd := testenv.Redis(t)
-	e := newPWEnv(t, rd.Client, rd.Prefix, 30, 5,
+	e := prewarmtest.New(t, rd.Client, rd.Prefix, 30, 5,
 		"SELECT id::text, v FROM products, pg_sleep(0.1) WHERE id::text = ANY($1)")
 	var hot []string
 	for i := 1; i <= 30; i++ {
 		hot = append(hot, fmt.Sprintf("%sproduct:%d", rd.Prefix, i))
 	}
-	e.record(t, hot...)
-	opts := e.options(30)
+	e.Record(t, hot...)
+	opts := e.Options(30)
 	opts.Concurrency = 1
-	done, err := e.w.StartPrewarm(context.Background(), opts)
+	done, err := e.PW.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := e.w.PrewarmStatus(); !st.Current.Running {
+	if st := e.PW.Status(); !st.Current.Running {
 		t.Errorf("status right after start = %+v, want running", st.Current)
 	}
-	if _, err := e.w.StartPrewarm(context.Background(), opts); !errors.Is(err, warmer.ErrPrewarmBusy) {
-		t.Errorf("second StartPrewarm: err = %v, want ErrPrewarmBusy", err)
+	if _, err := e.PW.Start(context.Background(), opts); !errors.Is(err, prewarm.ErrBusy) {
+		t.Errorf("second Start: err = %v, want ErrBusy", err)
 	}
 	// A config reload while it runs (the race detector watches).
-	if _, err := e.w.Apply(e.w.Specs()); err != nil {
+	if _, err := e.W.Apply(e.W.Specs()); err != nil {
 		t.Fatal(err)
 	}
 	rep := <-done
 	if got, want := rep.Wanted, 31; got != want {
 		t.Errorf("wanted = %d, want %d", got, want)
 	}
-	st := e.w.PrewarmStatus()
+	st := e.PW.Status()
 	if st.Current.Running || st.Last == nil || st.Last.Wanted != 31 {
 		t.Errorf("status after the run = %+v (last %+v), want idle with the last report", st.Current, st.Last)
 	}

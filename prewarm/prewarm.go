@@ -1,4 +1,10 @@
-package warmer
+// Package prewarm warms a Redis ahead of its readers: every declared single
+// key plus the hottest keys of the access log, each matched to its
+// declaration and validated, loaded in batches through the refresh engine or
+// copied from another Redis (blue-green from the live cache). One run at a
+// time; its progress and the last report are readable while it runs.
+// It sees the engine through Engine, and writes one-shot runs through Store.
+package prewarm
 
 import (
 	"context"
@@ -14,9 +20,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
+
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // AccessLog ranks cache keys by how often the application read them.
@@ -27,8 +36,8 @@ type AccessLog interface {
 	EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error
 }
 
-// PrewarmOptions shapes one pre-warm.
-type PrewarmOptions struct {
+// Options shapes one pre-warm.
+type Options struct {
 	// AccessLog supplies the hot keys; nil loads the declared single keys only.
 	AccessLog AccessLog
 	// TopN is how many access-log keys are read; 0 reads none.
@@ -44,27 +53,23 @@ type PrewarmOptions struct {
 	Reason string
 	// Progress, when set, is called once the keys are known and after every
 	// batch, never concurrently.
-	Progress func(PrewarmProgress)
+	Progress func(Progress)
 	// Copy, when set, copies the wanted keys from another Redis (blue-green
 	// from the live cache) instead of loading them from the origin; keys it
 	// cannot give are loaded from the origin unless Copy.FromOnly.
 	Copy *CopySource
 }
 
-// Reasons an access-log key is skipped, never loaded.
+// Reasons an access-log key is skipped, never loaded: the hot set's three
+// (see warmer.SkipTooLong and the next two), and three of its own.
 const (
-	// SkipTooLong: longer than MaxLogKeyBytes.
-	SkipTooLong = "too_long"
+	SkipTooLong       = warmer.SkipTooLong
+	SkipNamespace     = warmer.SkipNamespace
+	SkipInvalidMember = warmer.SkipInvalidMember
 	// SkipMalformed: invalid UTF-8, whitespace or control characters.
 	SkipMalformed = "malformed"
 	// SkipUnknown: no declaration's template matches the key.
 	SkipUnknown = "unknown"
-	// SkipInvalidMember: a family template matches, but its parameter fails the
-	// declaration's member rules (length, characters, param_pattern).
-	SkipInvalidMember = "invalid_member"
-	// SkipNamespace: the key is one of Hearth's own (inside redis.namespace,
-	// see InNamespace), which an access log must never make it overwrite.
-	SkipNamespace = "namespace"
 	// SkipDuplicate: the ranking held the key before. A ranking Hearth stores
 	// or computes never repeats a key, so this one was written by hand or by
 	// another program; each key is still loaded once.
@@ -72,11 +77,11 @@ const (
 )
 
 // MaxLogKeyBytes bounds an access-log key before it is matched at all.
-const MaxLogKeyBytes = 4096
+const MaxLogKeyBytes = warmer.MaxLogKeyBytes
 
-// PrewarmReport is what a pre-warm did. Wanted = Written + Negative + Present + Failed.
-type PrewarmReport struct {
-	// Reason the run was started (see PrewarmOptions.Reason).
+// Report is what a pre-warm did. Wanted = Written + Negative + Present + Failed.
+type Report struct {
+	// Reason the run was started (see Options.Reason).
 	Reason string `json:"reason,omitempty"`
 	// Started is when the run began; it ended Duration later.
 	Started time.Time `json:"started"`
@@ -98,7 +103,7 @@ type PrewarmReport struct {
 	Fenced  int `json:"fenced,omitempty"`
 	// Skipped counts access-log keys not loaded, by reason.
 	Skipped map[string]int `json:"skipped"`
-	// A copy from a source Redis (PrewarmOptions.Copy): Copied keys were
+	// A copy from a source Redis (Options.Copy): Copied keys were
 	// written from it (values and sentinels, counted in Written and
 	// Negative too), FromOrigin were loaded from the origin because the
 	// source could not give them, SourceMissing is how many it could not
@@ -106,6 +111,7 @@ type PrewarmReport struct {
 	// SourceSkipped counts the skipped by reason (CopySkip*) and
 	// RecordsCopied the copies that carried their version record.
 	Copy          bool           `json:"copy,omitempty"`
+	From          string         `json:"from,omitempty"` // CopySource.Name
 	Copied        int            `json:"copied,omitempty"`
 	FromOrigin    int            `json:"from_origin,omitempty"`
 	SourceMissing int            `json:"source_missing,omitempty"`
@@ -134,8 +140,8 @@ type PrewarmReport struct {
 
 // MarshalJSON writes Duration as a duration string ("3.302s"), as the admin
 // API writes every duration, not as a count of nanoseconds.
-func (r PrewarmReport) MarshalJSON() ([]byte, error) {
-	type plain PrewarmReport // without this method
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report // without this method
 	return json.Marshal(struct {
 		plain
 		Duration string `json:"duration"`
@@ -143,7 +149,7 @@ func (r PrewarmReport) MarshalJSON() ([]byte, error) {
 }
 
 // SkippedTotal is the number of access-log keys skipped for any reason.
-func (r PrewarmReport) SkippedTotal() int {
+func (r Report) SkippedTotal() int {
 	n := 0
 	for _, v := range r.Skipped {
 		n += v
@@ -151,8 +157,8 @@ func (r PrewarmReport) SkippedTotal() int {
 	return n
 }
 
-// PrewarmProgress is a running pre-warm's state.
-type PrewarmProgress struct {
+// Progress is a running pre-warm's state.
+type Progress struct {
 	Running bool      `json:"running"`
 	Reason  string    `json:"reason,omitempty"`
 	Started time.Time `json:"started"`
@@ -168,48 +174,61 @@ type PrewarmProgress struct {
 	Reading bool `json:"reading_access_log"`
 }
 
-// PrewarmStatus is what the warmer knows of pre-warms: the one running, if
+// Status is what the warmer knows of pre-warms: the one running, if
 // any, and the last one finished.
-type PrewarmStatus struct {
-	Current PrewarmProgress `json:"current"`
-	Last    *PrewarmReport  `json:"last,omitempty"`
+type Status struct {
+	Current Progress `json:"current"`
+	Last    *Report  `json:"last,omitempty"`
 }
 
-// prewarmer is the warmer's pre-warm state: one run at a time, its progress
-// readable while it runs.
-type prewarmer struct {
+// Engine is the refresh engine as a pre-warm sees it (a *warmer.Warmer): the
+// declarations as they are now, and the load of one batch of a declaration's
+// members, written through the engine's store.
+type Engine interface {
+	Specs() []*warmer.Spec
+	RefreshMembers(ctx context.Context, name string, members []string) (warmer.Outcome, error)
+}
+
+// Prewarmer runs pre-warms through an Engine: one run at a time, its
+// progress readable while it runs.
+type Prewarmer struct {
+	e       Engine
 	run     chan struct{}
-	metrics *prewarmMetrics
+	metrics *metrics
+	log     zerolog.Logger
 
 	mu      sync.Mutex
-	current PrewarmProgress
-	last    *PrewarmReport
+	current Progress
+	last    *Report
 }
 
-func newPrewarmer(reg prometheus.Registerer) *prewarmer {
-	return &prewarmer{run: make(chan struct{}, 1), metrics: newPrewarmMetrics(reg)}
+// New builds the Prewarmer of engine e; its metrics are registered on reg.
+func New(e Engine, reg prometheus.Registerer, log zerolog.Logger) *Prewarmer {
+	// The pre-warm logs as a part of the warmer, as it always has.
+	return &Prewarmer{e: e, run: make(chan struct{}, 1), metrics: newMetrics(reg),
+		log: log.With().Str("component", "warmer").Logger()}
 }
 
-// PrewarmStatus returns the running pre-warm's progress and the last report.
-func (w *Warmer) PrewarmStatus() PrewarmStatus {
-	w.pw.mu.Lock()
-	defer w.pw.mu.Unlock()
-	st := PrewarmStatus{Current: w.pw.current}
-	if w.pw.last != nil {
-		last := *w.pw.last
+// Status returns the running pre-warm's progress and the last report.
+func (p *Prewarmer) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := Status{Current: p.current}
+	if p.last != nil {
+		last := *p.last
 		last.Skipped = maps.Clone(last.Skipped)
 		st.Last = &last
 	}
 	return st
 }
 
-// prewarmJob is one batch of one declaration.
+// prewarmJob is one batch of one declaration, queued or still being filled.
 type prewarmJob struct {
-	spec    *Spec
+	spec    *warmer.Spec
 	members []string
 }
 
-// Prewarm loads every declared single key plus the top-N keys of the access log
+// Run loads every declared single key plus the top-N keys of the access log
 // over the window, hottest first. Each access-log key is matched to its
 // declaration by template and its parameter validated; a key that matches none
 // or fails validation is skipped and counted by reason, never loaded. Members
@@ -220,35 +239,35 @@ type prewarmJob struct {
 // Runs do not overlap: a second call waits for the first to finish. The report
 // is returned even with an error: reading the access log failed (the single
 // keys are still loaded) or ctx ended (what was loaded stays loaded).
-func (w *Warmer) Prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport, error) {
+func (p *Prewarmer) Run(ctx context.Context, po Options) (Report, error) {
 	select {
-	case w.pw.run <- struct{}{}:
+	case p.run <- struct{}{}:
 	case <-ctx.Done():
-		return PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}}, fmt.Errorf("pre-warm: %w", ctx.Err())
+		return Report{Reason: po.Reason, Skipped: map[string]int{}}, fmt.Errorf("pre-warm: %w", ctx.Err())
 	}
-	defer func() { <-w.pw.run }()
-	// Running from the moment it holds the slot, as StartPrewarm's are.
-	w.setProgress(PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now()})
-	return w.prewarm(ctx, po)
+	defer func() { <-p.run }()
+	// Running from the moment it holds the slot, as Start's are.
+	p.setProgress(Progress{Running: true, Reason: po.Reason, Started: time.Now()})
+	return p.prewarm(ctx, po)
 }
 
-// StartPrewarm starts a pre-warm in the background unless one is running
-// (ErrPrewarmBusy), for callers such as an admin endpoint that answer at once
-// and report progress through PrewarmStatus. The report is delivered on the
+// Start starts a pre-warm in the background unless one is running
+// (ErrBusy), for callers such as an admin endpoint that answer at once
+// and report progress through Status. The report is delivered on the
 // returned channel, which is then closed; ctx bounds the run.
-func (w *Warmer) StartPrewarm(ctx context.Context, po PrewarmOptions) (<-chan PrewarmReport, error) {
+func (p *Prewarmer) Start(ctx context.Context, po Options) (<-chan Report, error) {
 	select {
-	case w.pw.run <- struct{}{}:
+	case p.run <- struct{}{}:
 	default:
-		return nil, ErrPrewarmBusy
+		return nil, ErrBusy
 	}
 	// Mark it running before returning, so a status read right after sees it.
-	w.setProgress(PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now()})
-	done := make(chan PrewarmReport, 1)
+	p.setProgress(Progress{Running: true, Reason: po.Reason, Started: time.Now()})
+	done := make(chan Report, 1)
 	go func() {
 		defer close(done)
-		defer func() { <-w.pw.run }()
-		rep, _ := w.prewarm(ctx, po)
+		defer func() { <-p.run }()
+		rep, _ := p.prewarm(ctx, po)
 		done <- rep
 	}()
 	return done, nil
@@ -259,13 +278,13 @@ func (w *Warmer) StartPrewarm(ctx context.Context, po PrewarmOptions) (<-chan Pr
 // queued batches within the concurrency and rate bounds. The reader never waits
 // for loads, so the two cannot starve each other of database connections.
 type prewarmRun struct {
-	w     *Warmer
-	po    PrewarmOptions
-	specs []*Spec // the declarations when the run started (a reload may change them)
+	p     *Prewarmer
+	po    Options
+	specs []*warmer.Spec // the declarations when the run started (a reload may change them)
 
 	mu       sync.Mutex // guards everything down to reader
-	rep      PrewarmReport
-	prog     PrewarmProgress
+	rep      Report
+	prog     Progress
 	firstErr error
 	queue    []prewarmJob
 	closed   bool
@@ -280,9 +299,9 @@ type prewarmRun struct {
 
 // prewarmReader is what the access-log reader keeps between keys.
 type prewarmReader struct {
-	pending map[*Spec]*pendingBatch
-	order   []*pendingBatch // in order of each declaration's hottest key
-	last    *pendingBatch   // the batch of the last key (keys of one family come in runs)
+	pending map[*warmer.Spec]*prewarmJob
+	order   []*prewarmJob // in order of each declaration's hottest key
+	last    *prewarmJob   // the batch of the last key (keys of one family come in runs)
 	// seen holds a hash of every family key queued so far, so that a key
 	// repeated in the ranking is loaded once. A key names one member of one
 	// declaration (templates do not overlap), so keys stand for both. Hashes,
@@ -299,23 +318,25 @@ type prewarmReader struct {
 	scanning bool
 }
 
-type pendingBatch struct {
-	spec    *Spec
-	members []string
-}
-
-func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport, error) {
-	start := w.now()
+func (p *Prewarmer) prewarm(ctx context.Context, po Options) (Report, error) {
+	start := time.Now()
 	r := &prewarmRun{
-		w: w, po: po, specs: w.Specs(),
-		rep:    PrewarmReport{Reason: po.Reason, Skipped: map[string]int{}, Copy: po.Copy != nil},
-		prog:   PrewarmProgress{Running: true, Reason: po.Reason, Started: w.now(), Reading: true},
+		p: p, po: po, specs: p.e.Specs(),
+		rep:    Report{Reason: po.Reason, Skipped: map[string]int{}, Copy: po.Copy != nil},
+		prog:   Progress{Running: true, Reason: po.Reason, Started: time.Now(), Reading: true},
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
-		reader: prewarmReader{pending: map[*Spec]*pendingBatch{}, skipped: map[string]int{}},
+		reader: prewarmReader{pending: map[*warmer.Spec]*prewarmJob{}, skipped: map[string]int{}},
 	}
-	w.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window_ms", po.Window).
-		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Msg("pre-warm started")
+	if po.Copy != nil {
+		r.rep.From = po.Copy.Name
+	}
+	p.log.Info().Str("reason", po.Reason).Int("top_n", po.TopN).Dur("window_ms", po.Window).
+		Int("concurrency", po.Concurrency).Float64("rate", po.Rate).Func(func(e *zerolog.Event) {
+		if po.Copy != nil {
+			e.Str("from", po.Copy.Name).Bool("from_only", po.Copy.FromOnly)
+		}
+	}).Msg("pre-warm started")
 	// Declared single keys first: they load while the access log is read.
 	for _, s := range r.specs {
 		if !s.Template.IsFamily() {
@@ -328,29 +349,29 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	r.dispatch(ctx, &loads)
 
 	var logErr error
-	t0 := w.now()
+	t0 := time.Now()
 	if po.AccessLog != nil && po.TopN > 0 {
 		err := po.AccessLog.EachTopKey(ctx, po.Window, po.TopN, r.add)
 		if err != nil {
 			logErr = fmt.Errorf("pre-warm: %w", err)
-			w.pw.metrics.accessLogErrors.Inc()
-			w.log.Error().Err(err).Msg("pre-warm: access log unreadable; loading the declared single keys and the keys read so far")
+			p.metrics.accessLogErrors.Inc()
+			p.log.Error().Err(err).Msg("pre-warm: access log unreadable; loading the declared single keys and the keys read so far")
 		}
 	}
 	if po.Copy != nil && po.TopN > 0 && logErr != nil {
 		// The access log is unreadable (often so during a cutover): the
 		// source itself says which keys are cached.
 		if err := r.scanSource(ctx, po.TopN); err != nil {
-			w.log.Error().Err(err).Msg("pre-warm: the source redis could not be scanned either")
+			p.log.Error().Err(err).Msg("pre-warm: the source redis could not be scanned either")
 		} else {
-			w.log.Warn().Err(logErr).Msg("pre-warm: access log unreadable; the keys were selected by a scan of the source redis")
+			p.log.Warn().Err(logErr).Msg("pre-warm: access log unreadable; the keys were selected by a scan of the source redis")
 			logErr = nil
 			r.mu.Lock()
 			r.rep.SourceScanned = true
 			r.mu.Unlock()
 		}
 	}
-	reading := w.now().Sub(t0)
+	reading := time.Now().Sub(t0)
 	r.finishReading()
 	_ = loads.Wait()
 
@@ -358,14 +379,14 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	rep, firstErr := r.rep, r.firstErr
 	r.mu.Unlock()
 	for reason, n := range rep.Skipped {
-		w.pw.metrics.keys.WithLabelValues("skipped_" + reason).Add(float64(n))
+		p.metrics.keys.WithLabelValues("skipped_" + reason).Add(float64(n))
 	}
 	for reason, n := range rep.SourceSkipped {
-		w.pw.metrics.keys.WithLabelValues("source_skipped_" + reason).Add(float64(n))
+		p.metrics.keys.WithLabelValues("source_skipped_" + reason).Add(float64(n))
 	}
 	if rep.Copy {
-		w.pw.metrics.keys.WithLabelValues("copied").Add(float64(rep.Copied))
-		w.pw.metrics.keys.WithLabelValues("from_origin").Add(float64(rep.FromOrigin))
+		p.metrics.keys.WithLabelValues("copied").Add(float64(rep.Copied))
+		p.metrics.keys.WithLabelValues("from_origin").Add(float64(rep.FromOrigin))
 	}
 	rep.Failed = rep.Wanted - rep.Written - rep.Negative - rep.Present
 	rep.AccessLogFailed = logErr != nil
@@ -373,7 +394,7 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 		rep.Ranking = d.DescribeLastRanking()
 	}
 	rep.Coverage = coverage(rep, po.TopN)
-	rep.Started, rep.Duration = start, w.now().Sub(start)
+	rep.Started, rep.Duration = start, time.Now().Sub(start)
 	if s := rep.Duration.Seconds(); s > 0 {
 		rep.KeysPerSecond = float64(rep.Written+rep.Negative+rep.Present) / s
 	}
@@ -387,18 +408,18 @@ func (w *Warmer) prewarm(ctx context.Context, po PrewarmOptions) (PrewarmReport,
 	case firstErr != nil:
 		rep.Error = firstErr.Error()
 	}
-	w.log.Debug().Dur("took_ms", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
+	p.log.Debug().Dur("took_ms", reading).Int("candidates", rep.Candidates).Msg("pre-warm: access log read")
 	if n := rep.Skipped[SkipDuplicate]; n > 0 {
-		w.log.Warn().Int("repeated", n).
+		p.log.Warn().Int("repeated", n).
 			Msg("pre-warm: the access-log ranking repeats keys (a ranking Hearth writes never does); each key was loaded once")
 	}
-	w.finishPrewarm(rep, err)
+	p.finish(rep, err)
 	return rep, err
 }
 
 // coverage is the share of the keys asked for that the run loaded (see
-// PrewarmReport.Coverage).
-func coverage(rep PrewarmReport, topN int) float64 {
+// Report.Coverage).
+func coverage(rep Report, topN int) float64 {
 	loaded, wanted := rep.Written+rep.Negative+rep.Present, rep.Wanted
 	if rep.AccessLogFailed {
 		// The ranking failed: what it did not deliver was asked for, not loaded.
@@ -422,9 +443,9 @@ func (r *prewarmRun) add(key string) {
 	spec, member, reason := classify(r.specs, key)
 	if reason != "" {
 		rd.skipped[reason]++
-		ev := r.w.log.Debug()
+		ev := r.p.log.Debug()
 		if reason == SkipNamespace {
-			ev = r.w.log.Warn() // someone recorded Hearth's own key as an application read
+			ev = r.p.log.Warn() // someone recorded Hearth's own key as an application read
 		}
 		ev.Str("reason", reason).Str("key", quoteKey(key)).Msg("pre-warm: access-log key skipped")
 		return
@@ -435,7 +456,7 @@ func (r *prewarmRun) add(key string) {
 	b := rd.last
 	if b == nil || b.spec != spec {
 		if b = rd.pending[spec]; b == nil {
-			b = &pendingBatch{spec: spec}
+			b = &prewarmJob{spec: spec}
 			rd.pending[spec] = b
 			rd.order = append(rd.order, b)
 		}
@@ -576,7 +597,7 @@ func (r *prewarmRun) dispatch(ctx context.Context, loads *errgroup.Group) {
 // load loads and writes one batch and adds its outcome to the run.
 func (r *prewarmRun) load(ctx context.Context, j prewarmJob) {
 	var (
-		o   Outcome
+		o   warmer.Outcome
 		err error
 	)
 	if r.po.Copy != nil {
@@ -590,7 +611,7 @@ func (r *prewarmRun) load(ctx context.Context, j prewarmJob) {
 		r.rep.RecordsCopied += c.RecordsCopied
 		r.mu.Unlock()
 	} else {
-		o, err = r.w.RefreshMembers(ctx, j.spec.Name, j.members)
+		o, err = r.p.e.RefreshMembers(ctx, j.spec.Name, j.members)
 	}
 	r.mu.Lock()
 	if err != nil && r.firstErr == nil {
@@ -611,20 +632,20 @@ func (r *prewarmRun) load(ctx context.Context, j prewarmJob) {
 func (r *prewarmRun) progress() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.w.setProgress(r.prog)
+	r.p.setProgress(r.prog)
 	if r.po.Progress != nil {
 		r.po.Progress(r.prog)
 	}
 }
 
-func (w *Warmer) setProgress(p PrewarmProgress) {
-	w.pw.mu.Lock()
-	w.pw.current = p
-	w.pw.mu.Unlock()
+func (p *Prewarmer) setProgress(pr Progress) {
+	p.mu.Lock()
+	p.current = pr
+	p.mu.Unlock()
 }
 
-func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
-	m := w.pw.metrics
+func (p *Prewarmer) finish(rep Report, err error) {
+	m := p.metrics
 	result := "ok"
 	switch {
 	case rep.AccessLogFailed:
@@ -642,14 +663,14 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 	m.keys.WithLabelValues("negative").Add(float64(rep.Negative))
 	m.keys.WithLabelValues("failed").Add(float64(rep.Failed))
 	m.keys.WithLabelValues("present").Add(float64(rep.Present))
-	w.pw.mu.Lock()
-	w.pw.current = PrewarmProgress{}
+	p.mu.Lock()
+	p.current = Progress{}
 	last := rep
-	w.pw.last = &last
-	w.pw.mu.Unlock()
-	ev := w.log.Info()
+	p.last = &last
+	p.mu.Unlock()
+	ev := p.log.Info()
 	if result != "ok" {
-		ev = w.log.Warn()
+		ev = p.log.Warn()
 	}
 	ev.Str("reason", rep.Reason).Str("result", result).Int("candidates", rep.Candidates).
 		Int("wanted", rep.Wanted).Int("written", rep.Written).
@@ -663,24 +684,24 @@ func (w *Warmer) finishPrewarm(rep PrewarmReport, err error) {
 
 // classify matches an access-log key to its declaration. It returns the
 // declaration and member, or the reason the key is skipped.
-func classify(specs []*Spec, key string) (*Spec, string, string) {
+func classify(specs []*warmer.Spec, key string) (*warmer.Spec, string, string) {
 	if len(key) > MaxLogKeyBytes {
 		return nil, "", SkipTooLong
 	}
 	for _, s := range specs {
-		if ns := s.Template.namespace; ns != "" && InNamespace(key, ns) {
+		if ns := s.Template.Namespace(); ns != "" && warmer.InNamespace(key, ns) {
 			return nil, "", SkipNamespace
 		}
 	}
-	var family *Spec
+	var family *warmer.Spec
 	for _, s := range specs {
 		if !s.Template.IsFamily() {
-			if key == s.Template.raw {
+			if key == s.Template.String() {
 				return s, "", ""
 			}
 			continue
 		}
-		if family == nil && s.Template.couldMatch(key) {
+		if family == nil && s.Template.CouldMatch(key) {
 			family = s
 		}
 	}
@@ -711,10 +732,10 @@ func quoteKey(k string) string {
 	return fmt.Sprintf("%q", k)
 }
 
-// ErrPrewarmBusy is returned by StartPrewarm while a pre-warm is running.
-var ErrPrewarmBusy = errors.New("a pre-warm is already running")
+// ErrBusy is returned by Start while a pre-warm is running.
+var ErrBusy = errors.New("a pre-warm is already running")
 
-type prewarmMetrics struct {
+type metrics struct {
 	runs            *prometheus.CounterVec
 	keys            *prometheus.CounterVec
 	duration        prometheus.Histogram
@@ -722,26 +743,27 @@ type prewarmMetrics struct {
 	accessLogErrors prometheus.Counter
 }
 
-func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
-	m := &prewarmMetrics{
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	m := &metrics{
+		runs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_runs_total",
 			Help: "Pre-warm runs by result (ok, partial, error: nothing loaded, or the access log could not be read).",
 		}, []string{"result"}),
-		keys: prometheus.NewCounterVec(prometheus.CounterOpts{
+		keys: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_keys_total",
 			Help: "Keys handled by pre-warms, by outcome (written, negative, present: left alone by a set-if-absent pre-warm, failed, skipped_<reason>; a copy from a source Redis also copied, from_origin, source_skipped_<reason>).",
 		}, []string{"outcome"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		duration: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hearth_prewarm_duration_seconds",
 			Help:    "Wall time of a pre-warm run.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 10),
 		}),
-		coverage: prometheus.NewGauge(prometheus.GaugeOpts{
+		coverage: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_prewarm_coverage_ratio",
 			Help: "Share of the wanted keys the last pre-warm loaded (value or negative sentinel).",
 		}),
-		accessLogErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		accessLogErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_prewarm_access_log_errors_total",
 			Help: "Pre-warms that could not read the access log to its end (they loaded the declared single keys and the keys read before the error; result error, coverage below 1).",
 		}),
@@ -754,6 +776,35 @@ func newPrewarmMetrics(reg prometheus.Registerer) *prewarmMetrics {
 	for _, r := range []string{"ok", "partial", "error"} {
 		m.runs.WithLabelValues(r)
 	}
-	reg.MustRegister(m.runs, m.keys, m.duration, m.coverage, m.accessLogErrors)
 	return m
+}
+
+// Rewarm is the pre-warm a re-warm runs (warmer.RewarmOptions.Prewarm): po
+// for the reason given and unpaced (the engine's load bound and each source's
+// protection still apply), reading only the access-log keys keep accepts
+// when keep is set (a re-warm of one Cluster master's slots).
+func (p *Prewarmer) Rewarm(po Options) func(ctx context.Context, reason string, keep func(string) bool) error {
+	return func(ctx context.Context, reason string, keep func(string) bool) error {
+		po := po
+		po.Reason, po.Rate = reason, 0
+		if keep != nil && po.AccessLog != nil {
+			po.AccessLog = filteredLog{po.AccessLog, keep}
+		}
+		_, err := p.Run(ctx, po)
+		return err
+	}
+}
+
+// filteredLog passes on the access-log keys keep accepts.
+type filteredLog struct {
+	AccessLog
+	keep func(string) bool
+}
+
+func (f filteredLog) EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error {
+	return f.AccessLog.EachTopKey(ctx, window, n, func(key string) {
+		if f.keep(key) {
+			fn(key)
+		}
+	})
 }

@@ -1,15 +1,17 @@
-package warmer
+package prewarm
 
 import (
 	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hearth-dev/hearth/store"
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // CopySource is the Redis a blue-green pre-warm copies from (`hearth prewarm
@@ -20,13 +22,14 @@ import (
 // from the origin instead unless FromOnly.
 type CopySource struct {
 	Client redis.UniversalClient
-	// RecordKey names the version record of a value key in the source
-	// (store.VersionKey); nil copies no records.
-	RecordKey func(key string) string
-	// ParseRecord decodes a version record: the origin version it holds
-	// (versioned false when it holds none) and the SHA-1 (hex) of the value
-	// it was written with; ok false for anything Hearth does not write.
-	ParseRecord func(rec string) (version int64, versioned bool, hash string, ok bool)
+	// Name names the source in the report and the logs; it holds no password.
+	Name string
+	// Target writes the copies, fill-absent and fenced: the Store of
+	// `hearth prewarm`, which the engine's loads write through too.
+	Target warmer.EachStore
+	// Namespace is the source's redis.namespace, where its version records
+	// are (store.VersionKey).
+	Namespace string
 	// FromOnly never loads from the origin: keys the source cannot give are
 	// not loaded (SourceMissing, counted failed).
 	FromOnly bool
@@ -43,10 +46,10 @@ const (
 	CopySkipTooLarge = "too_large"
 )
 
-// copyOutcome is a copied batch's outcome: Outcome's counts over every
+// copyOutcome is a copied batch's outcome: warmer.Outcome's counts over every
 // member, and where the loaded ones came from.
 type copyOutcome struct {
-	Outcome
+	warmer.Outcome
 	// Copied were written from the source; FromOrigin loaded from the
 	// origin (absent or skipped in the source); SourceMissing the source
 	// could not give (absent, expired, skipped); RecordsCopied carried
@@ -64,22 +67,23 @@ type copyMember struct {
 
 // copyBatch copies one batch from the source: pipelined GET + PTTL (and the
 // version record's GET for a declaration with a version column), then one
-// write through the store (fill-absent and fenced as every pre-warm write).
+// write through Target (fill-absent and fenced as every pre-warm write).
 // Keys the source cannot give fall back to the origin (RefreshMembers) unless
 // FromOnly. It returns the batch's outcome, as RefreshMembers does.
 func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, error) {
 	src, spec := r.po.Copy, j.spec
 	pipe := src.Client.Pipeline()
 	ms := make([]copyMember, len(j.members))
-	withRec := spec.VersionColumn != "" && src.RecordKey != nil && src.ParseRecord != nil
+	withRec := spec.VersionColumn != ""
 	for i, m := range j.members {
 		key := spec.Template.Key(m)
 		ms[i] = copyMember{member: m, get: pipe.Get(ctx, key), pttl: pipe.PTTL(ctx, key)}
 		if withRec {
-			ms[i].rec = pipe.Get(ctx, src.RecordKey(key))
+			ms[i].rec = pipe.Get(ctx, store.VersionKey(src.Namespace, key))
 		}
 	}
 	var out copyOutcome
+	read := time.Now()
 	if _, err := pipe.Exec(ctx); err != nil && !isKeyLevel(err) {
 		// The source is unreachable: nothing of this batch is known. The
 		// origin is not asked for a whole source's worth of keys behind the
@@ -89,12 +93,12 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		return out, out.LastError
 	}
 	var (
-		entries  []Entry
+		entries  []warmer.Entry
 		negative []bool
 		fallback []string
 	)
 	skips := map[string]int{}
-	vttl := versionTTL(spec)
+	vttl := warmer.VersionTTL(spec)
 	maxTTL := max(spec.MaxTTL(), spec.NegativeTTL)
 	for _, c := range ms {
 		v, err := c.get.Bytes()
@@ -132,18 +136,18 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		// the source's.
 		ttl = min(ttl, maxTTL)
 		if j := spec.Jitter; j > 0 && j < 1 {
-			ttl -= time.Duration(float64(ttl) * j / 2 * r.w.rand())
+			ttl -= time.Duration(float64(ttl) * j / 2 * rand.Float64())
 		}
-		e := Entry{Key: spec.Template.Key(c.member), Value: v, TTL: max(time.Millisecond, ttl)}
-		if Stamped(spec) {
-			// Stamped: written through the version check, which orders the
+		e := warmer.Entry{Key: spec.Template.Key(c.member), Value: v, TTL: max(time.Millisecond, ttl)}
+		if warmer.Stamped(spec) {
+			// warmer.Stamped: written through the version check, which orders the
 			// copy (epoch, 0) before every load of the target leader's term.
 			e.Seq, e.VersionTTL, e.Family = 1, vttl, spec.Name
 		}
 		if c.rec != nil && !neg {
 			if rec, err := c.rec.Result(); err == nil {
-				ver, versioned, hash, ok := src.ParseRecord(rec)
-				if ok && versioned && hash == sha1Hex(v) {
+				ver, versioned, hash, ok := store.ParseCopiedRecord(rec)
+				if ok && versioned && hash == store.ValueHash(v) {
 					// The record backs this value: its origin version
 					// travels with it, so an older row never replaces it.
 					e.Versioned, e.Version = true, ver
@@ -163,29 +167,33 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	}
 	r.mu.Unlock()
 	if len(entries) > 0 {
-		res, _, err := r.w.write(ctx, r.w.store, entries)
-		if res == nil && err == nil {
-			res = make([]SetOutcome, len(entries)) // a store that writes all or none
+		// The source's TTLs count from its answer: the time since the read
+		// (and a millisecond of rounding) is taken off, so that no copy
+		// outlives its source however long the write takes to be sent.
+		spent := time.Since(read) + time.Millisecond
+		for i := range entries {
+			entries[i].TTL = max(time.Millisecond, entries[i].TTL-spent)
 		}
+		res, err := src.Target.SetEach(ctx, entries)
 		if err != nil {
 			out.Failed += len(entries)
 			out.LastError = fmt.Errorf("write %d copied keys of %s: %w", len(entries), spec.Name, err)
 		} else {
 			for i, o := range res {
 				switch o {
-				case SetWritten:
+				case warmer.SetWritten:
 					out.Copied++
 					if negative[i] {
 						out.Negative++
 					} else {
 						out.Written++
 					}
-				case SetPresent:
+				case warmer.SetPresent:
 					out.Present++
-				case SetFenced:
+				case warmer.SetFenced:
 					out.Failed++
 					out.Fenced++
-					out.LastError = fmt.Errorf("write %s: %w", spec.Name, ErrPrewarmFenced)
+					out.LastError = fmt.Errorf("write %s: %w", spec.Name, warmer.ErrPrewarmFenced)
 				}
 			}
 		}
@@ -198,7 +206,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		out.Failed += len(fallback)
 		return out, out.LastError
 	}
-	o, err := r.w.RefreshMembers(ctx, spec.Name, fallback)
+	o, err := r.p.e.RefreshMembers(ctx, spec.Name, fallback)
 	out.Written += o.Written
 	out.Negative += o.Negative
 	out.Present += o.Present
@@ -214,12 +222,6 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 // type), not the connection's.
 func isKeyLevel(err error) bool {
 	return errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "WRONGTYPE")
-}
-
-// sha1Hex is the hash a version record keeps of its value.
-func sha1Hex(v []byte) string {
-	h := sha1.Sum(v) // a content check, not a security boundary
-	return hex.EncodeToString(h[:])
 }
 
 // scanCount is the COUNT hint of the source SCAN.
@@ -256,7 +258,8 @@ func (r *prewarmRun) scanSource(ctx context.Context, n int) error {
 		if !s.Template.IsFamily() {
 			continue
 		}
-		match := globEscape(s.Template.prefix) + "*" + globEscape(s.Template.suffix)
+		prefix, suffix := s.Template.Literals()
+		match := globEscape(prefix) + "*" + globEscape(suffix)
 		scan := func(ctx context.Context, c redis.UniversalClient) error {
 			it := c.ScanType(ctx, 0, match, scanCount, "string").Iterator()
 			for it.Next(ctx) {

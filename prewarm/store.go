@@ -1,4 +1,4 @@
-package warmer
+package prewarm
 
 import (
 	"context"
@@ -12,36 +12,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/store"
+	"github.com/hearth-dev/hearth/warmer"
 )
 
-// ErrPrewarmFenced: a pre-warm write was refused because a leader took over
-// after the pre-warm read the epoch.
-var ErrPrewarmFenced = errors.New("pre-warm write fenced by a newer leader")
-
-// SetOutcome is what a store did with one entry of a write.
-type SetOutcome uint8
-
-const (
-	// SetWritten: the value was written.
-	SetWritten SetOutcome = iota
-	// SetPresent: the key already held a value, which was left alone
-	// (set-if-absent).
-	SetPresent
-	// SetFenced: the fence holds a newer epoch than the writer's: a leader
-	// took over after the writer read the epoch; nothing was written.
-	SetFenced
-)
-
-// EachStore is a Store that tells, per entry, what a write did. The warmer
-// writes through SetEach when its store has it, and counts present keys
-// (Outcome.Present) and fenced ones apart from the written.
-type EachStore interface {
-	Store
-	SetEach(ctx context.Context, entries []Entry) ([]SetOutcome, error)
-}
-
-// PrewarmStoreOptions configures a PrewarmStore.
-type PrewarmStoreOptions struct {
+// StoreOptions configures a Store.
+type StoreOptions struct {
 	Client redis.UniversalClient
 	// Namespace is redis.namespace: where the leader keeps its lease, epoch
 	// counter and fences.
@@ -52,23 +27,23 @@ type PrewarmStoreOptions struct {
 	// Overwrite replaces present values; the default fills absent keys only.
 	Overwrite bool
 	// Versioned, when set, writes the entries the leader version-checks
-	// (stamped: Entry.Seq > 0) whenever the writes are fenced, so that the
+	// (stamped: warmer.Entry.Seq > 0) whenever the writes are fenced, so that the
 	// pre-warm never replaces a newer version the leader wrote and leaves a
 	// version record its next write compares with (fence.PrewarmVersioned).
 	// Without it they are written as the others are.
-	Versioned PrewarmVersionedWriter
+	Versioned VersionedWriter
 	Logger    zerolog.Logger
 }
 
-// PrewarmVersionedWriter writes stamped entries for a fenced pre-warm with
+// VersionedWriter writes stamped entries for a fenced pre-warm with
 // the writer's epoch, through the version check: the key's version record
 // decides whether the entry is older than what Redis holds. fenceKey names the
-// fence guarding a key. Outcomes as for EachStore.
-type PrewarmVersionedWriter interface {
-	SetVersioned(ctx context.Context, epoch int64, overwrite bool, fenceKey func(string) string, entries []Entry) ([]SetOutcome, error)
+// fence guarding a key. Outcomes as for warmer.EachStore.
+type VersionedWriter interface {
+	SetVersioned(ctx context.Context, epoch int64, overwrite bool, fenceKey func(string) string, entries []warmer.Entry) ([]warmer.SetOutcome, error)
 }
 
-// PrewarmStore is the Store of `hearth prewarm`, a one-shot writer into a
+// Store is the warmer.Store of `hearth prewarm`, a one-shot writer into a
 // Redis that may be serving. By default it fills only absent keys (SET … NX
 // PX), so a fresher value already in Redis is never replaced; Overwrite
 // replaces them (SET … PX).
@@ -79,7 +54,7 @@ type PrewarmVersionedWriter interface {
 // fence (in the value key's hash slot) holds a newer one, that is, if a leader
 // took over after the pre-warm started. The pre-warm never raises the fence:
 // it is not a leader. Without leader state the writes are plain pipelined SETs.
-type PrewarmStore struct {
+type Store struct {
 	client    redis.UniversalClient
 	ns        string
 	fences    *store.Fences
@@ -89,20 +64,20 @@ type PrewarmStore struct {
 	fenced    bool  // leader state found: writes go through the script
 	epoch     int64 // the writer's epoch when fenced
 	foreign   atomic.Int64
-	versioned PrewarmVersionedWriter
+	versioned VersionedWriter
 }
 
-var _ EachStore = (*PrewarmStore)(nil)
+var _ warmer.EachStore = (*Store)(nil)
 
-// NewPrewarmStore builds a PrewarmStore; call Prepare before writing.
-func NewPrewarmStore(opts PrewarmStoreOptions) *PrewarmStore {
+// NewStore builds a Store; call Prepare before writing.
+func NewStore(opts StoreOptions) *Store {
 	perSlot := store.PerSlot(opts.Client, opts.PerSlot)
-	return &PrewarmStore{client: opts.Client, ns: opts.Namespace, fences: store.NewFences(opts.Namespace, perSlot), overwrite: opts.Overwrite,
+	return &Store{client: opts.Client, ns: opts.Namespace, fences: store.NewFences(opts.Namespace, perSlot), overwrite: opts.Overwrite,
 		versioned: opts.Versioned, log: opts.Logger.With().Str("component", "prewarm-store").Logger()}
 }
 
-// PrewarmFence is what Prepare found of Hearth's leader state.
-type PrewarmFence struct {
+// Fence is what Prepare found of Hearth's leader state.
+type Fence struct {
 	// Fenced is true when leader state was found: writes carry Epoch.
 	Fenced bool
 	// Epoch is the newest epoch issued in this Redis (the epoch counter, or
@@ -117,7 +92,7 @@ type PrewarmFence struct {
 // not Hearth's (a foreign string, another type) are logged and ignored: the
 // epoch comes from the valid ones, and a fence the epoch cannot pass refuses
 // the writes, never the reverse.
-func (s *PrewarmStore) Prepare(ctx context.Context) (PrewarmFence, error) {
+func (s *Store) Prepare(ctx context.Context) (Fence, error) {
 	leaseKey, epochKey := store.LeaseKey(s.ns), store.EpochKey(s.ns)
 	get := func(key string) (string, bool, error) {
 		v, err := s.client.Get(ctx, key).Result()
@@ -132,7 +107,7 @@ func (s *PrewarmStore) Prepare(ctx context.Context) (PrewarmFence, error) {
 		}
 		return v, true, nil
 	}
-	var pf PrewarmFence
+	var pf Fence
 	present := false
 	lease, ok, err := get(leaseKey)
 	if err != nil {
@@ -170,10 +145,16 @@ func (s *PrewarmStore) Prepare(ctx context.Context) (PrewarmFence, error) {
 	return pf, nil
 }
 
+// Bind fences every write with epoch instead of the epoch Prepare reads: the
+// running leader's own fill-absent copy from another Redis (the admin API's
+// pre-warm with a source), bound to its term. A leader that takes over raises
+// the fence past epoch, and the copy's later writes are refused.
+func (s *Store) Bind(epoch int64) { s.fenced, s.epoch = true, epoch }
+
 // anyFence reports whether a fence key exists: the single one, or on a
 // Cluster any of the one per hash slot (all 16,384 names checked in one
 // pipeline, each on its master: no SCAN of the keyspace).
-func (s *PrewarmStore) anyFence(ctx context.Context) (bool, error) {
+func (s *Store) anyFence(ctx context.Context) (bool, error) {
 	if !s.fences.PerSlot() {
 		key := s.fences.At(0)
 		n, err := s.client.Exists(ctx, key).Result()
@@ -199,29 +180,29 @@ func (s *PrewarmStore) anyFence(ctx context.Context) (bool, error) {
 }
 
 // fenceKey is the fence guarding key, named as for the leader's FencedStore.
-func (s *PrewarmStore) fenceKey(key string) string { return s.fences.For(key) }
+func (s *Store) fenceKey(key string) string { return s.fences.For(key) }
 
-// Set implements Store: present keys are left alone (unless Overwrite) and
-// fenced writes are an error wrapping ErrPrewarmFenced.
-func (s *PrewarmStore) Set(ctx context.Context, entries []Entry) error {
+// Set implements warmer.Store: present keys are left alone (unless Overwrite) and
+// fenced writes are an error wrapping warmer.ErrPrewarmFenced.
+func (s *Store) Set(ctx context.Context, entries []warmer.Entry) error {
 	res, err := s.SetEach(ctx, entries)
 	if err != nil {
 		return err
 	}
 	for _, r := range res {
-		if r == SetFenced {
-			return fmt.Errorf("write %d keys with epoch %d: %w", len(entries), s.epoch, ErrPrewarmFenced)
+		if r == warmer.SetFenced {
+			return fmt.Errorf("write %d keys with epoch %d: %w", len(entries), s.epoch, warmer.ErrPrewarmFenced)
 		}
 	}
 	return nil
 }
 
-// SetEach implements EachStore.
-func (s *PrewarmStore) SetEach(ctx context.Context, entries []Entry) ([]SetOutcome, error) {
+// SetEach implements warmer.EachStore.
+func (s *Store) SetEach(ctx context.Context, entries []warmer.Entry) ([]warmer.SetOutcome, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	out := make([]SetOutcome, len(entries))
+	out := make([]warmer.SetOutcome, len(entries))
 	if !s.fenced {
 		if s.versioned != nil {
 			// No leader here yet (a green Redis): entries that carry an
@@ -260,9 +241,9 @@ func (s *PrewarmStore) SetEach(ctx context.Context, entries []Entry) ([]SetOutco
 
 // setSplit writes the stamped entries (indexes into entries) through the
 // version check and the others through the fence script.
-func (s *PrewarmStore) setSplit(ctx context.Context, entries []Entry, out []SetOutcome, stamped, plain []int) ([]SetOutcome, error) {
-	pick := func(idx []int) []Entry {
-		es := make([]Entry, len(idx))
+func (s *Store) setSplit(ctx context.Context, entries []warmer.Entry, out []warmer.SetOutcome, stamped, plain []int) ([]warmer.SetOutcome, error) {
+	pick := func(idx []int) []warmer.Entry {
+		es := make([]warmer.Entry, len(idx))
 		for j, i := range idx {
 			es[j] = entries[i]
 		}
@@ -276,7 +257,7 @@ func (s *PrewarmStore) setSplit(ctx context.Context, entries []Entry, out []SetO
 		out[i] = res[j]
 	}
 	if len(plain) > 0 {
-		rest := make([]SetOutcome, len(plain))
+		rest := make([]warmer.SetOutcome, len(plain))
 		write := s.setFenced
 		if !s.fenced {
 			write = s.setPlain
@@ -293,7 +274,7 @@ func (s *PrewarmStore) setSplit(ctx context.Context, entries []Entry, out []SetO
 
 // setFenced writes entries through store.PrewarmSet, each refused if a newer
 // epoch holds its fence.
-func (s *PrewarmStore) setFenced(ctx context.Context, entries []Entry, out []SetOutcome) error {
+func (s *Store) setFenced(ctx context.Context, entries []warmer.Entry, out []warmer.SetOutcome) error {
 	epoch := strconv.FormatInt(s.epoch, 10)
 	overwrite := "0"
 	if s.overwrite {
@@ -317,11 +298,11 @@ func (s *PrewarmStore) setFenced(ctx context.Context, entries []Entry, out []Set
 		}
 		switch code {
 		case 1:
-			out[i] = SetWritten
+			out[i] = warmer.SetWritten
 		case 2:
-			out[i] = SetPresent
+			out[i] = warmer.SetPresent
 		case 0:
-			out[i] = SetFenced
+			out[i] = warmer.SetFenced
 		default:
 			return fmt.Errorf("write %s: unexpected script reply %d", quoteKey(entries[i].Key), code)
 		}
@@ -330,7 +311,7 @@ func (s *PrewarmStore) setFenced(ctx context.Context, entries []Entry, out []Set
 }
 
 // setPlain writes with pipelined SET … [NX] PX: no leader state to fence against.
-func (s *PrewarmStore) setPlain(ctx context.Context, entries []Entry, out []SetOutcome) error {
+func (s *Store) setPlain(ctx context.Context, entries []warmer.Entry, out []warmer.SetOutcome) error {
 	pipe := s.client.Pipeline()
 	var cmds []*redis.BoolCmd
 	if !s.overwrite {
@@ -349,81 +330,14 @@ func (s *PrewarmStore) setPlain(ctx context.Context, entries []Entry, out []SetO
 	}
 	for i, c := range cmds {
 		if !c.Val() {
-			out[i] = SetPresent
+			out[i] = warmer.SetPresent
 		}
 	}
 	return nil
 }
 
-// Extend implements Store like RedisStore (PEXPIRE … GT never shortens a TTL
+// Extend implements warmer.Store like warmer.RedisStore (PEXPIRE … GT never shortens a TTL
 // and never creates a key); a pre-warm extends only keys it failed to load.
-func (s *PrewarmStore) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {
-	return (&RedisStore{Client: s.client}).Extend(ctx, keys, ttls)
-}
-
-// write writes entries through ws: per entry when it is an EachStore,
-// with what the version check found when it is a CheckedStore, else all
-// written or none.
-func (w *Warmer) write(ctx context.Context, ws Store, entries []Entry) ([]SetOutcome, []VersionCheck, error) {
-	if es, ok := ws.(EachStore); ok {
-		res, err := es.SetEach(ctx, entries)
-		return res, nil, err
-	}
-	if cs, ok := ws.(CheckedStore); ok {
-		checks, err := cs.SetChecked(ctx, entries)
-		return nil, checks, err
-	}
-	return nil, nil, ws.Set(ctx, entries)
-}
-
-// settle applies a conditional write's outcomes to a batch's counts: a
-// present key is warm but was not written (Present), a fenced one failed.
-// It returns the members whose write was fenced, and the written-or-present
-// and negative member lists without them.
-func settle(out *Outcome, spec *Spec, entries []Entry, res []SetOutcome, okm, negm []string) (ok, neg, fenced []string) {
-	if res == nil {
-		return okm, negm, nil
-	}
-	isNeg := make(map[string]bool, len(negm))
-	for _, m := range negm {
-		isNeg[spec.Template.Key(m)] = true
-	}
-	drop := map[string]bool{}
-	for i, r := range res {
-		if r == SetWritten {
-			continue
-		}
-		if isNeg[entries[i].Key] {
-			out.Negative--
-		} else {
-			out.Written--
-		}
-		switch r {
-		case SetPresent:
-			out.Present++
-		case SetFenced:
-			out.Failed++
-			out.Fenced++
-			drop[entries[i].Key] = true
-		}
-	}
-	if len(drop) == 0 {
-		return okm, negm, nil
-	}
-	out.LastError = fmt.Errorf("write %s: %d keys: %w", spec.Name, len(drop), ErrPrewarmFenced)
-	keep := func(ms []string) []string {
-		var kept []string
-		for _, m := range ms {
-			if !drop[spec.Template.Key(m)] {
-				kept = append(kept, m)
-			}
-		}
-		return kept
-	}
-	for _, m := range okm {
-		if drop[spec.Template.Key(m)] {
-			fenced = append(fenced, m)
-		}
-	}
-	return keep(okm), keep(negm), fenced
+func (s *Store) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {
+	return (&warmer.RedisStore{Client: s.client}).Extend(ctx, keys, ttls)
 }

@@ -1,4 +1,4 @@
-package warmer_test
+package prewarm_test
 
 import (
 	"context"
@@ -8,11 +8,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -36,7 +38,7 @@ func TestPrewarmStoreFillsAbsentOnly(t *testing.T) {
 			if err := rd.Client.Set(ctx, p+"a", "fresh", time.Hour).Err(); err != nil {
 				t.Fatal(err)
 			}
-			nx := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: p + "hearth", PerSlot: &perSlot})
+			nx := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: p + "hearth", PerSlot: &perSlot})
 			pf, err := nx.Prepare(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -61,7 +63,7 @@ func TestPrewarmStoreFillsAbsentOnly(t *testing.T) {
 				t.Errorf("filled key's TTL %s, want (0, 1m]", ttl)
 			}
 
-			ow := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: p + "hearth", PerSlot: &perSlot, Overwrite: true})
+			ow := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: p + "hearth", PerSlot: &perSlot, Overwrite: true})
 			if _, err := ow.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +97,7 @@ func TestPrewarmStoreFencedByLeader(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, overwrite := range []bool{false, true} {
-				s := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: overwrite})
+				s := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: overwrite})
 				pf, err := s.Prepare(ctx)
 				if err != nil {
 					t.Fatal(err)
@@ -120,7 +122,7 @@ func TestPrewarmStoreFencedByLeader(t *testing.T) {
 			}
 
 			// The pre-warm has read epoch E; a new leader takes over.
-			late := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: true})
+			late := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: true})
 			if _, err := late.Prepare(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -158,6 +160,42 @@ func TestPrewarmStoreFencedByLeader(t *testing.T) {
 	}
 }
 
+// TestStoreBoundToTerm: a store bound to the running term's epoch (the
+// daemon's copy from another Redis; it reads no leader state) fills absent
+// keys only, and once another leader has taken over its writes are refused.
+func TestStoreBoundToTerm(t *testing.T) {
+	rd := testenv.Redis(t)
+	ctx := context.Background()
+	ns := rd.Prefix + "hearth"
+	a := newLeader(t, rd.Client, ns, false)
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.Client.Set(ctx, rd.Prefix+"fresh", "leader's", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns})
+	s.Bind(ta.Epoch)
+	res, err := s.SetEach(ctx, entries(rd.Prefix, "copy", "fresh", "absent"))
+	if got, want := fmt.Sprint(res), fmt.Sprint([]warmer.SetOutcome{warmer.SetPresent, warmer.SetWritten}); err != nil || got != want {
+		t.Errorf("bound to the leader's term: outcomes %s (%v), want %s", got, err, want)
+	}
+	if err := ta.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newLeader(t, rd.Client, ns, false).Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.SetEach(ctx, entries(rd.Prefix, "copy", "later"))
+	if got, want := fmt.Sprint(res), fmt.Sprint([]warmer.SetOutcome{warmer.SetFenced}); err != nil || got != want {
+		t.Errorf("after a takeover: outcomes %s (%v), want %s", got, err, want)
+	}
+	if got := rd.Client.Get(ctx, rd.Prefix+"fresh").Val(); got != "leader's" {
+		t.Errorf("a present key was overwritten: %q", got)
+	}
+}
+
 // TestPrewarmStoreForeignState: Hearth's own keys are untrusted. A foreign
 // epoch counter and lease are ignored (the epoch comes from what is valid); a
 // fence holding NaN or a non-number counts as absent and never lets an
@@ -168,9 +206,9 @@ func TestPrewarmStoreForeignState(t *testing.T) {
 	ctx := context.Background()
 	ns := rd.Prefix + "hearth"
 	perSlot := false
-	open := func() *warmer.PrewarmStore {
+	open := func() *prewarm.Store {
 		t.Helper()
-		s := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot})
+		s := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot})
 		if _, err := s.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +285,7 @@ func TestPrewarmReportsPresent(t *testing.T) {
 	}
 	for _, oneShot := range []bool{true, false} {
 		reg := prometheus.NewRegistry()
-		store := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: rd.Prefix + "hearth"})
+		store := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: rd.Prefix + "hearth"})
 		if _, err := store.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +294,7 @@ func TestPrewarmReportsPresent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := w.Prewarm(ctx, warmer.PrewarmOptions{AccessLog: keyList{rd.Prefix + "p:1", rd.Prefix + "p:2", rd.Prefix + "p:3"}, TopN: 10})
+		rep, err := prewarm.New(w, reg, zerolog.Nop()).Run(ctx, prewarm.Options{AccessLog: keyList{rd.Prefix + "p:1", rd.Prefix + "p:2", rd.Prefix + "p:3"}, TopN: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,9 +328,9 @@ func TestPrewarmStoreFindsASlotFence(t *testing.T) {
 	ctx := context.Background()
 	ns := rd.Prefix + "hearth"
 	perSlot := true
-	open := func() (*warmer.PrewarmStore, warmer.PrewarmFence) {
+	open := func() (*prewarm.Store, prewarm.Fence) {
 		t.Helper()
-		s := warmer.NewPrewarmStore(warmer.PrewarmStoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: true})
+		s := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns, PerSlot: &perSlot, Overwrite: true})
 		pf, err := s.Prepare(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package warmer
+package prewarm
 
 // hashSet is a set of 64-bit hashes: open addressing, linear probing, at most
 // half full. A pre-warm checks every access-log key against it, and once the

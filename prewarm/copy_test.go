@@ -1,4 +1,4 @@
-package warmer_test
+package prewarm_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/prewarm"
 )
 
 // TestCopyScanPatternEscaped: the source SCAN's MATCH pattern takes a
@@ -22,7 +22,7 @@ func TestCopyScanPatternEscaped(t *testing.T) {
 		}
 	}
 	var got []string
-	it := env.Client.Scan(ctx, 0, warmer.GlobEscape(p+"g[1]*?:")+"*", 1000).Iterator()
+	it := env.Client.Scan(ctx, 0, prewarm.GlobEscape(p+"g[1]*?:")+"*", 1000).Iterator()
 	for it.Next(ctx) {
 		got = append(got, it.Val())
 	}
