@@ -16,6 +16,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -769,38 +770,39 @@ type leaseMetrics struct {
 }
 
 func newLeaseMetrics(reg prometheus.Registerer) *leaseMetrics {
+	f := promauto.With(reg)
 	m := &leaseMetrics{
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+		leader: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_leader",
 			Help: "1 while this instance holds the leader lease and may write, else 0.",
 		}),
-		epoch: prometheus.NewGauge(prometheus.GaugeOpts{
+		epoch: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_leader_epoch",
 			Help: "Fencing epoch of this instance's latest term as leader.",
 		}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		transitions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_leader_transitions_total",
 			Help: "Leadership changes of this instance: acquired, released, lost, expired, fenced.",
 		}, []string{"result"}),
-		renew: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		renew: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hearth_lease_renew_duration_seconds",
 			Help:    "Duration of lease renewals by result (ok, lost, error).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 10),
 		}, []string{"result"}),
 	}
-	m.campaignErrors = prometheus.NewCounter(prometheus.CounterOpts{
+	m.campaignErrors = f.NewCounter(prometheus.CounterOpts{
 		Name: "hearth_lease_campaign_errors_total",
 		Help: "Attempts to take the lease that failed: Redis unreachable or refusing the script, or raising the fence failed (a fence holding a newer epoch is counted in hearth_lease_campaign_attempts_total{result=\"fenced\"}).",
 	})
-	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.attempts = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "hearth_lease_campaign_attempts_total",
 		Help: "Attempts to take the lease, by result (acquired, held: another instance leads, fenced: the fence refused the new epoch, error).",
 	}, []string{"result"})
-	m.grace = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.grace = f.NewGauge(prometheus.GaugeOpts{
 		Name: "hearth_leader_failover_grace",
 		Help: "1 while this instance's term outlives its renew deadline because the lease's master does not answer (leader.failover_grace; per-slot fences on a Cluster keep its writes safe).",
 	})
-	m.graces = prometheus.NewCounter(prometheus.CounterOpts{
+	m.graces = f.NewCounter(prometheus.CounterOpts{
 		Name: "hearth_leader_failover_graces_total",
 		Help: "Terms that went on past their renew deadline under the failover grace because the lease's master did not answer.",
 	})
@@ -810,6 +812,5 @@ func newLeaseMetrics(reg prometheus.Registerer) *leaseMetrics {
 	for _, r := range []string{"acquired", "held", "fenced", "error"} {
 		m.attempts.WithLabelValues(r)
 	}
-	reg.MustRegister(m.leader, m.epoch, m.transitions, m.renew, m.campaignErrors, m.attempts, m.grace, m.graces)
 	return m
 }
