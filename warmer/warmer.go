@@ -560,12 +560,16 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 				w.log.Debug().Str("family", spec.Name).Str("reason", reason(r.Err)).Err(out.LastError).Msg("member not refreshed")
 				failed = append(failed, r.Member)
 			case r.Missing:
-				entries = append(entries, w.negative(spec, r.Member))
+				entries = append(entries, w.negative(spec))
 				out.Negative++
 				okm = append(okm, r.Member)
 				negm = append(negm, r.Member)
 			default:
-				entries = append(entries, Entry{Key: spec.Template.Key(r.Member), Value: r.Value, TTL: spec.JitteredTTL(w.rand())})
+				e := Entry{Value: r.Value, TTL: spec.JitteredTTL(w.rand())}
+				if spec.VersionColumn != "" && r.HasVersion {
+					e.Versioned, e.Version = true, r.Version
+				}
+				entries = append(entries, e)
 				out.Written++
 				okm = append(okm, r.Member)
 			}
@@ -584,7 +588,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 			}
 			if pending[m] {
 				pending[m] = false
-				entries = append(entries, w.negative(spec, m))
+				entries = append(entries, w.negative(spec))
 				out.Negative++
 				okm = append(okm, m)
 				negm = append(negm, m)
@@ -595,7 +599,8 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 	var recheck []string
 	var records map[string]string
 	if len(entries) > 0 {
-		w.stamp(spec, entries, seq, results)
+		spec.Template.keys(entries, okm)
+		w.stamp(spec, entries, seq)
 		for i := range entries {
 			entries[i].Unconfirmed = unconfirmed[entries[i].Key]
 		}

@@ -142,7 +142,20 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		return nil, s.queryError(spec, err)
 	}
 	defer rows.Close()
-	seen := make(map[string]bool, len(members))
+	// A text member column is read from its raw bytes and answered with the
+	// asked member's own string (found in asked without a copy): no string
+	// per row. Only an answer for a member not asked for is copied.
+	fds := rows.FieldDescriptions()
+	rawMember := len(fds) > 0 && (fds[0].DataTypeOID == pgtype.TextOID || fds[0].DataTypeOID == pgtype.VarcharOID)
+	var asked map[string]int
+	if rawMember {
+		asked = make(map[string]int, len(members))
+		for i, m := range members {
+			asked[m] = i
+		}
+	}
+	answered := make([]bool, len(members))
+	var seen map[string]bool // the other members answered
 	var (
 		// Scanned into values, not pointers, through one destination list:
 		// no allocation per row for them. Each scan gives value a new slice.
@@ -150,9 +163,16 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		size    pgtype.Int8
 		value   []byte
 		version any
+		ver8    pgtype.Int8
 	)
 	dest := []any{&member, &value, &size}
-	if sh.versioned {
+	if rawMember {
+		dest[0] = nil // read from RawValues
+	}
+	int8Version := sh.versioned && len(fds) == 4 && fds[3].DataTypeOID == pgtype.Int8OID
+	if int8Version {
+		dest = append(dest, &ver8) // no boxing of each row's version
+	} else if sh.versioned {
 		dest = append(dest, &version)
 	}
 	for rows.Next() {
@@ -160,18 +180,45 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
-		if !member.Valid {
-			continue
+		var m string
+		dup := false
+		if rawMember {
+			raw := rows.RawValues()[0]
+			if raw == nil {
+				continue
+			}
+			if i, ok := asked[string(raw)]; ok {
+				m, dup = members[i], answered[i]
+				answered[i] = true
+			} else {
+				m, dup = string(raw), seen[string(raw)]
+			}
+		} else {
+			if !member.Valid {
+				continue
+			}
+			m, dup = member.String, seen[member.String]
 		}
-		m := member.String
+		if _, ok := asked[m]; !ok {
+			if seen == nil {
+				seen = make(map[string]bool)
+			}
+			seen[m] = true
+		}
 		r := warmer.Result{Member: m, Value: value}
-		if sh.versioned {
+		if int8Version {
+			if ver8.Valid {
+				r.Version, r.HasVersion = ver8.Int64, true
+			} else {
+				_, r.Err = versionOf(spec, nil)
+			}
+		} else if sh.versioned {
 			r.Version, r.Err = versionOf(spec, version)
 			r.HasVersion = r.Err == nil
 		}
 		switch {
 		case r.Err != nil:
-		case seen[m]:
+		case dup:
 			r.Err = fmt.Errorf("%w: query returned member %q twice", warmer.ErrDuplicate, m)
 		case size.Valid && size.Int64 > valueBound(spec):
 			r.Value = nil
@@ -181,7 +228,6 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		case value == nil:
 			r.Err = fmt.Errorf("%w: query returned NULL for member %q", warmer.ErrNullValue, m)
 		}
-		seen[m] = true
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
