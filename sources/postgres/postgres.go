@@ -169,6 +169,13 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	if rawMember {
 		dest[0] = nil // read from RawValues
 	}
+	// A text value is copied from its raw bytes into a buffer shared by the
+	// batch's values, not into a slice of its own per row.
+	rawValue := len(fds) > 1 && (fds[1].DataTypeOID == pgtype.TextOID || fds[1].DataTypeOID == pgtype.VarcharOID)
+	var arena []byte
+	if rawValue {
+		dest[1] = nil
+	}
 	int8Version := sh.versioned && len(fds) == 4 && fds[3].DataTypeOID == pgtype.Int8OID
 	if int8Version {
 		dest = append(dest, &ver8) // no boxing of each row's version
@@ -179,6 +186,16 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		value, version = nil, nil
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
+		}
+		if rawValue {
+			if raw := rows.RawValues()[1]; raw != nil {
+				if cap(arena)-len(arena) < len(raw) {
+					arena = make([]byte, 0, max(32<<10, len(raw)))
+				}
+				at := len(arena)
+				arena = append(arena, raw...)
+				value = arena[at:len(arena):len(arena)]
+			}
 		}
 		var m string
 		dup := false
@@ -290,9 +307,16 @@ func bindMembers(kind paramKind, members []string) (any, []warmer.Result) {
 		} else if kind == paramInt2 {
 			bits, typ = 16, "smallint"
 		}
-		// Bound as int64s, pgx sends the array without trying (and failing)
-		// to encode each string as an integer first.
-		ids := make([]int64, 0, len(members))
+		// Bound as the array's text, {1,2,3}, of the members that are the
+		// type's own text: pgx sends a string as it is (text format) and the
+		// server parses it, where a []int64 was boxed an element at a time
+		// to be encoded (an allocation per member).
+		size := 2
+		for _, m := range members {
+			size += len(m) + 1
+		}
+		arr := make([]byte, 0, size)
+		arr = append(arr, '{')
 		var buf [20]byte
 		for _, m := range members {
 			n, err := strconv.ParseInt(m, 10, bits)
@@ -300,10 +324,13 @@ func bindMembers(kind paramKind, members []string) (any, []warmer.Result) {
 				refuse(m, typ)
 				continue
 			}
-			ids = append(ids, n)
+			if len(arr) > 1 {
+				arr = append(arr, ',')
+			}
+			arr = append(arr, m...)
 		}
-		if len(ids) > 0 {
-			param = ids
+		if len(arr) > 1 {
+			param = string(append(arr, '}'))
 		}
 	case paramUUID:
 		ok := make([]string, 0, len(members))
