@@ -78,13 +78,13 @@ type WriteResults struct {
 // wrong at its key (warmer.CheckedStore): a foreign record repaired, a value
 // that was not the bytes its record says Hearth wrote, a refusal by a record
 // its value does not back (Recheck). Entries that are not stamped get the
-// zero VersionCheck.
+// zero VersionCheck (and when none is, checks is nil).
 func (s *FencedStore) setChecked(ctx context.Context, t *leader.Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
 	if _, some := stamped(entries); !some {
-		return make([]warmer.VersionCheck, len(entries)), s.set(ctx, t, entries)
+		return nil, s.set(ctx, t, entries) // nothing to check, nothing found
 	}
 	return s.setStampedChecked(ctx, t, entries)
 }
@@ -324,6 +324,10 @@ func (s *FencedStore) setStamped(ctx context.Context, t *leader.Term, entries []
 // setStampedChecked is setStamped; checks[i] is what the version check found
 // at entries[i]'s key.
 func (s *FencedStore) setStampedChecked(ctx context.Context, t *leader.Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
+	if all, _ := stamped(entries); all {
+		_, vc, err := s.setVersioned(ctx, t, entries)
+		return vc, err
+	}
 	var plain, vers []warmer.Entry
 	var at []int
 	for i, e := range entries {

@@ -45,7 +45,7 @@ local function hearth_versioned_set(e, es, vk, rk, value, ttl, seqs, ver, hash, 
   local older, moved = false, false
   if ce then
     if ver ~= '' and cv ~= '' then
-      older = hearth_vcmp(ver, cv) < 0
+      older = ver ~= cv and hearth_vcmp(ver, cv) < 0
     else
       older = ce > e or (ce == e and cs > seq)
     end
