@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -541,40 +542,41 @@ type rollerMetrics struct {
 }
 
 func newRollerMetrics(reg prometheus.Registerer) *rollerMetrics {
+	f := promauto.With(reg)
 	m := &rollerMetrics{
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		runs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_access_log_rollups_total",
 			Help: "Roll-ups of the Redis access-log buckets into PostgreSQL, by result (ok, error).",
 		}, []string{"result"}),
-		rows: prometheus.NewCounter(prometheus.CounterOpts{
+		rows: f.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_access_log_rolled_up_rows_total",
 			Help: "Access-log rows (one key in one bucket) written by roll-ups.",
 		}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		skipped: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_access_log_skipped_keys_total",
 			Help: "Members of Redis access-log buckets not rolled up, by reason (too_long, malformed, bad_score).",
 		}, []string{"reason"}),
-		clamped: prometheus.NewCounter(prometheus.CounterOpts{
+		clamped: f.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_access_log_clamped_counts_total",
 			Help: "Members of Redis access-log buckets whose count was above the per-bucket maximum, lowered to it.",
 		}),
-		foreign: prometheus.NewCounter(prometheus.CounterOpts{
+		foreign: f.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_access_log_foreign_buckets_total",
 			Help: "Redis access-log bucket keys that were no sorted set, deleted unread.",
 		}),
-		recordingRejects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		recordingRejects: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_access_log_recording_rejects",
 			Help: "Rows the access-log table's guard dropped or lowered since it was created, by reason (too_long, bad_count, clamped), as of the last roll-up.",
 		}, []string{"reason"}),
-		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+		pruned: f.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_access_log_pruned_rows_total",
 			Help: "Access-log rows deleted because they were older than access_log.retention.",
 		}),
-		rankings: prometheus.NewCounterVec(prometheus.CounterOpts{
+		rankings: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_access_log_rankings_total",
 			Help: "Rankings of the top keys stored for pre-warms, by result (ok, error).",
 		}, []string{"result"}),
-		ranked: prometheus.NewGauge(prometheus.GaugeOpts{
+		ranked: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_access_log_ranked_keys",
 			Help: "Keys in the last stored ranking.",
 		}),
@@ -582,6 +584,5 @@ func newRollerMetrics(reg prometheus.Registerer) *rollerMetrics {
 	for _, reason := range skipReasons {
 		m.skipped.WithLabelValues(reason)
 	}
-	reg.MustRegister(m.runs, m.rows, m.skipped, m.clamped, m.foreign, m.recordingRejects, m.pruned, m.rankings, m.ranked)
 	return m
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/singleflight"
 
@@ -530,20 +531,20 @@ type adminMetrics struct {
 }
 
 func newAdminMetrics(reg prometheus.Registerer) *adminMetrics {
+	f := promauto.With(reg)
 	m := &adminMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_admin_requests_total",
 			Help: "Admin API requests by route and HTTP status code.",
 		}, []string{"route", "code"}),
-		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+		loads: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_admin_refresh_loads_total",
 			Help: "Refreshes the admin API ran, by result; concurrent requests for the same target share one.",
 		}, []string{"result"}),
-		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+		waiting: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_admin_refresh_waiting",
 			Help: "Admin refresh requests waiting for a load in flight.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.loads, m.waiting)
 	return m
 }

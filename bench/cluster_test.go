@@ -20,6 +20,7 @@ import (
 	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -209,15 +210,12 @@ func rewarmOneMaster(b *testing.B, cl *testenv.Cluster, cc *redis.ClusterClient,
 	if err := w.RefreshAll(ctx); err != nil {
 		b.Fatal(err)
 	}
-	rw, err := warmer.NewRewarmer(warmer.RewarmOptions{Client: cc, Namespace: "bench-rw", Interval: time.Hour, MinGap: time.Millisecond,
+	rw, err := rewarm.New(rewarm.Options{Client: cc, Namespace: "bench-rw", Interval: time.Hour, MinGap: time.Millisecond,
 		Warmer: w, Registerer: reg})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := rw.Open(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	defer startRewarmer(b, rw)()
 	waitTracked(b, cl)
 	owners := cl.SlotOwners(b)
 	m := owners[warmer.HashSlot(keyOf("1"))]

@@ -13,7 +13,7 @@ import (
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/rewarm"
 )
 
 // rewarmKeys and rewarmTrials: the issue's "re-warm after FLUSHDB of 1,000
@@ -54,15 +54,12 @@ func BenchmarkRewarmAfterFlush(b *testing.B) {
 		if err := w.RefreshAll(ctx); err != nil {
 			b.Fatal(err)
 		}
-		rw, err := warmer.NewRewarmer(warmer.RewarmOptions{Client: rdb, Namespace: "bench-flush", Interval: 2 * time.Second,
+		rw, err := rewarm.New(rewarm.Options{Client: rdb, Namespace: "bench-flush", Interval: 2 * time.Second,
 			MinGap: time.Millisecond, NoPush: !push, Warmer: w, Registerer: reg})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := rw.Open(ctx); err != nil {
-			b.Fatal(err)
-		}
-		defer rw.Close(ctx)
+		defer startRewarmer(b, rw)()
 		var out []time.Duration
 		for range rewarmTrials {
 			poller := srv.Client(b) // never the warmer's client
@@ -157,6 +154,24 @@ func waitAll(b *testing.B, rdb *redis.Client, keys []string, t0 time.Time) {
 		}
 		if all {
 			return
+		}
+	}
+}
+
+// startRewarmer takes rw's baseline, then runs it, as a leader term does,
+// until the returned stop is called; stop waits for Run to return.
+func startRewarmer(b *testing.B, rw *rewarm.Rewarmer) (stop func()) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := rw.Mark(ctx); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rw.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package changes
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -19,43 +20,43 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+		notifications: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_change_notifications_total",
 			Help: "Change notifications received, by channel and result (ok, malformed: not Hearth's payload, ignored).",
 		}, []string{"channel", "result"}),
-		members: prometheus.NewCounterVec(prometheus.CounterOpts{
+		members: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_change_members_total",
 			Help: "Changed members named by notifications, by what became of them (queued, coalesced into a pending refresh, full: turned into a full refresh, invalid, not_declared: no key of the declaration).",
 		}, []string{"family", "result"}),
-		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		refreshes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_change_refreshes_total",
 			Help: "Refreshes triggered by change notifications, by kind (members: one batched load of changed members, full: the whole declaration).",
 		}, []string{"family", "kind"}),
-		overflows: prometheus.NewCounterVec(prometheus.CounterOpts{
+		overflows: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_change_overflows_total",
 			Help: "Times a declaration's pending changed members exceeded the bound and were replaced by one full refresh.",
 		}, []string{"family"}),
-		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		lag: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hearth_change_lag_seconds",
 			Help:    "From a change (the trigger's clock_timestamp) to its refreshed value acknowledged by Redis.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}, []string{"family"}),
-		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		wait: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hearth_change_wait_seconds",
 			Help:    "Per change-driven members refresh, how long its longest-waiting member waited in the queue before the refresh started (the coalesce wait, a refresh in flight, a capped batch ahead).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"family"}),
-		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		connected: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_change_listen_connected",
 			Help: "1 while the source's LISTEN connection is up (on the leader), else 0.",
 		}, []string{"source"}),
-		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+		reconnects: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_change_listen_reconnects_total",
 			Help: "Times the source's LISTEN connection failed or dropped and was reconnected.",
 		}, []string{"source"}),
 	}
-	reg.MustRegister(m.notifications, m.members, m.refreshes, m.overflows, m.lag, m.wait, m.connected, m.reconnects)
 	return m
 }
 

@@ -162,6 +162,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		return nil
 	})
+	// The warmer's own work (a refresh after an origin's recovery) ends
+	// before the lease is released, after everything that asks it to refresh.
+	undo.push(func(context.Context) error { w.Close(); return nil })
 	adm := openAdmin(srv, w, lead.Leading, pw.startAdmin, reg, log)
 	undo.push(adm.Close)
 	// Change-driven refresh (notify declarations): a service of the term.

@@ -13,6 +13,7 @@ import (
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/fence"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
@@ -54,7 +55,7 @@ type daemonPrewarm struct {
 	w        *warmer.Warmer
 	po       warmer.PrewarmOptions
 	roller   *accesslog.Roller // nil without an access log, or with roll-up and ranking off
-	rewarmer *warmer.Rewarmer  // nil when prewarm.rewarm_check is 0
+	rewarmer *rewarm.Rewarmer  // nil when prewarm.rewarm_check is 0
 	log      zerolog.Logger
 }
 
@@ -77,9 +78,9 @@ func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources,
 		}
 	}
 	if cfg.Prewarm.RewarmCheck > 0 {
-		p.rewarmer, err = warmer.NewRewarmer(warmer.RewarmOptions{
+		p.rewarmer, err = rewarm.New(rewarm.Options{
 			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck,
-			Warmer: w, Prewarm: p.po, Registerer: reg, Logger: log,
+			Warmer: w, Prewarm: p.rewarm, Registerer: reg, Logger: log,
 		})
 		if err != nil {
 			return nil, err
@@ -117,6 +118,34 @@ func (p *daemonPrewarm) options(reason string) warmer.PrewarmOptions {
 	po := p.po
 	po.Reason = reason
 	return po
+}
+
+// rewarm is the pre-warm a re-warm runs first (rewarm.Options.Prewarm): this
+// daemon's, for reason, without its rate (the warmer's load bound and each
+// source's protection still apply), loading only the access-log keys keep
+// accepts (nil: all).
+func (p *daemonPrewarm) rewarm(ctx context.Context, reason string, keep func(key string) bool) error {
+	po := p.options(reason)
+	po.Rate = 0
+	if keep != nil && po.AccessLog != nil {
+		po.AccessLog = filteredLog{po.AccessLog, keep}
+	}
+	_, err := p.w.Prewarm(ctx, po)
+	return err
+}
+
+// filteredLog passes on the access-log keys keep accepts.
+type filteredLog struct {
+	warmer.AccessLog
+	keep func(string) bool
+}
+
+func (f filteredLog) EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error {
+	return f.AccessLog.EachTopKey(ctx, window, n, func(key string) {
+		if f.keep(key) {
+			fn(key)
+		}
+	})
 }
 
 // services are the roll-up loop and the re-warm watch, to run for each leader term.
@@ -295,5 +324,5 @@ func (p *Prewarm) Ranking() accesslog.Ranking {
 	return p.al.LastRankingInfo()
 }
 
-// Close closes the sources.
-func (p *Prewarm) Close() { p.sources.Close() }
+// Close closes the warmer, then the sources.
+func (p *Prewarm) Close() { p.w.Close(); p.sources.Close() }

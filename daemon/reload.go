@@ -16,6 +16,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
@@ -362,20 +363,21 @@ type reloadMetrics struct {
 }
 
 func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
+	f := promauto.With(reg)
 	m := &reloadMetrics{
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+		reloads: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_config_reloads_total",
 			Help: "Config reloads by result: ok, invalid (rejected by validation), unreadable (the file could not be read: missing, deleted mid-write, no permission) or error (could not be applied).",
 		}, []string{"result"}),
-		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+		lastSuccess: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_config_last_reload_success",
 			Help: "1 if the last config reload (or the start-up load) succeeded, 0 if it was rejected.",
 		}),
-		lastSuccessTime: prometheus.NewGauge(prometheus.GaugeOpts{
+		lastSuccessTime: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_config_last_reload_success_timestamp_seconds",
 			Help: "Unix time of the last successful config load or reload.",
 		}),
-		restartRequired: prometheus.NewGauge(prometheus.GaugeOpts{
+		restartRequired: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_config_restart_required",
 			Help: "1 if the applied config changed settings that only a restart applies.",
 		}),
@@ -383,6 +385,5 @@ func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
 	for _, r := range []string{"ok", "invalid", "unreadable", "error"} {
 		m.reloads.WithLabelValues(r)
 	}
-	reg.MustRegister(m.reloads, m.lastSuccess, m.lastSuccessTime, m.restartRequired)
 	return m
 }

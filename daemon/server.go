@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 )
@@ -199,15 +200,15 @@ func (s *server) ProbeAddr() string {
 // newHTTPServer is an http.Server on ln with the listener's limits, its
 // connection bound and its body guard; its metrics go to reg.
 func newHTTPServer(ln net.Listener, h http.Handler, lim httpLimits, reg prometheus.Registerer) (*connLimiter, *http.Server) {
+	f := promauto.With(reg)
 	cl := newConnLimiter(ln, lim.maxConns, reg)
-	bodies := prometheus.NewCounterVec(prometheus.CounterOpts{
+	bodies := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "hearth_http_bodies_refused_total",
 		Help: "Requests to Hearth's HTTP listener refused for their body: over the size bound (too_large) or not sent within the body timeout (slow); the connection is closed.",
 	}, []string{"reason"})
 	for _, r := range []string{"too_large", "slow"} {
 		bodies.WithLabelValues(r)
 	}
-	reg.MustRegister(bodies)
 	cl.bodies = bodies
 	return cl, &http.Server{
 		Handler:           guardBody(h, lim, bodies),
@@ -367,13 +368,14 @@ type limitedConn struct {
 }
 
 func newConnLimiter(ln net.Listener, maxConns int, reg prometheus.Registerer) *connLimiter {
+	f := promauto.With(reg)
 	l := &connLimiter{
 		Listener: ln, max: maxConns,
-		open: prometheus.NewGauge(prometheus.GaugeOpts{
+		open: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_http_connections_open",
 			Help: "Connections open to Hearth's HTTP listener.",
 		}),
-		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		shed: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_http_connections_shed_total",
 			Help: "Connections closed at the connection bound: idle (keep-alive, longest idle first), body (a request still sending its body, oldest first) or new (no whole request yet, oldest first) ones shed for a newcomer, or the newcomer itself when every connection was busy (full).",
 		}, []string{"state"}),
@@ -381,7 +383,6 @@ func newConnLimiter(ln net.Listener, maxConns int, reg prometheus.Registerer) *c
 	for _, s := range []string{"idle", "new", "body", "full"} {
 		l.shed.WithLabelValues(s)
 	}
-	reg.MustRegister(l.open, l.shed)
 	return l
 }
 

@@ -24,7 +24,7 @@ import (
 //	                     ├─ change listeners    (changes.Listeners.Run)
 //	                     ├─ hot-set ranking     (hotSets.Run)
 //	                     ├─ access-log roll-up  (Roller.Run)
-//	                     ├─ re-warm watch       (Rewarmer.Run)
+//	                     ├─ re-warm watch       (rewarm.Rewarmer.Run)
 //	                     └─ start-up sequence:  load → schedule opens (Scheduler.Run)
 //	                                            → catch-up → pre-warm → ready
 //	term ends (lease lost, fenced, released) ──► the group ends, is waited for,

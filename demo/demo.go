@@ -21,6 +21,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -483,16 +484,16 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
 	m := &metrics{
-		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+		reads: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_cache_reads_total",
 			Help: "Cache-aside reads of hot keys by result (hit, miss), as the demo's readers see them. Export the same counter from an application to use Hearth's miss-rate alert.",
 		}, []string{"result"}),
-		originCalls: prometheus.NewCounter(prometheus.CounterOpts{
+		originCalls: f.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_demo_reader_origin_calls_total",
 			Help: "Origin calls made by the demo's readers after a miss (Hearth's own are hearth_origin_load_duration_seconds_count).",
 		}),
 	}
-	reg.MustRegister(m.reads, m.originCalls)
 	return m
 }

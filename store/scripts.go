@@ -111,7 +111,7 @@ var (
 )
 
 // Marker checks the re-warm marker and writes it back when absent or
-// foreign (warmer/rewarm.go).
+// foreign (rewarm/rewarm.go).
 var Marker = stateScript("marker.lua")
 
 // RollupClaim hands the access-log roller the next thing to roll up for one

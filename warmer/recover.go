@@ -3,8 +3,6 @@ package warmer
 import (
 	"context"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // recoverer is a source that tells when its origin is back after an outage
@@ -20,13 +18,17 @@ const recoverTimeout = 5 * time.Minute
 // declarations of that source whose last run failed, at once rather than at
 // their next scheduled run: their values were kept alive stale during the
 // outage, and are fresh again within the probe interval of the origin's return.
+// The refresh runs on the source's goroutine, as the warmer's own work: Close
+// ends it and waits for it.
 func (w *Warmer) watchRecoveries(sources map[string]Source) {
 	for name, src := range sources {
 		if r, ok := src.(recoverer); ok {
 			r.OnRecover(func(ctx context.Context) {
-				ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
-				defer cancel()
-				w.RefreshFailing(ctx, name)
+				w.owned(ctx, func(ctx context.Context) {
+					ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
+					defer cancel()
+					w.RefreshFailing(ctx, name)
+				})
 			})
 		}
 	}
@@ -59,13 +61,9 @@ func (w *Warmer) RefreshFailing(ctx context.Context, source string) int {
 		return 0
 	}
 	w.log.Info().Str("source", source).Strs("families", names).Msg("origin back: refreshing the declarations that went stale")
-	var g errgroup.Group
-	for _, n := range names {
-		g.Go(func() error {
-			_, _ = w.Refresh(ctx, n, RunOptions{})
-			return nil
-		})
-	}
-	_ = g.Wait()
+	_ = each(names, func(n string) error {
+		_, _ = w.Refresh(ctx, n, RunOptions{})
+		return nil
+	})
 	return len(names)
 }

@@ -68,6 +68,13 @@ type Warmer struct {
 	// store refuses one whose load started before a later one's that already
 	// wrote (see version.go).
 	seq atomic.Int64
+
+	// life ends at Close. The warmer's own work, which no caller's call
+	// bounds (a recovery refresh), runs under it and is counted in own.
+	life   context.Context
+	end    context.CancelFunc
+	lifeMu sync.Mutex // orders own.Add after Close's end
+	own    sync.WaitGroup
 }
 
 // declState is what the warmer remembers about a declaration between runs.
@@ -152,8 +159,36 @@ func New(opts Options) (*Warmer, error) {
 		w.hot.declare(s)
 	}
 	w.cur.Store(&view{decl: d, state: st})
+	w.life, w.end = context.WithCancel(context.Background())
 	w.watchRecoveries(opts.Sources)
 	return w, nil
+}
+
+// Close ends the warmer's own work — a recovery refresh in progress is
+// abandoned, a later recovery refreshes nothing — and returns once it has.
+// What callers run (Refresh, the schedule's runs) is theirs to end.
+func (w *Warmer) Close() {
+	w.lifeMu.Lock()
+	w.end()
+	w.lifeMu.Unlock()
+	w.own.Wait()
+}
+
+// owned runs fn on the caller's goroutine as the warmer's own work: under ctx
+// and until Close, which waits for it. After Close it does not run fn.
+func (w *Warmer) owned(ctx context.Context, fn func(context.Context)) {
+	w.lifeMu.Lock()
+	if w.life.Err() != nil {
+		w.lifeMu.Unlock()
+		return
+	}
+	w.own.Add(1)
+	w.lifeMu.Unlock()
+	defer w.own.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(w.life, cancel)()
+	fn(ctx)
 }
 
 // Specs returns the declarations in their declared order.
@@ -828,14 +863,50 @@ func loadResult(err error) string {
 // it is the start-up load that precedes readiness. It returns the errors of the
 // declarations that did not fully load.
 func (w *Warmer) RefreshAll(ctx context.Context) error {
+	return each(w.names(), func(name string) error {
+		_, err := w.Refresh(ctx, name, RunOptions{})
+		return err
+	})
+}
+
+// RefreshWhere refreshes, once and unpaced, the members of every declaration
+// whose key keep accepts (a re-warm of one Cluster master's slots); a nil keep
+// is RefreshAll. Members come from the declaration's list or query, as a
+// scheduled refresh's do.
+func (w *Warmer) RefreshWhere(ctx context.Context, keep func(key string) bool) error {
+	if keep == nil {
+		return w.RefreshAll(ctx)
+	}
+	return each(w.names(), func(name string) error {
+		spec, st, ok := w.lookup(name)
+		if !ok {
+			return nil
+		}
+		members, _, err := w.members(ctx, spec, st)
+		var mine []string
+		for _, m := range members {
+			if keep(spec.Template.Key(m)) {
+				mine = append(mine, m)
+			}
+		}
+		return errors.Join(err, each(w.batches(spec, mine), func(batch []string) error {
+			_, err := w.RefreshMembers(ctx, name, batch)
+			return err
+		}))
+	})
+}
+
+// each runs fn on every item concurrently (the load bound paces the loads)
+// and joins the errors, sorted so that the same failures read the same.
+func each[T any](items []T, fn func(T) error) error {
 	var (
 		mu   sync.Mutex
 		errs []error
 		g    errgroup.Group
 	)
-	for _, name := range w.names() {
+	for _, it := range items {
 		g.Go(func() error {
-			if _, err := w.Refresh(ctx, name, RunOptions{}); err != nil {
+			if err := fn(it); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

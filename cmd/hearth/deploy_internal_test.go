@@ -32,6 +32,7 @@ import (
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -104,7 +105,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	}
 	// Pre-warm: the warmer above registers hearth_prewarm_*; the re-warm watch
 	// and the access-log roll-up register theirs.
-	if _, err := warmer.NewRewarmer(warmer.RewarmOptions{Client: rdb, Namespace: "t", Warmer: w, Registerer: rec}); err != nil {
+	if _, err := rewarm.New(rewarm.Options{Client: rdb, Namespace: "t", Warmer: w, Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := accesslog.NewRoller(accesslog.RollerOptions{Log: accesslog.New(nil), Client: rdb, Namespace: "t", Registerer: rec}); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -332,7 +333,7 @@ func TestRewarmAfterRestartE2E(t *testing.T) {
 	}
 	for i := range 2 {
 		if i > 0 {
-			time.Sleep(warmer.DefaultRewarmMinGap) // a sooner loss waits for the gap: the flapping bound
+			time.Sleep(rewarm.DefaultMinGap) // a sooner loss waits for the gap: the flapping bound
 		}
 		up := srv.RestartTimed(t, time.Duration(i)*time.Second) // the second one stays down for 1s
 		poller := srv.Client(t)

@@ -158,7 +158,7 @@ func run(args []string, out io.Writer) error {
 		c, _ := admin.ZScore(ctx, readside.AccessKey(*ns, at, w), *prefix+"product:0").Result()
 		n += c
 	}
-	fmt.Fprintf(out, "reads of %sproduct:0 recorded for Hearth in %s:access:*: %.0f (deleted at exit)\n", *prefix, *ns, n)
+	fmt.Fprintf(out, "reads of %sproduct:0 recorded for Hearth in %s and the buckets after it: %.0f (deleted at exit)\n", *prefix, readside.AccessKey(*ns, started, w), n)
 	mfs, err := reg.Gather()
 	if err != nil {
 		return err

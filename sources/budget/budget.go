@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/hearth-dev/hearth/warmer"
@@ -30,19 +31,17 @@ type Budget struct {
 
 // New is a budget of max bytes whose metrics go to reg (nil: unregistered).
 func New(max int64, reg prometheus.Registerer) *Budget {
+	f := promauto.With(reg) // nil: unregistered
 	b := &Budget{
 		sem: semaphore.NewWeighted(max), max: max,
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+		inflight: f.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_payload_inflight_bytes",
 			Help: "Payload bytes the loads hold now, out of refresh.max_inflight_bytes (a body is counted at its Content-Length or its bound before it is read).",
 		}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_payload_budget_refused_total",
 			Help: "Loads refused by the in-flight payload budget: over (the payload is larger than the whole budget; the member fails, its old value is kept) or wait (the budget did not free up before the load's deadline).",
 		}, []string{"source", "reason"}),
-	}
-	if reg != nil {
-		reg.MustRegister(b.inflight, b.refused)
 	}
 	return b
 }

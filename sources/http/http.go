@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/text/unicode/norm"
@@ -98,18 +99,16 @@ type Metrics struct {
 
 // NewMetrics registers the HTTP sources' metrics with reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg) // nil: unregistered
 	m := &Metrics{
-		redirectsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		redirectsRefused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_source_redirects_refused_total",
 			Help: "Redirects an HTTP source refused to follow (policy redirects: same-host or none); the member's old value is kept.",
 		}, []string{"source"}),
-		notModified: prometheus.NewCounterVec(prometheus.CounterOpts{
+		notModified: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_source_not_modified_total",
 			Help: "Conditional HTTP loads the upstream answered 304 Not Modified: the remembered value was reused, no body sent.",
 		}, []string{"source"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.redirectsRefused, m.notModified)
 	}
 	return m
 }

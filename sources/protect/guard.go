@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/rs/zerolog"
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/semaphore"
@@ -516,26 +517,24 @@ type GuardMetrics struct {
 // NewGuardMetrics registers the origin protection metrics with reg (nil: not
 // registered anywhere).
 func NewGuardMetrics(reg prometheus.Registerer) *GuardMetrics {
+	f := promauto.With(reg) // nil: unregistered
 	m := &GuardMetrics{
-		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		breakerState: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_origin_breaker_state",
 			Help: "Circuit breaker state of a source: 0 closed, 1 half-open, 2 open.",
 		}, []string{"source"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+		retries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_origin_retries_total",
 			Help: "Origin calls repeated after a failure worth retrying.",
 		}, []string{"source"}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_origin_rejected_total",
 			Help: "Origin calls not made, by reason (breaker_open, in_flight, rate_limited).",
 		}, []string{"source", "reason"}),
-		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		probes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_origin_probes_total",
 			Help: "Pings of an origin while its circuit breaker was open, by result (ok: the breaker closed and the stale declarations were refreshed; error: still down).",
 		}, []string{"source", "result"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.breakerState, m.retries, m.rejected, m.probes)
 	}
 	return m
 }

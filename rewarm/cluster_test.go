@@ -1,4 +1,4 @@
-package warmer_test
+package rewarm_test
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/daemon"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -58,15 +60,12 @@ keys:
 	if err := w.RefreshAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rw, err := warmer.NewRewarmer(warmer.RewarmOptions{Client: rdb, Namespace: "rwc", Interval: noPoll, MinGap: time.Millisecond,
+	rw, err := rewarm.New(rewarm.Options{Client: rdb, Namespace: "rwc", Interval: noPoll, MinGap: time.Millisecond,
 		Warmer: w, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 
 	keys := make([]string, members)
 	for i := range keys {
@@ -96,7 +95,7 @@ keys:
 				if err != nil {
 					return false
 				}
-				on := owners[warmer.HashSlot(k)] == m
+				on := owners[slot.Of(k)] == m
 				if on && v == "planted" {
 					return false
 				}
@@ -108,7 +107,7 @@ keys:
 		})
 		for _, k := range keys {
 			v := rdb.Get(ctx, k).Val()
-			if on := owners[warmer.HashSlot(k)] == m; !on && v != "planted" {
+			if on := owners[slot.Of(k)] == m; !on && v != "planted" {
 				t.Fatalf("%s: %s (on a master that kept its data) = %q: re-warmed too", what, k, v)
 			}
 		}
@@ -119,13 +118,13 @@ keys:
 	waitClusterTracking(t, cl)
 
 	// A FLUSHALL of one master.
-	flushed := cl.MasterOf(t, warmer.HashSlot("item:1"))
+	flushed := cl.MasterOf(t, slot.Of("item:1"))
 	plant()
 	if err := flushed.Client(t).FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	check("flushall of one master", flushed)
-	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
+	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 
@@ -143,13 +142,13 @@ keys:
 	plant()
 	promoted := cl.KillMaster(t, killed)
 	check("kill -9 of a master", promoted)
-	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush), 2.0; got != want {
+	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush), 2.0; got != want {
 		t.Errorf("detections{via=push} = %g, want %g", got, want)
 	}
-	if got := seriesValue(t, reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll); got != 0 {
+	if got := seriesValue(t, reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPoll); got != 0 {
 		t.Errorf("detections{via=poll} = %g, want 0 (the poll never ran)", got)
 	}
 }

@@ -1,4 +1,4 @@
-package warmer_test
+package rewarm_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // TestRewarmCoalesced: a second flush within the minimum gap after a re-warm
@@ -21,31 +21,28 @@ import (
 // runs once the gap has passed.
 func TestRewarmCoalesced(t *testing.T) {
 	const gap = 5 * time.Second
-	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.MinGap = gap })
+	_, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) { o.MinGap = gap })
 	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush); got != 1 {
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush); got != 1 {
 		t.Fatalf("rewarms{flush} after the first flush = %g, want 1", got)
 	}
 	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, gap, "the second flush counted as suppressed", func() bool {
-		return promtest.Value(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", "reason", warmer.RewarmFlush) >= 1
+		return promtest.Value(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", "reason", rewarm.Flush) >= 1
 	})
-	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush); got != 1 {
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush); got != 1 {
 		t.Errorf("rewarms{flush} within the gap = %g, want 1 (suppressed)", got)
 	}
 	// Not lost: re-warmed once the gap has passed.
 	testenv.Eventually(t, gap+10*time.Second, "the suppressed flush re-warmed after the gap", func() bool {
-		return promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush) == 2
+		return promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush) == 2
 	})
 	waitWarm(t, e, 10*time.Second)
 }
@@ -54,14 +51,11 @@ func TestRewarmCoalesced(t *testing.T) {
 // full re-warm per minimum gap.
 func TestRewarmDELLoop(t *testing.T) {
 	const gap = time.Second
-	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) {
+	_, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) {
 		o.MinGap, o.Interval = gap, 20*time.Millisecond
 	})
 	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	marker := store.MarkerKey(rewarmNS)
 	start := time.Now()
 	for time.Since(start) < 3*gap {
@@ -69,14 +63,14 @@ func TestRewarmDELLoop(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush)
+	got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush)
 	if limit := float64(elapsed/gap) + 2; got > limit {
 		t.Errorf("%g full re-warms in %s of DEL %s, want ≤ %g (one per %s gap)", got, elapsed, marker, limit, gap)
 	}
 	if got < 1 {
 		t.Errorf("no re-warm during a DEL loop of %s", elapsed)
 	}
-	if n := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", "reason", warmer.RewarmFlush); n < 1 {
+	if n := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", "reason", rewarm.Flush); n < 1 {
 		t.Errorf("suppressed re-warms = %g, want ≥ 1", n)
 	}
 	t.Logf("%g re-warms in %s of DEL loop", got, elapsed)
@@ -87,7 +81,7 @@ func TestRewarmDELLoop(t *testing.T) {
 // logged with the key and what was found, and counted.
 func TestRewarmForeignMarker(t *testing.T) {
 	logs := &testenv.SyncBuffer{}
-	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) {
+	_, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) {
 		o.MinGap, o.Logger = time.Nanosecond, zerolog.New(logs)
 	})
 	ctx := context.Background()
@@ -115,8 +109,8 @@ func TestRewarmForeignMarker(t *testing.T) {
 				t.Fatal(err)
 			}
 			reason, err := rw.CheckOnce(ctx)
-			if err != nil || reason != warmer.RewarmFlush {
-				t.Errorf("check over a foreign marker = %q, %v; want a re-warm for %q", reason, err, warmer.RewarmFlush)
+			if err != nil || reason != rewarm.Flush {
+				t.Errorf("check over a foreign marker = %q, %v; want a re-warm for %q", reason, err, rewarm.Flush)
 			}
 			if got, want := promtest.Value(t, e.reg, "hearth_state_repairs_total", "key", "marker"), float64(i+1); got != want {
 				t.Errorf("repairs{marker} = %g, want %g", got, want)

@@ -1,4 +1,4 @@
-package warmer_test
+package rewarm_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // noPoll is a check interval the tests never reach: whatever re-warms within
@@ -23,12 +23,9 @@ const noPoll = time.Hour
 // still re-warmed: the client-tracking invalidation (a null key list) makes
 // the check run at once, and the detection is counted as a push.
 func TestRewarmPushFlush(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, 2*time.Second })
+	_, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) { o.Interval, o.MinGap = noPoll, 2*time.Second })
 	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	waitTracking(t, e)
 	for i := range 2 {
 		if err := e.rdb.FlushDB(ctx).Err(); err != nil {
@@ -36,7 +33,7 @@ func TestRewarmPushFlush(t *testing.T) {
 		}
 		waitWarm(t, e, 10*time.Second)
 		testenv.Eventually(t, 10*time.Second, "the flush counted as detected by push", func() bool {
-			return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush) >= float64(i+1)
+			return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush) >= float64(i+1)
 		})
 		if i == 0 {
 			// The watch re-subscribes after a flush: the second one is seen
@@ -45,10 +42,10 @@ func TestRewarmPushFlush(t *testing.T) {
 			waitTracking(t, e)
 		}
 	}
-	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll); got != 0 {
+	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPoll); got != 0 {
 		t.Errorf("detections{via=poll} = %g, want 0 (the poll never ran)", got)
 	}
-	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 2.0; got != want {
+	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 2.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 }
@@ -56,19 +53,15 @@ func TestRewarmPushFlush(t *testing.T) {
 // TestRewarmPushRestart: a restart drops the watch's connection; once it
 // reconnects it makes the check run, which sees the new run_id and re-warms.
 func TestRewarmPushRestart(t *testing.T) {
-	srv, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
-	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	srv, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) { o.Interval = noPoll })
+	run(t, rw)
 	waitTracking(t, e)
 	srv.Restart(t)
 	waitWarm(t, e, 10*time.Second)
-	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush), 1.0; got != want {
+	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush), 1.0; got != want {
 		t.Errorf("detections{via=push} = %g, want %g", got, want)
 	}
 }
@@ -76,12 +69,9 @@ func TestRewarmPushRestart(t *testing.T) {
 // TestRewarmNoPushPolls: with the push watch off, a flush is seen by the
 // periodic check, counted as a poll, and no connection tracks anything.
 func TestRewarmNoPushPolls(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.NoPush = true })
+	_, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) { o.NoPush = true })
 	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	if n := trackingClients(t, e); n != 0 {
 		t.Fatalf("%d tracking connections with NoPush", n)
 	}
@@ -90,15 +80,15 @@ func TestRewarmNoPushPolls(t *testing.T) {
 	}
 	waitWarm(t, e, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, "the flush counted as detected by poll", func() bool {
-		return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPoll) == 1
+		return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPoll) == 1
 	})
-	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush); got != 0 {
+	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush); got != 0 {
 		t.Errorf("detections{via=push} = %g, want 0", got)
 	}
 }
 
 // trackingClients counts the connections with client tracking on (flag t).
-func trackingClients(t *testing.T, e *pwEnv) int {
+func trackingClients(t *testing.T, e *env) int {
 	t.Helper()
 	list, err := e.rdb.ClientList(context.Background()).Result()
 	if err != nil {
@@ -114,7 +104,7 @@ func trackingClients(t *testing.T, e *pwEnv) int {
 }
 
 // waitTracking waits until the watch's tracking connection is on.
-func waitTracking(t *testing.T, e *pwEnv) {
+func waitTracking(t *testing.T, e *env) {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, "the push watch tracks the marker", func() bool { return trackingClients(t, e) == 1 })
 }
@@ -205,12 +195,9 @@ func hammer(t *testing.T, rdb *redis.Client, perSecond int, d time.Duration, fn 
 // foreign messages are counted, and a real FLUSHDB afterwards is still seen
 // by push and re-warmed.
 func TestRewarmPushIgnoresLookalikes(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	_, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) { o.Interval, o.MinGap = noPoll, time.Millisecond })
 	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	waitTracking(t, e)
 	time.Sleep(200 * time.Millisecond) // the opening check and its marker write settle
 	marker := store.MarkerKey(rewarmNS)
@@ -236,7 +223,7 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", warmer.DetectPush); got != 1 {
+	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush); got != 1 {
 		t.Errorf("detections{via=push} = %g after the flush, want 1", got)
 	}
 }
@@ -245,12 +232,9 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 // real invalidation of it) makes at most one check per MinCheckGap, and the
 // losses are still re-warmed.
 func TestRewarmChecksPaced(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	_, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) { o.Interval, o.MinGap = noPoll, time.Millisecond })
 	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	waitTracking(t, e)
 	marker := store.MarkerKey(rewarmNS)
 	const d = 3 * time.Second
@@ -259,8 +243,8 @@ func TestRewarmChecksPaced(t *testing.T) {
 	hammer(t, e.rdb, 1000, d, func(p redis.Pipeliner, _ int) { p.Del(ctx, marker) })
 	elapsed := time.Since(t0)
 	checks := testenv.CommandCalls(t, e.rdb, "info")["info"] - before["info"]
-	if limit := int64(elapsed/warmer.MinCheckGap) + 2; checks > limit {
-		t.Errorf("%d checks (INFO) in %v of marker deletions, want at most %d (one per %v)", checks, elapsed, limit, warmer.MinCheckGap)
+	if limit := int64(elapsed/rewarm.MinCheckGap) + 2; checks > limit {
+		t.Errorf("%d checks (INFO) in %v of marker deletions, want at most %d (one per %v)", checks, elapsed, limit, rewarm.MinCheckGap)
 	}
 	if checks == 0 {
 		t.Errorf("no check at all while the marker was deleted: the push watch saw nothing")
@@ -290,12 +274,9 @@ func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 // sessions that reach Redis (each a SUBSCRIBE) start at least MinCheckGap
 // apart; the flushes are still re-warmed.
 func TestRewarmPushSessionsPaced(t *testing.T) {
-	_, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval, o.MinGap = noPoll, time.Millisecond })
+	_, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) { o.Interval, o.MinGap = noPoll, time.Millisecond })
 	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	waitTracking(t, e)
 	const d = 2 * time.Second
 	before := testenv.CommandCalls(t, e.rdb, "subscribe")
@@ -303,8 +284,8 @@ func TestRewarmPushSessionsPaced(t *testing.T) {
 	hammer(t, e.rdb, 100, d, func(p redis.Pipeliner, _ int) { p.FlushDB(ctx) })
 	elapsed := time.Since(t0)
 	sessions := testenv.CommandCalls(t, e.rdb, "subscribe")["subscribe"] - before["subscribe"]
-	if limit := int64(elapsed/warmer.MinCheckGap) + 2; sessions > limit {
-		t.Errorf("%d watch sessions (SUBSCRIBE) in %v of flushes, want at most %d (one per %v)", sessions, elapsed, limit, warmer.MinCheckGap)
+	if limit := int64(elapsed/rewarm.MinCheckGap) + 2; sessions > limit {
+		t.Errorf("%d watch sessions (SUBSCRIBE) in %v of flushes, want at most %d (one per %v)", sessions, elapsed, limit, rewarm.MinCheckGap)
 	}
 	if sessions == 0 {
 		t.Errorf("the watch never reconnected during the flushes")
@@ -317,7 +298,7 @@ func TestRewarmPushSessionsPaced(t *testing.T) {
 // (the watch runs only within a term) writes nothing while Redis restarts;
 // the next term's first check re-warms the restart.
 func TestRewarmPushRestartGated(t *testing.T) {
-	srv, e, rw := newRewarmEnvWith(t, func(o *warmer.RewarmOptions) { o.Interval = noPoll })
+	srv, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) { o.Interval = noPoll })
 	term, end := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rw.Run(term) }()
@@ -335,7 +316,7 @@ func TestRewarmPushRestartGated(t *testing.T) {
 	defer end()
 	go func() { done <- rw.Run(term) }()
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
 	end()

@@ -1,4 +1,10 @@
-package warmer
+// Package rewarm owns the re-warm: it notices that Redis lost its data — a
+// flush, a restart, a failover — by a marker key per master and the masters'
+// run_ids, watched by a periodic check and pushed client-tracking
+// invalidations, and then loads again at once what a warm Redis holds. It sees
+// the refresh engine through Refresher and the pre-warm through a function
+// (Options.Prewarm); the daemon runs it per leader term.
+package rewarm
 
 import (
 	"context"
@@ -9,17 +15,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/hearth-dev/hearth/store"
 )
 
-// DefaultRewarmMinGap is the least time between the starts of two full
+// DefaultMinGap is the least time between the starts of two full
 // re-warms. Losses seen sooner (a DEL loop on the marker, flushes in a row)
 // are counted as suppressed, and one re-warm runs once the gap has passed.
-const DefaultRewarmMinGap = 10 * time.Second
+const DefaultMinGap = 10 * time.Second
 
 // MinCheckGap is the least time between the starts of two checks, whatever
 // asks for them (the poll, a push, a reconnection): at most 10 checks a
@@ -29,10 +35,10 @@ const MinCheckGap = 100 * time.Millisecond
 
 // Reasons for a re-warm.
 const (
-	// RewarmRestart: the Redis run_id changed (a restart or a failover).
-	RewarmRestart = "restart"
-	// RewarmFlush: the marker key is gone (FLUSHDB, FLUSHALL, eviction).
-	RewarmFlush = "flush"
+	// Restart: the Redis run_id changed (a restart or a failover).
+	Restart = "restart"
+	// Flush: the marker key is gone (FLUSHDB, FLUSHALL, eviction).
+	Flush = "flush"
 )
 
 // How a loss was detected, the via label of hearth_prewarm_rewarm_detections_total.
@@ -44,28 +50,38 @@ const (
 	DetectPoll = "poll"
 )
 
-// RewarmOptions configures a Rewarmer. Client, Namespace and Warmer are required.
-type RewarmOptions struct {
+// Refresher is what a re-warm needs of the refresh engine (*warmer.Warmer):
+// every declaration's members refreshed once, unpaced, or only those whose key
+// keep accepts (nil: all).
+type Refresher interface {
+	RefreshWhere(ctx context.Context, keep func(key string) bool) error
+}
+
+// Options configures a Rewarmer. Client, Namespace and Warmer are required.
+type Options struct {
 	Client redis.UniversalClient
 	// Namespace prefixes the marker key (see store.MarkerKey).
 	Namespace string
 	// Interval is how often Redis is checked (default 2s).
 	Interval time.Duration
 	// MinGap is the least time between the starts of two full re-warms
-	// (default DefaultRewarmMinGap). A loss seen sooner is counted in
+	// (default DefaultMinGap). A loss seen sooner is counted in
 	// hearth_prewarm_rewarms_suppressed_total and re-warmed once the gap
 	// has passed: coalesced, never lost.
 	MinGap time.Duration
-	Warmer *Warmer
+	Warmer Refresher
 	// NoPush turns the push watch off: losses are then seen by the periodic
-	// check only. With it on (the default), Open also keeps one connection
+	// check only. With it on (the default), Run also keeps one connection
 	// per master subscribed to client-tracking invalidations of its marker
 	// (CLIENT TRACKING ON REDIRECT, the marker key alone): a flush, a change
 	// of the marker or a dropped connection (a restart, a failover) makes the
 	// check run at once instead of at the next Interval.
 	NoPush bool
-	// Prewarm shapes the pre-warm a re-warm runs (its Reason is replaced).
-	Prewarm    PrewarmOptions
+	// Prewarm, if not nil, runs first in a re-warm, before the refresh of
+	// every declaration: the daemon's pre-warm (the hottest keys first)
+	// without its rate, for reason, loading only the access-log keys keep
+	// accepts (nil: all).
+	Prewarm    func(ctx context.Context, reason string, keep func(key string) bool) error
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
 }
@@ -75,7 +91,7 @@ type RewarmOptions struct {
 // pre-warm and every declaration's refresh at once, so that a cold Redis is
 // warm again within seconds rather than after each key's next scheduled refresh.
 type Rewarmer struct {
-	opts       RewarmOptions
+	opts       Options
 	log        zerolog.Logger
 	rewarms    *prometheus.CounterVec
 	suppressed *prometheus.CounterVec
@@ -92,14 +108,13 @@ type Rewarmer struct {
 	scope    *slotScope        // the slots to re-warm for pending/deferred; nil: all
 	last     time.Time         // start of the last full re-warm
 	quiet    bool              // a suppression was logged since the last re-warm
-	cause    context.CancelCauseFunc
-	g        *errgroup.Group
-	kick     chan string // a push asks for a check now
-	push     *pushWatch  // nil with NoPush
+	running  bool              // Run is running
+	kick     chan string       // a push asks for a check now
+	push     *pushWatch        // nil with NoPush or outside Run
 }
 
-// NewRewarmer builds a Rewarmer; nothing runs until Open or CheckOnce.
-func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
+// New builds a Rewarmer; nothing runs until Run or CheckOnce.
+func New(opts Options) (*Rewarmer, error) {
 	switch {
 	case opts.Client == nil:
 		return nil, errors.New("rewarmer: no redis client")
@@ -112,45 +127,45 @@ func NewRewarmer(opts RewarmOptions) (*Rewarmer, error) {
 		opts.Interval = 2 * time.Second
 	}
 	if opts.MinGap <= 0 {
-		opts.MinGap = DefaultRewarmMinGap
+		opts.MinGap = DefaultMinGap
 	}
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
 	log := opts.Logger.With().Str("component", "rewarm").Logger()
+	f := promauto.With(opts.Registerer)
 	r := &Rewarmer{
 		opts:    opts,
 		log:     log,
 		repairs: store.NewRepairs(opts.Registerer, log),
-		rewarms: prometheus.NewCounterVec(prometheus.CounterOpts{
+		kick:    make(chan string, 1),
+		rewarms: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_rewarms_total",
 			Help: "Re-warms started because Redis lost its data, by reason (restart, flush).",
 		}, []string{"reason"}),
-		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		suppressed: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_prewarm_rewarms_suppressed_total",
 			Help: "Losses of Redis data seen within the minimum gap after a re-warm, by reason: coalesced into one re-warm once the gap has passed.",
 		}, []string{"reason"}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
+		errors: f.NewCounter(prometheus.CounterOpts{
 			Name: "hearth_prewarm_rewarm_check_errors_total",
 			Help: "Checks for lost Redis data that could not reach Redis.",
 		}),
+		detections: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_prewarm_rewarm_detections_total",
+			Help: "Losses of Redis data detected, by how: push (a client-tracking invalidation or a dropped watch connection made the check run at once) or poll (the periodic check).",
+		}, []string{"via"}),
+		ignored: f.NewCounter(prometheus.CounterOpts{
+			Name: "hearth_prewarm_rewarm_ignored_invalidations_total",
+			Help: "Invalidations the re-warm push watch received that were not of its marker key (another client's PUBLISH on __redis__:invalidate): dropped without a check.",
+		}),
 	}
-	r.detections = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "hearth_prewarm_rewarm_detections_total",
-		Help: "Losses of Redis data detected, by how: push (a client-tracking invalidation or a dropped watch connection made the check run at once) or poll (the periodic check).",
-	}, []string{"via"})
-	r.ignored = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "hearth_prewarm_rewarm_ignored_invalidations_total",
-		Help: "Invalidations the re-warm push watch received that were not of its marker key (another client's PUBLISH on __redis__:invalidate): dropped without a check.",
-	})
+	for _, reason := range []string{Restart, Flush} {
+		r.rewarms.WithLabelValues(reason)
+		r.suppressed.WithLabelValues(reason)
+	}
 	r.detections.WithLabelValues(DetectPush)
 	r.detections.WithLabelValues(DetectPoll)
-	r.kick = make(chan string, 1)
-	r.rewarms.WithLabelValues(RewarmRestart)
-	r.rewarms.WithLabelValues(RewarmFlush)
-	r.suppressed.WithLabelValues(RewarmRestart)
-	r.suppressed.WithLabelValues(RewarmFlush)
-	opts.Registerer.MustRegister(r.rewarms, r.suppressed, r.errors, r.detections, r.ignored)
 	return r, nil
 }
 
@@ -205,11 +220,11 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 		ids[st.marker] = st.runID
 		switch {
 		case st.runID != known:
-			detected = RewarmRestart
+			detected = Restart
 			lost = append(lost, st)
 		case !present:
 			if detected == "" {
-				detected = RewarmFlush
+				detected = Flush
 			}
 			lost = append(lost, st)
 		}
@@ -328,20 +343,15 @@ func (r *Rewarmer) setMarker(ctx context.Context, st site, force bool) (present 
 // loaded.
 func (r *Rewarmer) rewarm(ctx context.Context, reason string, scope *slotScope) error {
 	t0 := time.Now()
-	po := r.opts.Prewarm
-	po.Reason = reason
-	po.Rate = 0
-	var rerr error
-	if scope == nil {
-		_, perr := r.opts.Warmer.Prewarm(ctx, po)
-		rerr = errors.Join(perr, r.opts.Warmer.RefreshAll(ctx))
-	} else {
-		if po.AccessLog != nil {
-			po.AccessLog = filteredLog{po.AccessLog, scope.has}
-		}
-		_, perr := r.opts.Warmer.Prewarm(ctx, po)
-		rerr = errors.Join(perr, r.opts.Warmer.RefreshWhere(ctx, scope.has))
+	var keep func(string) bool
+	if scope != nil {
+		keep = scope.has
 	}
+	var rerr error
+	if r.opts.Prewarm != nil {
+		rerr = r.opts.Prewarm(ctx, reason, keep)
+	}
+	rerr = errors.Join(rerr, r.opts.Warmer.RefreshWhere(ctx, keep))
 	r.log.Info().Str("reason", reason).Str("slots", scope.String()).Dur("took_ms", time.Since(t0)).
 		AnErr("error", rerr).Msg("re-warm finished")
 	return rerr
@@ -360,97 +370,67 @@ func nodeRunID(ctx context.Context, c redis.Cmdable) (string, error) {
 	return "", errors.New("info server: no run_id")
 }
 
-// Run is the re-warm watch of one leader term: Open, then Close once ctx
-// ends. The baseline outlives the term, so that a loss that cost this
-// instance its lease (a FLUSHALL takes the lease key too) is still re-warmed
-// once it leads again.
+// Run is the re-warm watch of one leader term: it takes the baseline now
+// (so that a loss from here on is seen), then checks every Interval, and at
+// once when the push watch asks, until ctx ends, abandoning a re-warm in
+// progress. It returns once its goroutines stopped. A failed check is logged
+// and counted, and the loop keeps going. The baseline outlives the term, so
+// that a loss that cost this instance its lease (a FLUSHALL takes the lease
+// key too) is still re-warmed once it leads again, by the next Run.
 func (r *Rewarmer) Run(ctx context.Context) error {
-	if err := r.Open(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return r.Close(context.WithoutCancel(ctx))
-}
-
-// Open takes the baseline now (so that a loss from here on is seen), then
-// checks every Interval until Close or ctx ends. A failed check is logged and
-// counted, and the loop keeps going. After Close it may be opened again.
-func (r *Rewarmer) Open(ctx context.Context) error {
-	if r.cause != nil {
-		return errors.New("rewarmer: already open")
-	}
-	if !r.opts.NoPush {
-		r.mu.Lock()
-		r.push = newPushWatch(ctx, r)
+	r.mu.Lock()
+	if r.running {
 		r.mu.Unlock()
+		return errors.New("rewarmer: already running")
 	}
+	r.running = true
+	if !r.opts.NoPush {
+		r.push = newPushWatch(ctx, r)
+	}
+	r.mu.Unlock()
+	defer r.stop()
 	if _, err := r.CheckOnce(ctx); err != nil {
 		r.log.Warn().Err(err).Msg("rewarm baseline not taken; retrying")
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	r.cause = cancel
-	r.g = &errgroup.Group{}
-	r.g.Go(func() error {
-		t := time.NewTicker(r.opts.Interval)
-		defer t.Stop()
-		var last time.Time
-		for {
-			via := DetectPoll
+	t := time.NewTicker(r.opts.Interval)
+	defer t.Stop()
+	var last time.Time
+	for {
+		via := DetectPoll
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case via = <-r.kick:
+		}
+		// Paced whatever arrives: what asks for a check during the gap
+		// is covered by the one that follows it.
+		if wait := MinCheckGap - time.Since(last); wait > 0 {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-t.C:
-			case via = <-r.kick:
+			case <-time.After(wait):
 			}
-			// Paced whatever arrives: what asks for a check during the gap
-			// is covered by the one that follows it.
-			if wait := MinCheckGap - time.Since(last); wait > 0 {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(wait):
-				}
-				select {
-				case v := <-r.kick:
-					via = v
-				default:
-				}
-			}
-			last = time.Now()
-			if _, err := r.check(ctx, via); err != nil && ctx.Err() == nil {
-				r.log.Warn().Err(err).Str("via", via).Msg("rewarm check failed")
+			select {
+			case v := <-r.kick:
+				via = v
+			default:
 			}
 		}
-	})
-	return nil
+		last = time.Now()
+		if _, err := r.check(ctx, via); err != nil && ctx.Err() == nil {
+			r.log.Warn().Err(err).Str("via", via).Msg("rewarm check failed")
+		}
+	}
 }
 
-// errRewarmerClosed ends the loop on Close.
-var errRewarmerClosed = errors.New("rewarmer closed")
-
-// Close stops the loop, abandoning a re-warm in progress, and waits for it within ctx.
-func (r *Rewarmer) Close(ctx context.Context) error {
-	if r.cause == nil {
-		return nil
-	}
-	r.cause(errRewarmerClosed)
-	done := make(chan struct{})
-	go func() {
-		_ = r.g.Wait()
-		r.mu.Lock()
-		p := r.push
-		r.push = nil
-		r.mu.Unlock()
-		if p != nil {
-			p.close()
-		}
-		close(done)
-	}()
-	select {
-	case <-done:
-		r.cause = nil
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("close rewarmer: %w", ctx.Err())
+// stop ends Run: the push watch's sessions are stopped and waited for.
+func (r *Rewarmer) stop() {
+	r.mu.Lock()
+	p := r.push
+	r.push, r.running = nil, false
+	r.mu.Unlock()
+	if p != nil {
+		p.close()
 	}
 }

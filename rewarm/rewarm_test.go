@@ -1,15 +1,19 @@
-package warmer_test
+package rewarm_test
 
 import (
 	"context"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 const rewarmNS = "hearth-rewarm-test"
@@ -19,37 +23,37 @@ const rewarmNS = "hearth-rewarm-test"
 var warmKeys = []string{"product:1", "product:7", "top"}
 
 // newRewarmEnv warms a private Redis (the tests flush and restart it) and
-// opens a Rewarmer checking it every 100ms.
-func newRewarmEnv(t *testing.T) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+// builds a Rewarmer checking it every 100ms.
+func newRewarmEnv(t *testing.T) (*testenv.RedisServer, *env, *rewarm.Rewarmer) {
 	t.Helper()
 	return newRewarmEnvWith(t, nil)
 }
 
 // newRewarmEnvWith is newRewarmEnv with the Rewarmer's options adjusted by opt.
-func newRewarmEnvWith(t *testing.T, opt func(*warmer.RewarmOptions)) (*testenv.RedisServer, *pwEnv, *warmer.Rewarmer) {
+func newRewarmEnvWith(t *testing.T, opt func(*rewarm.Options)) (*testenv.RedisServer, *env, *rewarm.Rewarmer) {
 	t.Helper()
 	srv := testenv.PrivateRedis(t)
 	rdb := srv.Client(t)
-	e := newPWEnv(t, rdb, "rw:", 20, 100, "")
+	e := newEnv(t, rdb, "rw:")
 	e.record(t, "rw:product:7")
 	ctx := context.Background()
 	if err := e.w.RefreshAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.w.Prewarm(ctx, e.options(10)); err != nil {
+	if err := e.prewarm(t)(ctx, "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.keys(t); !slices.Equal(got, warmKeys) {
 		t.Fatalf("warm keys = %q, want %q", got, warmKeys)
 	}
-	opts := warmer.RewarmOptions{
+	opts := rewarm.Options{
 		Client: rdb, Namespace: rewarmNS, Interval: 100 * time.Millisecond,
-		Warmer: e.w, Prewarm: e.options(10), Registerer: e.reg,
+		Warmer: e.w, Prewarm: e.prewarm(t), Registerer: e.reg,
 	}
 	if opt != nil {
 		opt(&opts)
 	}
-	rw, err := warmer.NewRewarmer(opts)
+	rw, err := rewarm.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +61,7 @@ func newRewarmEnvWith(t *testing.T, opt func(*warmer.RewarmOptions)) (*testenv.R
 }
 
 // waitWarm polls until every warm key is back.
-func waitWarm(t *testing.T, e *pwEnv, within time.Duration) {
+func waitWarm(t *testing.T, e *env, within time.Duration) {
 	t.Helper()
 	var got []string
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -73,15 +77,12 @@ func waitWarm(t *testing.T, e *pwEnv, within time.Duration) {
 func TestRewarmAfterFlush(t *testing.T) {
 	_, e, rw := newRewarmEnv(t)
 	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	if n := e.rdb.Exists(ctx, store.MarkerKey(rewarmNS)).Val(); n != 1 {
@@ -93,17 +94,13 @@ func TestRewarmAfterFlush(t *testing.T) {
 // empty, with a new run_id) is re-warmed and counted for reason restart.
 func TestRewarmAfterRestart(t *testing.T) {
 	srv, e, rw := newRewarmEnv(t)
-	ctx := context.Background()
-	if err := rw.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close(ctx)
+	run(t, rw)
 	srv.Restart(t)
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmRestart), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g (a restart is not a flush)", got, want)
 	}
 }
@@ -118,7 +115,7 @@ func TestRewarmPerTerm(t *testing.T) {
 	term, end := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- rw.Run(term) }()
-	// The first term takes the baseline (Open's first check).
+	// The first term takes the baseline (Run's first check).
 	testenv.Eventually(t, 10*time.Second, "the baseline marker", func() bool {
 		n, _ := e.rdb.Exists(ctx, store.MarkerKey(rewarmNS)).Result()
 		return n == 1
@@ -134,18 +131,53 @@ func TestRewarmPerTerm(t *testing.T) {
 	if got := e.keys(t); len(got) != 0 {
 		t.Errorf("re-warmed without a term: keys %q", got)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 0.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	term, end = context.WithCancel(ctx)
 	defer end()
 	go func() { done <- rw.Run(term) }()
 	waitWarm(t, e, 10*time.Second)
-	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", warmer.RewarmFlush), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 	end()
 	if err := <-done; err != nil {
 		t.Fatalf("Run after the second term = %v", err)
 	}
+}
+
+// TestRunLeavesNoGoroutine: Run returns only once everything it started has
+// stopped — the check loop and the push watch's sessions, one of them just
+// reconnecting after a flush — so that a term's end leaves nothing of the
+// re-warm running.
+func TestRunLeavesNoGoroutine(t *testing.T) {
+	_, e, rw := newRewarmEnv(t)
+	opt := goleak.IgnoreCurrent()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rw.Run(ctx) }()
+	testenv.Eventually(t, 10*time.Second, "the re-warm baseline", func() bool { return rewarm.Armed(rw) })
+	waitTracking(t, e)
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitWarm(t, e, 10*time.Second)
+	waitTracking(t, e)
+	// The flush ends the watch's session: Run ends while it reconnects.
+	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	// At once, not eventually: Run waited for them.
+	buf := make([]byte, 1<<20)
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "hearth/rewarm.") {
+			t.Errorf("a goroutine of the re-warm outlived Run:\n%s", g)
+		}
+	}
+	goleak.VerifyNone(t, opt)
 }

@@ -1,9 +1,8 @@
-package warmer
+package rewarm
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -205,7 +204,7 @@ func (p *pushWatch) run(ctx context.Context, c *redis.Client, addr, marker strin
 // kicking a check), or when a connection fails, and says how far it got.
 func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker string, kick bool) (sessionEnd, error) {
 	opts := *base.Options()
-	name := "hearth-rewarm-" + randHex(6)
+	name := "hearth-rewarm-" + rand.Text()
 	opts.ClientName = name
 	opts.Protocol = 2 // invalidations as pub/sub messages on the redirect connection
 	opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns = 2, 0, 0
@@ -373,10 +372,4 @@ func subscriberID(ctx context.Context, c *redis.Client, name string) (string, er
 		}
 	}
 	return "", errors.New("client list: the watch's subscriber connection is not listed")
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

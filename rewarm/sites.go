@@ -1,18 +1,17 @@
-package warmer
+package rewarm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/store"
 )
 
@@ -43,7 +42,7 @@ func (r *Rewarmer) sites(ctx context.Context) ([]site, error) {
 	}
 	byAddr := map[string]*site{}
 	for _, s := range slots {
-		if len(s.Nodes) == 0 || s.Start < 0 || s.End >= SlotCount || s.Start > s.End {
+		if len(s.Nodes) == 0 || s.Start < 0 || s.End >= slot.Count || s.Start > s.End {
 			return nil, fmt.Errorf("cluster slots: unexpected range %d-%d with %d nodes", s.Start, s.End, len(s.Nodes))
 		}
 		addr := s.Nodes[0].Addr
@@ -123,7 +122,7 @@ func (s *slotScope) has(key string) bool {
 	if s == nil {
 		return true
 	}
-	n := HashSlot(key)
+	n := slot.Of(key)
 	for _, r := range s.ranges {
 		if n >= r[0] && n <= r[1] {
 			return true
@@ -141,62 +140,4 @@ func (s *slotScope) String() string {
 		parts[i] = strconv.Itoa(r[0]) + "-" + strconv.Itoa(r[1])
 	}
 	return strings.Join(parts, ",")
-}
-
-// filteredLog passes on the access-log keys keep accepts.
-type filteredLog struct {
-	AccessLog
-	keep func(string) bool
-}
-
-func (f filteredLog) EachTopKey(ctx context.Context, window time.Duration, n int, fn func(key string)) error {
-	return f.AccessLog.EachTopKey(ctx, window, n, func(key string) {
-		if f.keep(key) {
-			fn(key)
-		}
-	})
-}
-
-// RefreshWhere refreshes, once and unpaced, the members of every declaration
-// whose key keep accepts (a re-warm of one Cluster master's slots). Members
-// come from the declaration's list or query, as a scheduled refresh's do.
-func (w *Warmer) RefreshWhere(ctx context.Context, keep func(key string) bool) error {
-	var (
-		mu   sync.Mutex
-		errs []error
-		g    errgroup.Group
-	)
-	for _, name := range w.names() {
-		spec, st, ok := w.lookup(name)
-		if !ok {
-			continue
-		}
-		members, _, err := w.members(ctx, spec, st)
-		if err != nil {
-			mu.Lock()
-			errs = append(errs, err)
-			mu.Unlock()
-			if members == nil {
-				continue
-			}
-		}
-		var mine []string
-		for _, m := range members {
-			if keep(spec.Template.Key(m)) {
-				mine = append(mine, m)
-			}
-		}
-		for _, batch := range w.batches(spec, mine) {
-			g.Go(func() error {
-				if _, err := w.RefreshMembers(ctx, name, batch); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-				return nil
-			})
-		}
-	}
-	_ = g.Wait()
-	return errors.Join(errs...)
 }
