@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -242,7 +243,8 @@ func (s *FencedStore) setMany(ctx context.Context, t *leader.Term, entries []war
 	chunks := (len(entries) + setManyChunk - 1) / setManyChunk
 	// Every call's command in one backing array, its arguments pointers
 	// into entries and ttls: no allocation per key.
-	cmd := make([]any, 0, chunks*(store.ScriptHead+2)+3*len(entries))
+	cmd := getArgs(chunks*(store.ScriptHead+2) + 3*len(entries))
+	defer func() { putArgs(cmd) }()
 	ttls := make([]int64, len(entries))
 	for i, e := range entries {
 		ttls[i] = max(1, e.TTL.Milliseconds())
@@ -274,6 +276,27 @@ func (s *FencedStore) setMany(ctx context.Context, t *leader.Term, entries []war
 		}
 	}
 	return s.refusedSets(t, len(entries), refused)
+}
+
+// argsPool holds the backing arrays of batched writes' script arguments
+// (tens of kilobytes a batch, every batch): reused, not collected.
+var argsPool sync.Pool
+
+// getArgs returns an empty slice of at least capacity n from argsPool.
+func getArgs(n int) []any {
+	if p, ok := argsPool.Get().(*[]any); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]any, 0, n)
+}
+
+// putArgs clears a (it points into the batch's entries) and returns it to
+// argsPool. Call once the commands that used it are read.
+func putArgs(a []any) {
+	a = a[:cap(a)]
+	clear(a)
+	a = a[:0]
+	argsPool.Put(&a)
 }
 
 // extend is Writer.Extend with t's epoch.

@@ -167,7 +167,8 @@ func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entrie
 		return entries[i*versionedSetManyChunk : min(len(entries), (i+1)*versionedSetManyChunk)]
 	}
 	a := newPackedArgs(s.ns, entries)
-	cmd := make([]any, 0, chunks*(store.ScriptHead+2)+9*len(entries))
+	cmd := getArgs(chunks*(store.ScriptHead+2) + 9*len(entries))
+	defer func() { putArgs(cmd) }()
 	cmds, err := store.RunPacked(ctx, s.client, store.VersionedSetMany, chunks, func(i int) ([]any, int) {
 		lo, hi := i*versionedSetManyChunk, min(len(entries), (i+1)*versionedSetManyChunk)
 		c0 := len(cmd)
