@@ -22,6 +22,27 @@ type Leader struct {
 	// RetryPeriod is how often a standby tries to take the lease (default
 	// 1s, or lease/5 if shorter). A released lease is taken at once.
 	RetryPeriod time.Duration `mapstructure:"retry_period"`
+	// FailoverGrace is how long past its renew deadline a leader on a Redis
+	// Cluster goes on writing while its lease's master does not answer (it
+	// is failing over): the per-slot fences keep those writes safe, and the
+	// other masters' keys do not expire meanwhile. Zero is
+	// DefaultFailoverGrace. Only a Cluster has one; on a single node or
+	// Sentinel the lease and the fence live on one master and a leader that
+	// cannot renew stops at its deadline.
+	FailoverGrace time.Duration `mapstructure:"failover_grace"`
+}
+
+// DefaultFailoverGrace covers a Cluster failover at Redis's default
+// cluster-node-timeout (15 s) twice: the master is failed after the node
+// timeout, and its replica promoted within about a second more.
+const DefaultFailoverGrace = 30 * time.Second
+
+// Grace is leader.failover_grace, defaults resolved.
+func (l Leader) Grace() time.Duration {
+	if l.FailoverGrace == 0 {
+		return DefaultFailoverGrace
+	}
+	return l.FailoverGrace
 }
 
 // Lease defaults.

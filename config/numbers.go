@@ -79,6 +79,7 @@ var Bounds = []Bound{
 	{Path: "leader.lease", Min: MinLease, Max: MaxDuration, Zero: "picked to fit the takeover margin"},
 	{Path: "leader.renew_interval", Min: MinPeriod, Max: MaxDuration, Zero: "lease/3"},
 	{Path: "leader.retry_period", Min: MinPeriod, Max: MaxDuration, Zero: "1s or lease/5"},
+	{Path: "leader.failover_grace", Min: MinPeriod, Max: MaxDuration, Zero: "30s (a Cluster only)"},
 
 	{Path: "sources[].max_conns", Lo: 1, Hi: 10_000, Zero: "pgx's default"},
 	{Path: "sources[].statement_timeout", Min: MinTimeout, Max: MaxDuration, Zero: "no timeout", Step: time.Millisecond},

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -43,7 +42,7 @@ func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook { return n
 func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if topologyError(err) {
+		if neterr.IsTopology(err) {
 			h.cc.ReloadState(ctx)
 		}
 		return err
@@ -55,7 +54,7 @@ func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		err := next(ctx, cmds)
 		if err != nil {
 			for _, c := range cmds {
-				if topologyError(c.Err()) {
+				if neterr.IsTopology(c.Err()) {
 					h.cc.ReloadState(ctx)
 					break
 				}
@@ -63,25 +62,6 @@ func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		}
 		return err
 	}
-}
-
-// topologyError reports whether err says the node that was asked is gone or
-// no longer serves the slot: a connection failure (neterr.Is), or
-// CLUSTERDOWN/TRYAGAIN/MASTERDOWN/LOADING.
-func topologyError(err error) bool {
-	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
-		return false
-	}
-	if neterr.Is(err) {
-		return true
-	}
-	s := err.Error()
-	for _, p := range []string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING"} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // Schemes of `hearth prewarm --redis` for a Cluster and for Sentinels (the

@@ -81,18 +81,24 @@ func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus
 			Msg("leader lease + campaign backoff exceed the takeover margin: after a leader crash that key may expire before a standby takes over")
 	}
 	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: rdb, Namespace: cfg.Redis.Namespace, Registerer: reg, Logger: log})
+	var grace time.Duration
+	if store.PerSlot() {
+		// On a Cluster every write is checked on its own slot's fence: a
+		// leader whose lease master fails over writes on to the others.
+		grace = cfg.Leader.Grace()
+	}
 	lease, err := leader.NewLease(leader.LeaseOptions{
 		Client: rdb, Namespace: cfg.Redis.Namespace,
 		Duration: t.Lease, RenewInterval: t.RenewInterval, RetryPeriod: t.RetryPeriod,
 		// config's timing rule (config.TakeoverWait) counts this backoff.
 		MaxBackoff: config.CampaignBackoff * t.RetryPeriod, BackoffJitter: config.CampaignJitter,
-		Fence: store, Registerer: reg, Logger: log,
+		Fence: store, FailoverGrace: grace, Registerer: reg, Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("leader lease: %w", err)
 	}
 	log.Info().Str("instance", lease.ID()).Dur("lease_ms", t.Lease).Dur("renew_interval_ms", t.RenewInterval).
-		Dur("retry_period_ms", t.RetryPeriod).Msg("leader election enabled")
+		Dur("retry_period_ms", t.RetryPeriod).Dur("failover_grace_ms", grace).Msg("leader election enabled")
 	l.lease, l.store, l.gate = lease, store, store.Gate(lease)
 	return l, nil
 }

@@ -86,6 +86,11 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 	return s
 }
 
+// PerSlot reports whether the store keeps one fence per hash slot (a
+// Cluster), so that a write is checked on its own slot's master: what lets
+// a term write on under leader.LeaseOptions.FailoverGrace.
+func (s *FencedStore) PerSlot() bool { return s.perSlot }
+
 // FenceKey returns the fence key guarding key: {ns}:fence on a single node, or
 // {ns}:fence:{tag} with a tag in key's hash slot when fences are per slot.
 func (s *FencedStore) FenceKey(key string) string { return s.fences.For(key) }

@@ -291,14 +291,14 @@ func TestForeignFence(t *testing.T) {
 				// What the poller and the writes cost without an attacker,
 				// over the same window.
 				cpu0, wall0 := cpuTime(t), time.Now()
-				_, _ = dutyCycle(client, key, 10*time.Second, 100*time.Millisecond)
+				_, _ = dutyCycle(client, key, 5*time.Second, 100*time.Millisecond)
 				base := float64(cpuTime(t)-cpu0) / float64(time.Since(wall0))
 
-				// Re-planted every 100ms for 10s: every planting ends the
+				// Re-planted every 100ms for 5s (50 plantings): every planting ends the
 				// term at the next write, the new term repairs it.
 				stopPlanting := replant(100*time.Millisecond, func() { tc.plant(env.ns, fence) })
 				cpu0, wall0 = cpuTime(t), time.Now()
-				frac, longest := dutyCycle(client, key, 10*time.Second, 100*time.Millisecond)
+				frac, longest := dutyCycle(client, key, 5*time.Second, 100*time.Millisecond)
 				cpu, wall := cpuTime(t)-cpu0, time.Since(wall0)
 				planted := stopPlanting()
 				core := float64(cpu)/float64(wall) - base

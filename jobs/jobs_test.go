@@ -144,37 +144,6 @@ func TestCloseDrainsInFlightRuns(t *testing.T) {
 	}
 }
 
-// TestScheduleEndsWithItsContext: an open schedule runs until the context
-// it was opened with ends (the leader's term), then starts no run; a new
-// Open (the next term) schedules everything again.
-func TestScheduleEndsWithItsContext(t *testing.T) {
-	rec := &recorder{runs: map[string]int{}, running: map[string]int{}}
-	s, err := jobs.New(jobs.Options{Refresher: rec, Specs: specs(20*time.Millisecond, "termed"), Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
-	term, end := context.WithCancel(context.Background())
-	if err := s.Open(term); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 10*time.Second, "runs in the first term", func() bool { return rec.count("termed") >= 2 })
-	end()
-	testenv.Eventually(t, 10*time.Second, "the schedule closed with its term", func() bool { return len(s.Jobs()) == 0 })
-	if _, ok := s.NextRun("termed"); ok {
-		t.Error("NextRun known after the term ended")
-	}
-	after := rec.count("termed")
-	time.Sleep(200 * time.Millisecond) // ten intervals
-	if got := rec.count("termed"); got != after {
-		t.Errorf("%d runs after the term ended, want none", got-after)
-	}
-	if err := s.Open(context.Background()); err != nil {
-		t.Fatalf("Open for a new term: %v", err)
-	}
-	testenv.Eventually(t, 10*time.Second, "runs in the second term", func() bool { return rec.count("termed") > after })
-}
-
 // plannedLog records each run's planned and actual start, on its clock.
 type plannedLog struct {
 	clock   clockwork.Clock

@@ -70,9 +70,23 @@ type LeaseOptions struct {
 	MaxBackoff    time.Duration
 	BackoffJitter float64
 	// Fence, when set, is raised to every new epoch before Campaign returns.
-	Fence      Fence
-	Registerer prometheus.Registerer
-	Logger     zerolog.Logger
+	Fence Fence
+	// FailoverGrace, when set, lets a term outlive its renew deadline while
+	// its lease cannot be renewed because Redis does not answer (a network
+	// error, a renewal that hangs, CLUSTERDOWN, TRYAGAIN, MASTERDOWN,
+	// LOADING: the lease's master failing over), for at most this long past
+	// that deadline. Set it only with per-slot fences on a Cluster, where the
+	// lease's master is one of several: every write is checked against the
+	// fence of its slot and a new leader raises every slot's fence before it
+	// writes, so what keeps a write safe is the fence, not the lease, and the
+	// other masters' keys need not expire while one master is replaced. The
+	// grace ends at once when the lease answers again (renewed: the term goes
+	// on; gone or another's: it ends), when a write is refused by a fence, or
+	// when it runs out. Zero (the default, and a single node's) ends the term
+	// at its renew deadline.
+	FailoverGrace time.Duration
+	Registerer    prometheus.Registerer
+	Logger        zerolog.Logger
 }
 
 // Lease is a Redis leader lease with fencing epochs. Acquisition is one script:
@@ -108,10 +122,13 @@ type Term struct {
 	lease    *Lease
 	value    string // what the lease key holds: <epoch>:<token>
 	deadline atomic.Int64
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	once     sync.Once
-	err      error
+	// grace is set while the term outlives its renew deadline under
+	// LeaseOptions.FailoverGrace (its lease's master unreachable).
+	grace  atomic.Bool
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	once   sync.Once
+	err    error
 }
 
 // NewLease builds a Lease; nothing talks to Redis until Campaign.
@@ -427,7 +444,8 @@ func (l *Lease) tryAcquire(ctx context.Context, watch *holderWatch) (*Term, erro
 // renewLoop keeps the term's lease alive until the term ends. It is the only
 // goroutine that renews, and it stops with its term: a lease never outlives
 // the work it protects. The term ends at its renew deadline even while a
-// renewal hangs (a paused or partitioned Redis).
+// renewal hangs (a paused or partitioned Redis), unless FailoverGrace lets it
+// outlive the deadline while the lease's master does not answer (see grace).
 func (l *Lease) renewLoop(t *Term) {
 	defer l.wg.Done()
 	timer := time.NewTimer(l.opts.RenewInterval)
@@ -436,6 +454,10 @@ func (l *Lease) renewLoop(t *Term) {
 		n   int64
 		err error
 	}
+	// lastOK is the start of the last successful renewal (or of the
+	// acquisition): the grace is counted from the deadline it set.
+	lastOK := time.Duration(t.deadline.Load()) - l.opts.Duration + l.safety
+	unreachable := false // the last renewal failed because Redis did not answer
 	for {
 		select {
 		case <-t.ctx.Done():
@@ -444,12 +466,19 @@ func (l *Lease) renewLoop(t *Term) {
 		}
 		start := l.since()
 		deadline := time.Duration(t.deadline.Load())
-		if start >= deadline {
+		if start >= deadline && !l.grace(t, unreachable, lastOK) {
 			t.end(ErrLeaseExpired)
 			l.bestEffortRelease(t)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), deadline-start)
+		deadline = time.Duration(t.deadline.Load())
+		wait := deadline - start
+		if t.grace.Load() {
+			// A renewal that hangs in the grace is retried, not waited for
+			// until the grace runs out.
+			wait = min(wait, l.opts.Duration-l.safety)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		res := make(chan result, 1)
 		go func() {
 			n, err := store.Renew.Run(ctx, l.opts.Client, []string{l.leaseKey}, t.value, l.opts.Duration.Milliseconds()).Int64()
@@ -459,19 +488,35 @@ func (l *Lease) renewLoop(t *Term) {
 		select {
 		case r = <-res:
 		case <-ctx.Done():
-			t.end(ErrLeaseExpired)
-			<-res // no renewal outlives this loop
-			cancel()
-			l.metrics.renew.WithLabelValues("error").Observe((l.since() - start).Seconds())
-			l.bestEffortRelease(t)
-			return
+			// Outside the grace the wait ran to the deadline: the term ends
+			// now, not when the renewal gives up, unless the grace begins.
+			if !t.grace.Load() && !l.grace(t, true, lastOK) {
+				t.end(ErrLeaseExpired)
+				<-res // no renewal outlives this loop
+				cancel()
+				l.metrics.renew.WithLabelValues("error").Observe((l.since() - start).Seconds())
+				l.bestEffortRelease(t)
+				return
+			}
+			r = <-res // a renewal that hung in the grace is tried again
 		}
 		cancel()
 		took := (l.since() - start).Seconds()
 		switch {
 		case r.err == nil && r.n == 1:
 			l.metrics.renew.WithLabelValues("ok").Observe(took)
-			t.extend(start + l.opts.Duration - l.safety)
+			lastOK, unreachable = start, false
+			if t.grace.Load() {
+				// The deadline goes back to what this renewal proves.
+				if !t.setDeadline(start + l.opts.Duration - l.safety) {
+					return
+				}
+				t.grace.Store(false)
+				l.metrics.grace.Set(0)
+				l.log.Info().Int64("epoch", t.Epoch).Msg("lease renewed again: the failover grace is over; still leading")
+			} else {
+				t.extend(start + l.opts.Duration - l.safety)
+			}
 			timer.Reset(l.opts.RenewInterval)
 		case r.err == nil:
 			l.metrics.renew.WithLabelValues("lost").Observe(took)
@@ -479,9 +524,59 @@ func (l *Lease) renewLoop(t *Term) {
 			return
 		default:
 			l.metrics.renew.WithLabelValues("error").Observe(took)
-			left := deadline - l.since()
-			l.log.Warn().Err(r.err).Dur("left_ms", left).Msg("lease renew failed; retrying until the renew deadline")
+			unreachable = neterr.IsTopology(r.err)
+			left := time.Duration(t.deadline.Load()) - l.since()
+			if left <= 0 {
+				timer.Reset(0) // the deadline passed: grace or the end, at once
+				continue
+			}
+			if t.grace.Load() {
+				l.log.Debug().Err(r.err).Dur("left_ms", left).Msg("lease renew failed in the failover grace; retrying")
+			} else {
+				l.log.Warn().Err(r.err).Dur("left_ms", left).Msg("lease renew failed; retrying until the renew deadline")
+			}
 			timer.Reset(max(0, min(l.opts.RetryPeriod, l.opts.RenewInterval, left)))
+		}
+	}
+}
+
+// grace decides, at t's renew deadline, whether the term goes on under
+// FailoverGrace: only when the grace is set, the last renewal failed because
+// Redis did not answer (never after a reply), the deadline is seen on time
+// (within lease/10: not by a process that was stopped past it), and not
+// already in a grace that ran out. It moves the deadline to lastOK's
+// deadline + FailoverGrace.
+func (l *Lease) grace(t *Term, unreachable bool, lastOK time.Duration) bool {
+	if l.opts.FailoverGrace <= 0 || !unreachable || t.grace.Load() {
+		return false
+	}
+	deadline := lastOK + l.opts.Duration - l.safety
+	if l.since() > deadline+l.safety {
+		// Seen this late, the deadline passed while this process did not
+		// run (SIGSTOP, a frozen VM): not Redis's silence. A stopped
+		// leader stops at its deadline, as on a single node.
+		return false
+	}
+	if !t.setDeadline(deadline + l.opts.FailoverGrace) {
+		return false
+	}
+	t.grace.Store(true)
+	l.metrics.grace.Set(1)
+	l.metrics.graces.Inc()
+	l.log.Warn().Int64("epoch", t.Epoch).Dur("grace_ms", l.opts.FailoverGrace).
+		Msg("lease master unreachable at the renew deadline: writing on under the per-slot fences until it answers, at most the failover grace")
+	return true
+}
+
+// setDeadline sets the deadline, earlier or later, unless the term ended.
+func (t *Term) setDeadline(d time.Duration) bool {
+	for {
+		old := t.deadline.Load()
+		if old == 0 {
+			return false
+		}
+		if t.deadline.CompareAndSwap(old, int64(d)) {
+			return true
 		}
 	}
 }
@@ -512,6 +607,9 @@ func (t *Term) end(reason error) (ended bool) {
 		l := t.lease
 		if l.current.CompareAndSwap(t, nil) {
 			l.metrics.leader.Set(0)
+		}
+		if t.grace.Load() {
+			l.metrics.grace.Set(0)
 		}
 		result := "lost"
 		switch {
@@ -549,7 +647,9 @@ func (t *Term) Err() error {
 	}
 }
 
-// Valid reports whether this instance can still prove it leads in this term.
+// Valid reports whether this instance can still prove it leads in this term,
+// or, in its failover grace (LeaseOptions.FailoverGrace), may still write
+// under the per-slot fences.
 func (t *Term) Valid() bool { return t.valid() }
 
 // Fenced ends the term because Redis refused one of its writes: a newer
@@ -571,7 +671,9 @@ func (t *Term) Fenced() {
 // if no newer epoch was issued; true if the term may go on.
 func (t *Term) refence() bool {
 	l := t.lease
-	if l.opts.Fence == nil || !t.valid() {
+	if l.opts.Fence == nil || !t.valid() || t.grace.Load() {
+		// In the failover grace the epoch counter, beside the lease, cannot
+		// be read: a refused write ends the term.
 		return false
 	}
 	left := time.Duration(t.deadline.Load()) - l.since()
@@ -660,6 +762,10 @@ type leaseMetrics struct {
 	campaignErrors prometheus.Counter
 	// attempts shows a campaign loop's pace: it must never spin.
 	attempts *prometheus.CounterVec
+	// grace is 1 while a term outlives its renew deadline under
+	// FailoverGrace; graces counts the terms that entered one.
+	grace  prometheus.Gauge
+	graces prometheus.Counter
 }
 
 func newLeaseMetrics(reg prometheus.Registerer) *leaseMetrics {
@@ -690,12 +796,20 @@ func newLeaseMetrics(reg prometheus.Registerer) *leaseMetrics {
 		Name: "hearth_lease_campaign_attempts_total",
 		Help: "Attempts to take the lease, by result (acquired, held: another instance leads, fenced: the fence refused the new epoch, error).",
 	}, []string{"result"})
+	m.grace = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hearth_leader_failover_grace",
+		Help: "1 while this instance's term outlives its renew deadline because the lease's master does not answer (leader.failover_grace; per-slot fences on a Cluster keep its writes safe).",
+	})
+	m.graces = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hearth_leader_failover_graces_total",
+		Help: "Terms that went on past their renew deadline under the failover grace because the lease's master did not answer.",
+	})
 	for _, r := range []string{"acquired", "released", "lost", "expired", "fenced"} {
 		m.transitions.WithLabelValues(r)
 	}
 	for _, r := range []string{"acquired", "held", "fenced", "error"} {
 		m.attempts.WithLabelValues(r)
 	}
-	reg.MustRegister(m.leader, m.epoch, m.transitions, m.renew, m.campaignErrors, m.attempts)
+	reg.MustRegister(m.leader, m.epoch, m.transitions, m.renew, m.campaignErrors, m.attempts, m.grace, m.graces)
 	return m
 }

@@ -812,6 +812,20 @@ func kindStats(p Params, evs []Event, absences []window) []KindStat {
 // On a Cluster each key is judged against its own slot's fence, read with it;
 // a kill -9 of a master is a data loss for the slots it served (its replica
 // may not have the last fences; the lease too, if its slot was there).
+//
+// On a Cluster a leader whose lease's master does not answer writes on under
+// its failover grace (leader.failover_grace), past its lease, to the slots
+// whose fences still carry its epoch. LEASE still holds unchanged there: the
+// grace starts only while the lease's master does not answer, and the checker
+// reads the lease from that same master. A kill -9 of it resets what was seen
+// held (above), so the promoted replica's empty lease ends no epoch; a paused
+// master, once it answers, shows the leader's lease (renewed, or expired: the
+// leader's next renewal, at most a retry period later, sees that too and
+// ends the term). What the grace adds — a leader cut off from the lease's
+// master alone, writing while another takes over — is not in the schedule
+// (no per-instance link fault runs on a Cluster); there the bound would be
+// the lease seen gone + the new leader's raise (its fences refuse the old
+// epoch, TWO-WRITERS) and at most leader.failover_grace.
 func judgeRecords(in Input, r *Report, flag func(Rule, string, time.Time, string)) {
 	type loss struct {
 		at    time.Time

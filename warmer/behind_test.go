@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -128,72 +126,5 @@ func TestRefreshWritesOldestFirst(t *testing.T) {
 	}
 	if got, want := src.order(), []string{"c", "d", "e", "b", "a"}; !slices.Equal(got, want) {
 		t.Errorf("second run loaded %v, want oldest write first %v", got, want)
-	}
-}
-
-// behindSpec is a family whose run, at 100 ms per batch of 2 and one load at
-// a time, takes about 2 s, past its TTL of 1.5 s.
-func behindSpec(t *testing.T, prefix string) *warmer.Spec {
-	spec := family(t, prefix, "slow", 40)
-	spec.BatchSize = 2
-	spec.TTL, spec.Jitter, spec.Interval, spec.LoadTimeout = 1500*time.Millisecond, 0, 750*time.Millisecond, 500*time.Millisecond
-	return spec
-}
-
-// A run that cannot write its keys before their TTLs run out says so while
-// it runs, once, with the family and the shortfall; it is counted and the
-// gauge shows by how much; a run longer than its interval is logged and
-// counted as an overrun.
-func TestRefreshBehindIsLoggedAndCounted(t *testing.T) {
-	env := testenv.Redis(t)
-	spec := behindSpec(t, env.Prefix)
-	log := &syncWriter{w: &bytes.Buffer{}}
-	w, reg := serialWarmer(t, env, &recorder{delay: 100 * time.Millisecond}, nil, log, spec)
-	ctx := context.Background()
-	if _, err := w.Refresh(ctx, "slow", warmer.RunOptions{}); err != nil { // writes everything once
-		t.Fatal(err)
-	}
-	if got := promtest.Sum(t, reg, "hearth_refresh_behind_total"); got != 0 {
-		t.Fatalf("first run (no key written before) counted behind %g times", got)
-	}
-	if _, err := w.Refresh(ctx, "slow", warmer.RunOptions{Planned: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	if got := promtest.Value(t, reg, "hearth_refresh_behind_total", "family", "slow"); got != 1 {
-		t.Errorf("hearth_refresh_behind_total = %g, want 1 (once per run)", got)
-	}
-	if got := promtest.Value(t, reg, "hearth_refresh_behind_seconds", "family", "slow"); got <= 0.1 {
-		t.Errorf("hearth_refresh_behind_seconds = %g, want the run's lateness (about 0.5 s)", got)
-	}
-	if got := promtest.Value(t, reg, "hearth_refresh_overruns_total", "family", "slow"); got != 1 {
-		t.Errorf("hearth_refresh_overruns_total = %g, want 1", got)
-	}
-	logs := log.String()
-	if n := strings.Count(logs, "refresh run falling behind"); n != 1 {
-		t.Errorf("falling-behind warnings = %d, want 1 (while the run went, once):\n%s", n, logs)
-	}
-	for _, want := range []string{`"family":"slow"`, `"shortfall_ms":`, `"refresh run overran its interval"`, `"overrun_ms":`} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("logs lack %s:\n%s", want, logs)
-		}
-	}
-}
-
-// A run that keeps up is neither counted behind nor an overrun.
-func TestRefreshOnTimeIsNotBehind(t *testing.T) {
-	env := testenv.Redis(t)
-	spec := behindSpec(t, env.Prefix)
-	spec.TTL, spec.Interval, spec.LoadTimeout = 20*time.Second, 10*time.Second, 2*time.Second
-	w, reg := serialWarmer(t, env, &recorder{delay: 60 * time.Millisecond}, nil, nil, spec)
-	ctx := context.Background()
-	for range 2 {
-		if _, err := w.Refresh(ctx, "slow", warmer.RunOptions{Planned: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, name := range []string{"hearth_refresh_behind_total", "hearth_refresh_behind_seconds", "hearth_refresh_overruns_total"} {
-		if got := promtest.Sum(t, reg, name); got != 0 {
-			t.Errorf("%s = %g, want 0", name, got)
-		}
 	}
 }

@@ -37,6 +37,7 @@ type adminPrewarmState struct {
 // run behind it), and GET /admin/prewarm shows the start-up run, not an admin
 // run that never started.
 func TestAdminPrewarmConflictsWithStartup(t *testing.T) {
+	t.Parallel() // its own prefix, daemon and origin: it only waits
 	rdb := sharedRedis(t)
 	// The start-up load calls /single once; the pre-warm's call is held.
 	var (
@@ -149,6 +150,7 @@ keys:
 // for them (hearth_warmer_state_members{kind="one_off"}) drops once no value of
 // theirs can be alive (TTL 4s, max_stale 4s).
 func TestAdminRefreshStateIsPruned(t *testing.T) {
+	t.Parallel() // its own prefix, daemon and origin: it only waits
 	rdb := sharedRedis(t)
 	up := newOrigin(t)
 	d := startDaemon(t, fmt.Sprintf(`

@@ -283,6 +283,7 @@ keys:
 }
 
 func TestValidateAndVersion(t *testing.T) {
+	t.Parallel() // no server: its own processes
 	good := e2e.Start(t, []string{"validate", "--config", "../../config.yaml"})
 	if code := good.Wait(t, 10*time.Second); code != 0 {
 		t.Errorf("validate config.yaml exit %d:\n%s", code, good.Output())

@@ -30,6 +30,7 @@ func closedAddr(t *testing.T) string {
 // config points at servers that are not there, so a usage error that were
 // only found after connecting would exit 1, not 2. No server is needed.
 func TestExitCodes(t *testing.T) {
+	t.Parallel() // no server: its own processes
 	bin := e2e.Binary(t)
 	e2e.WithDemo(t, bin) // hearth demo runs it
 	dead := closedAddr(t)

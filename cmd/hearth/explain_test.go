@@ -20,6 +20,7 @@ import (
 // the typed form) and warned about by `hearth run` at start-up, which keeps
 // running; the typed form passes (exit 0).
 func TestValidateExplain(t *testing.T) {
+	t.Parallel() // its own database, prefix and processes
 	pg := testenv.Postgres(t)
 	rd := testenv.Redis(t)
 	ctx := context.Background()

@@ -319,6 +319,7 @@ func TestRewarmAfterFlushE2E(t *testing.T) {
 // reach: the reconnection alone starts the re-warm. A second restart, once the
 // re-warms' minimum gap has passed, is re-warmed the same way.
 func TestRewarmAfterRestartE2E(t *testing.T) {
+	t.Parallel() // its own Redis server and daemon; a generous bound
 	srv := testenv.PrivateRedis(t)
 	rdb := srv.Client(t)
 	c := newCatalogue(t, rdb, "rs:", 20, 0, "prewarm: {rewarm_check: 1h}\n")

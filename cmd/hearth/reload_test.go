@@ -184,6 +184,7 @@ func jsonText(s string) string {
 // (deleted, or replaced by a dangling link) is reported, never waited on in
 // silence, and the same file coming back is applied again.
 func TestReloadRejectsBadValues(t *testing.T) {
+	t.Parallel() // its own prefix, daemon and origin: it only waits
 	rdb := sharedRedis(t)
 	id := rdb.Prefix
 	up := newOrigin(t)

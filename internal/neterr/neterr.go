@@ -47,3 +47,24 @@ func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// IsTopology reports whether err says the node that was asked is gone or no
+// longer serves the slot — a connection failure (Is), or a Redis reply
+// CLUSTERDOWN, TRYAGAIN, MASTERDOWN or LOADING (a master failing over) — as
+// opposed to an answer. The Cluster client's slot-map reload and the lease's
+// failover grace ask it.
+func IsTopology(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if Is(err) {
+		return true
+	}
+	s := err.Error()
+	for _, p := range []string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING"} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -40,7 +40,14 @@ type Cluster struct {
 // started fails the test (see RequireServer).
 func RedisCluster(t testing.TB) *Cluster {
 	t.Helper()
-	c, err := newCluster()
+	return RedisClusterTimeout(t, ClusterNodeTimeout)
+}
+
+// RedisClusterTimeout is [RedisCluster] with another cluster-node-timeout: a
+// failover then takes about that long plus the election (a second or so).
+func RedisClusterTimeout(t testing.TB, nodeTimeout time.Duration) *Cluster {
+	t.Helper()
+	c, err := newCluster(nodeTimeout)
 	if c != nil {
 		t.Cleanup(func() {
 			for _, n := range c.Nodes {
@@ -57,7 +64,7 @@ func RedisCluster(t testing.TB) *Cluster {
 	return c
 }
 
-func newCluster() (*Cluster, error) {
+func newCluster(nodeTimeout time.Duration) (*Cluster, error) {
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		return nil, fmt.Errorf("redis-cli not found: %w", err)
@@ -66,7 +73,7 @@ func newCluster() (*Cluster, error) {
 	for range 6 {
 		n, err := newRedisServer("--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout.Milliseconds())),
+			"--cluster-node-timeout", strconv.Itoa(int(nodeTimeout.Milliseconds())),
 			// A replica whose master is gone for long is still promoted.
 			"--cluster-replica-validity-factor", "0")
 		if err != nil {
