@@ -79,11 +79,15 @@ type Warmer struct {
 // declState is what the warmer remembers about a declaration between runs.
 type declState struct {
 	mu sync.Mutex
-	// lastOK holds each declared member's last successful load (unix
-	// nanoseconds, 0 for none yet); a failing member's value is kept alive for
-	// at most MaxStale past it. Its keys are the declared members, as of the
-	// last run that listed them (see declare in memberstate.go).
-	lastOK map[string]int64
+	// lastOK holds each declared member's slot in okAt, its last successful
+	// load (unix nanoseconds, 0 for none yet); a failing member's value is
+	// kept alive for at most MaxStale past it. Its keys are the declared
+	// members, as of the last run that listed them (see declare in
+	// memberstate.go), and the slots their positions in declared: a run's
+	// batches, slices of that list, read and write their members' slots in
+	// place (setLastOKAt), not through a map of a million members.
+	lastOK map[string]int32
+	okAt   []int64
 	// oneOff is lastOK for members loaded outside the declaration (admin
 	// refreshes, access-log pre-warms, members that left): kept only while a
 	// value of theirs can still be alive, and at most MaxOneOffMembers of them.
@@ -294,7 +298,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		watch.begun(i)
 		g.Go(func() error {
 			defer w.loads.Release(1)
-			o := w.refreshBatch(ctx, spec, st, batch)
+			o := w.refreshBatchAt(ctx, spec, st, batch, order.at[i])
 			watch.completed(i, len(batch), o.Written+o.Negative > 0)
 			mu.Lock()
 			out.add(o)
@@ -520,6 +524,12 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 // refreshBatch loads one batch and writes the outcome. It never returns early
 // on a bad member: each member's fate is decided alone.
 func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string) Outcome {
+	return w.refreshBatchAt(ctx, spec, st, batch, -1)
+}
+
+// refreshBatchAt is refreshBatch for a batch that starts at position at of
+// the members a run declared (-1: not known).
+func (w *Warmer) refreshBatchAt(ctx context.Context, spec *Spec, st *declState, batch []string, at int) Outcome {
 	ws := w.store
 	if w.gate != nil {
 		admitted, err := w.gate.Admit(ctx)
@@ -528,7 +538,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 		}
 		ws = admitted
 	}
-	return w.loadAndWrite(ctx, ws, spec, st, batch, nil)
+	return w.loadAndWriteAt(ctx, ws, spec, st, batch, nil, at)
 }
 
 // loadAndWrite loads one admitted batch and writes the outcome through ws
@@ -538,6 +548,13 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 // key (the store replaces one the re-read does not confirm), and nothing is
 // re-read again.
 func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string) Outcome {
+	return w.loadAndWriteAt(ctx, ws, spec, st, batch, unconfirmed, -1)
+}
+
+// loadAndWriteAt is loadAndWrite for a batch that starts at position at of
+// the declared members (-1: not known), whose last successes it then
+// records in place.
+func (w *Warmer) loadAndWriteAt(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string, at int) Outcome {
 	out := Outcome{}
 	var req []string
 	if spec.Template.IsFamily() {
@@ -552,6 +569,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 	var (
 		entries []Entry
 		okm     []string
+		okPos   []int32
 		negm    []string
 		failed  []string
 	)
@@ -563,25 +581,27 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		failed = batch
 	} else {
 		entries, okm = make([]Entry, 0, len(batch)), make([]string, 0, len(batch))
-		// pending[m] is true until m is answered; a member not in it was not
-		// asked for.
-		pending := make(map[string]bool, len(batch))
-		for _, m := range batch {
-			pending[m] = true
+		// pending[m] is m's position in the batch until m is answered, then
+		// -1; a member not in it was not asked for. okPos[i] is okm[i]'s.
+		pending := make(map[string]int32, len(batch))
+		for i, m := range batch {
+			pending[m] = int32(i)
 		}
+		okPos = make([]int32, 0, len(batch))
 		foreign := false
 		for _, r := range results {
-			if !pending[r.Member] {
+			pos, asked := pending[r.Member]
+			if !asked || pos < 0 {
 				// Not asked for, or already answered: never written.
 				w.metrics.failures.WithLabelValues(spec.Name, "unexpected_member").Inc()
-				if _, asked := pending[r.Member]; !asked && !foreign {
+				if !asked && !foreign {
 					foreign = true
 					w.log.Debug().Str("family", spec.Name).Str("answered", r.Member).
 						Msg("the origin answered for a member not asked for (does the query rewrite its member?); members without an answer are not written as not found")
 				}
 				continue
 			}
-			pending[r.Member] = false
+			pending[r.Member] = -1
 			if r.Err == nil && !r.Missing && spec.MaxValueBytes > 0 && len(r.Value) > spec.MaxValueBytes {
 				r.Err = fmt.Errorf("%w: %d bytes, max_value_bytes is %d", ErrTooLarge, len(r.Value), spec.MaxValueBytes)
 			}
@@ -593,33 +613,37 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 				w.log.Debug().Str("family", spec.Name).Str("reason", reason(r.Err)).Err(out.LastError).Msg("member not refreshed")
 				failed = append(failed, r.Member)
 			case r.Missing:
-				entries = append(entries, w.negative(spec, r.Member))
+				entries = append(entries, w.negative(spec))
 				out.Negative++
-				okm = append(okm, r.Member)
+				okm, okPos = append(okm, r.Member), append(okPos, pos)
 				negm = append(negm, r.Member)
 			default:
-				entries = append(entries, Entry{Key: spec.Template.Key(r.Member), Value: r.Value, TTL: spec.JitteredTTL(w.rand())})
+				e := Entry{Value: r.Value, TTL: spec.JitteredTTL(w.rand())}
+				if spec.VersionColumn != "" && r.HasVersion {
+					e.Versioned, e.Version = true, r.Version
+				}
+				entries = append(entries, e)
 				out.Written++
-				okm = append(okm, r.Member)
+				okm, okPos = append(okm, r.Member), append(okPos, pos)
 			}
 		}
-		for _, m := range batch {
-			if pending[m] && foreign {
+		for i, m := range batch {
+			if pending[m] >= 0 && foreign {
 				// The origin answered under a name nobody asked for (a query
 				// that rewrites its member: 01 answered as 1): the answer may
 				// be this member's, so it is not written as not found.
-				pending[m] = false
+				pending[m] = -1
 				w.metrics.failures.WithLabelValues(spec.Name, "ambiguous").Inc()
 				out.Failed++
 				out.LastError = fmt.Errorf("load %s from %s: no answer, and the origin answered for members not asked for: not written as not found", spec.Template.Key(m), spec.Source)
 				failed = append(failed, m)
 				continue
 			}
-			if pending[m] {
-				pending[m] = false
-				entries = append(entries, w.negative(spec, m))
+			if pending[m] >= 0 {
+				pending[m] = -1
+				entries = append(entries, w.negative(spec))
 				out.Negative++
-				okm = append(okm, m)
+				okm, okPos = append(okm, m), append(okPos, int32(i))
 				negm = append(negm, m)
 			}
 		}
@@ -628,7 +652,8 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 	var recheck []string
 	var records map[string]string
 	if len(entries) > 0 {
-		w.stamp(spec, entries, seq, results)
+		spec.Template.keys(entries, okm)
+		w.stamp(spec, entries, seq)
 		for i := range entries {
 			entries[i].Unconfirmed = unconfirmed[entries[i].Key]
 		}
@@ -657,11 +682,17 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		}
 	}
 	st.mu.Lock()
-	for _, m := range okm {
+	// okPos still says where okm's members are unless okm was filtered.
+	positional := at >= 0 && len(okPos) == len(okm)
+	for i, m := range okm {
 		if w.oneShot {
 			break
 		}
-		st.setLastOK(spec, m, now.UnixNano())
+		if positional {
+			st.setLastOKAt(spec, at+int(okPos[i]), m, now.UnixNano())
+		} else {
+			st.setLastOK(spec, m, now.UnixNano())
+		}
 	}
 	st.noteNegatives(okm, negm)
 	w.noteState(spec.Name, st)
