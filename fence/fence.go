@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
@@ -70,7 +71,7 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 		client:  opts.Client,
 		ns:      opts.Namespace,
 		perSlot: perSlot,
-		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+		fenced: promauto.With(opts.Registerer).NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_fenced_writes_total",
 			Help: "Writes Redis refused because a newer leader's epoch fences them, by operation (set, extend).",
 		}, []string{"op"}),
@@ -81,7 +82,6 @@ func NewFencedStore(opts FencedStoreOptions) *FencedStore {
 	s.repairs = store.NewRepairs(opts.Registerer, opts.Logger.With().Str("component", "fence").Logger())
 	s.fenced.WithLabelValues("set")
 	s.fenced.WithLabelValues("extend")
-	opts.Registerer.MustRegister(s.fenced)
 	s.ver = newVersionMetrics(opts.Registerer)
 	return s
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
@@ -55,17 +56,17 @@ type versionMetrics struct {
 }
 
 func newVersionMetrics(reg prometheus.Registerer) *versionMetrics {
+	f := promauto.With(reg)
 	m := &versionMetrics{
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_version_refused_writes_total",
 			Help: "Writes Redis refused because the key's version record holds a newer version, or a load started later already wrote it.",
 		}, []string{"family"}),
-		extended: prometheus.NewCounterVec(prometheus.CounterOpts{
+		extended: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_conditional_extends_total",
 			Help: "Writes whose value was byte-identical to the value in Redis (compared in the script): the TTL was extended, the value not rewritten.",
 		}, []string{"family"}),
 	}
-	reg.MustRegister(m.refused, m.extended)
 	return m
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Changes lists, by name, what one Apply did to the declarations.
@@ -208,17 +209,17 @@ type declMetrics struct {
 }
 
 func newDeclMetrics(reg prometheus.Registerer) *declMetrics {
+	f := promauto.With(reg)
 	m := &declMetrics{
-		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		interval: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_refresh_interval_seconds",
 			Help: "Configured refresh interval of a declaration.",
 		}, []string{"family"}),
-		ttl: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		ttl: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_key_ttl_seconds",
 			Help: "Configured TTL (before jitter) of the keys of a declaration.",
 		}, []string{"family"}),
 	}
-	reg.MustRegister(m.interval, m.ttl)
 	return m
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // A run that cannot keep up (an origin slowed, a machine short of CPU) must
@@ -221,18 +222,17 @@ func (rw *runWatch) finish() {
 	}
 }
 
-func newBehindMetrics(m *metrics) []prometheus.Collector {
-	m.behind = prometheus.NewCounterVec(prometheus.CounterOpts{
+func newBehindMetrics(f promauto.Factory, m *metrics) {
+	m.behind = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "hearth_refresh_behind_total",
 		Help: "Refresh runs that, at their progress rate, would write (or wrote) keys after their TTLs ran out.",
 	}, []string{"family"})
-	m.behindSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.behindSeconds = f.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "hearth_refresh_behind_seconds",
 		Help: "How far past their TTL end the running refresh would write its latest keys at its rate so far (the last run's actual figure after it ended); 0 when on time.",
 	}, []string{"family"})
-	m.overruns = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.overruns = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "hearth_refresh_overruns_total",
 		Help: "Scheduled refresh runs that took longer than their declaration's interval.",
 	}, []string{"family"})
-	return []prometheus.Collector{m.behind, m.behindSeconds, m.overruns}
 }

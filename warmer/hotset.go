@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // HotSet makes a family's members follow traffic: the TopN keys of the access
@@ -285,29 +286,29 @@ type hotMetrics struct {
 }
 
 func newHotMetrics(reg prometheus.Registerer) *hotMetrics {
+	f := promauto.With(reg)
 	m := &hotMetrics{
-		size: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		size: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_hotset_members",
 			Help: "Members of a family promoted from the access log (its hot set), after the last ranking.",
 		}, []string{"family"}),
-		promotions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		promotions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_hotset_promotions_total",
 			Help: "Members that entered a family's hot set (ranked in its top N of the access log).",
 		}, []string{"family"}),
-		demotions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		demotions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_hotset_demotions_total",
 			Help: "Members that left a family's hot set: no longer refreshed, left to expire.",
 		}, []string{"family"}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		skipped: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_hotset_skipped_keys_total",
 			Help: "Ranked access-log keys not promoted because they cannot be members, by reason (too_long, invalid_member, namespace, no_match).",
 		}, []string{"family", "reason"}),
-		rankings: prometheus.NewCounterVec(prometheus.CounterOpts{
+		rankings: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_hotset_rankings_total",
 			Help: "Rankings of a family's hot set, by result: stored (read the stored ranking), live (ranked the access log), error.",
 		}, []string{"family", "result"}),
 	}
-	reg.MustRegister(m.size, m.promotions, m.demotions, m.skipped, m.rankings)
 	return m
 }
 

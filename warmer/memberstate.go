@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // MaxOneOffMembers bounds, per declaration, how many members loaded outside
@@ -214,16 +215,16 @@ type stateMetrics struct {
 }
 
 func newStateMetrics(reg prometheus.Registerer) *stateMetrics {
+	f := promauto.With(reg)
 	m := &stateMetrics{
-		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		members: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_warmer_state_members",
 			Help: "Members the warmer keeps state for, by kind: declared, or one_off (loaded outside the declaration by an admin refresh or a pre-warm, or left it; kept while a value of theirs can be alive).",
 		}, []string{"family", "kind"}),
-		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+		pruned: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_warmer_state_pruned_total",
 			Help: "One-off members forgotten, by reason: expired (no value of theirs can be alive) or evicted (over the per-declaration bound, least recently loaded first).",
 		}, []string{"family", "reason"}),
 	}
-	reg.MustRegister(m.members, m.pruned)
 	return m
 }
