@@ -2,30 +2,26 @@ package rewarm_test
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/accesslog"
-	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/prewarmtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/migrations"
 	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/rewarm"
-	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// env is a catalogue in PostgreSQL, its access log, and a warmer and its
-// pre-warmer writing to Redis.
+// env is internal/prewarmtest's catalogue (its access log, a warmer and its
+// pre-warmer writing to Redis), under the names these tests use.
 type env struct {
+	p      *prewarmtest.Env
 	rdb    *redis.Client
 	prefix string // every cache key starts with it
 	log    *accesslog.Log
@@ -38,60 +34,12 @@ type env struct {
 // with member 1 declared, over products 1..20 in the catalogue.
 func newEnv(t *testing.T, rdb *redis.Client, prefix string) *env {
 	t.Helper()
-	ctx := context.Background()
-	pg := testenv.Postgres(t)
-	e := &env{rdb: rdb, prefix: prefix, reg: prometheus.NewRegistry()}
-	if _, err := pg.Pool.Exec(ctx, `CREATE TABLE products (id bigint PRIMARY KEY, v text);
-		INSERT INTO products SELECT i, 'p' || i FROM generate_series(1, 20) i`); err != nil {
-		t.Fatal(err)
-	}
-	db := stdlib.OpenDBFromPool(pg.Pool)
-	defer db.Close()
-	p, err := migrations.NewProvider(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(`
-sources: [{name: catalog, type: postgres, dsn: %q}]
-keys:
-  - {name: top, key: %q, source: catalog, ttl: 60s, query: "SELECT 'top'"}
-  - {name: product, key: %q, source: catalog, ttl: 60s, batch_size: 100, param_pattern: "[0-9]{1,12}",
-     members: ["1"], query: "SELECT id::text, v FROM products WHERE id = ANY($1::bigint[])"}
-`, pg.DSN, prefix+"top", prefix+"product:{id}")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := postgres.New(postgres.Config{Name: "catalog", DSN: pg.DSN, MaxConns: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-	e.log = accesslog.New(pg.Pool)
-	e.w, err = warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"catalog": src},
-		Specs: cfg.Specs(), MaxConcurrentLoads: 8, Registerer: e.reg, Logger: zerolog.Nop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.pw = prewarm.New(e.w, e.reg, zerolog.Nop())
-	return e
+	p := prewarmtest.New(t, rdb, prefix, 20, 100, "SELECT id::text, v FROM products WHERE id = ANY($1::bigint[])")
+	return &env{p: p, rdb: p.RDB, prefix: p.Prefix, log: p.Log, reg: p.Reg, w: p.W, pw: p.PW}
 }
 
 // record counts reads of keys in the current bucket: the first is the hottest.
-func (e *env) record(t *testing.T, keys ...string) {
-	t.Helper()
-	h := map[string]int64{}
-	for i, k := range keys {
-		h[k] = int64(1000 - i)
-	}
-	if err := e.log.Record(context.Background(), time.Now(), time.Minute, h); err != nil {
-		t.Fatal(err)
-	}
-}
+func (e *env) record(t *testing.T, keys ...string) { t.Helper(); e.p.Record(t, keys...) }
 
 // prewarm is the pre-warm of the access log's top 10 keys, the one a
 // re-warm runs first (rewarm.Options.Prewarm); these tests run on one
