@@ -430,6 +430,12 @@ func TestForeignFenceNonCanonical(t *testing.T) {
 			fence := in.Store.FenceKey(key)
 			in.leadStamped(t, key, 20*time.Millisecond)
 			testenv.Eventually(t, 5*time.Second, "first write", func() bool { return client.Exists(ctx, key).Val() == 1 })
+			t.Cleanup(func() {
+				if t.Failed() { // what the instance did: the writes stopped for a minute only under load
+					logs := in.logs.String()
+					t.Logf("fence now %q, key %q; the instance's last logs:\n%s", client.Get(ctx, fence).Val(), client.Get(ctx, key).Val(), logs[max(0, len(logs)-8000):])
+				}
+			})
 
 			var planted string
 			took := repairedWrite(t, client, key, fence, time.Minute, func() {
