@@ -79,13 +79,13 @@ type WriteResults struct {
 // wrong at its key (warmer.CheckedStore): a foreign record repaired, a value
 // that was not the bytes its record says Hearth wrote, a refusal by a record
 // its value does not back (Recheck). Entries that are not stamped get the
-// zero VersionCheck (and when none is, checks is nil).
+// zero VersionCheck.
 func (s *FencedStore) setChecked(ctx context.Context, t *leader.Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
 	if _, some := stamped(entries); !some {
-		return nil, s.set(ctx, t, entries) // nothing to check, nothing found
+		return make([]warmer.VersionCheck, len(entries)), s.set(ctx, t, entries)
 	}
 	return s.setStampedChecked(ctx, t, entries)
 }
@@ -141,8 +141,6 @@ func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entrie
 		return 0, err
 	}
 	refused := 0
-	var counts versionCounts
-	defer counts.flush(s.ver)
 	for i, c := range cmds {
 		r, fbad, err := store.VersionedReply(c)
 		if err != nil {
@@ -155,7 +153,7 @@ func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entrie
 			refused++
 			continue
 		}
-		checks[i] = s.countVersioned(res, entries[i], r, &counts)
+		checks[i] = s.countVersioned(res, entries[i], r)
 	}
 	return refused, nil
 }
@@ -167,31 +165,23 @@ func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entrie
 	part := func(i int) []warmer.Entry {
 		return entries[i*versionedSetManyChunk : min(len(entries), (i+1)*versionedSetManyChunk)]
 	}
-	a := newPackedArgs(s.ns, entries)
-	cmd := getArgs(chunks*(store.ScriptHead+2) + 9*len(entries))
-	defer func() { putArgs(cmd) }()
-	cmds, err := store.RunPacked(ctx, s.client, store.VersionedSetMany, chunks, func(i int) ([]any, int) {
-		lo, hi := i*versionedSetManyChunk, min(len(entries), (i+1)*versionedSetManyChunk)
-		c0 := len(cmd)
-		cmd = append(cmd, nil, nil, nil, &s.fence)
-		for j := lo; j < hi; j++ {
-			cmd = append(cmd, &entries[j].Key, &a.records[j])
+	cmds, err := s.run(ctx, store.VersionedSetMany, chunks, func(i int) ([]string, []any) {
+		es := part(i)
+		keys, argv := make([]string, 0, 1+2*len(es)), make([]any, 0, 1+7*len(es))
+		keys, argv = append(keys, s.fence), append(argv, epoch)
+		for _, e := range es {
+			keys = append(keys, e.Key, store.VersionKey(s.ns, e.Key))
+			argv = append(append(argv, versionArgs(e)...), e.Unconfirmed)
 		}
-		cmd = append(cmd, epoch)
-		for j := lo; j < hi; j++ {
-			e := &entries[j]
-			cmd = append(cmd, (*store.Bytes)(&e.Value), &a.ttls[j], &e.Seq, &a.versions[j], &a.hashes[j], &a.vttls[j], &e.Unconfirmed)
-		}
-		return cmd[c0:len(cmd):len(cmd)], 1 + 2*(hi-lo)
+		return keys, argv
 	})
 	if err != nil {
 		return 0, err
 	}
 	refused := 0
-	var c versionCounts
-	for i, cm := range cmds {
+	for i, c := range cmds {
 		es := part(i)
-		replies, fbad, err := store.VersionedManyReply(cm, len(es))
+		replies, fbad, err := store.VersionedManyReply(c, len(es))
 		if err != nil {
 			return 0, err
 		}
@@ -203,116 +193,41 @@ func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entrie
 			continue
 		}
 		for j, e := range es {
-			checks[i*versionedSetManyChunk+j] = s.countVersioned(res, e, replies[j], &c)
+			checks[i*versionedSetManyChunk+j] = s.countVersioned(res, e, replies[j])
 		}
 	}
-	c.flush(s.ver)
 	return refused, nil
 }
 
-// packedArgs holds a batch's per-key script arguments that are not fields
-// of its entries, each kind in one array and every string cut from one
-// buffer: a version-checked write of n keys allocates a few arrays, not
-// several strings and boxed numbers per key.
-type packedArgs struct {
-	records, versions, hashes []string
-	ttls, vttls               []int64
-}
-
-func newPackedArgs(ns string, entries []warmer.Entry) *packedArgs {
-	n := len(entries)
-	a := &packedArgs{
-		records: make([]string, n), versions: make([]string, n), hashes: make([]string, n),
-		ttls: make([]int64, n), vttls: make([]int64, n),
+// countVersioned counts one key's outcome other than fenced, and a repair of
+// its version record, and says what the check found wrong.
+func (s *FencedStore) countVersioned(res *WriteResults, e warmer.Entry, r store.KeyReply) warmer.VersionCheck {
+	vk := store.VersionKey(s.ns, e.Key)
+	if r.Record != "" {
+		s.repairs.Repaired(store.KindVersion, vk, r.Record)
 	}
-	size := 0
-	for _, e := range entries {
-		size += len(ns) + len(e.Key) + 16 + 20 + 40
-	}
-	buf := make([]byte, 0, size)
-	ends := make([]int, 0, 3*n)
-	for i, e := range entries {
-		buf = store.AppendVersionKey(buf, ns, e.Key)
-		ends = append(ends, len(buf))
-		if e.Versioned {
-			buf = store.AppendVersion(buf, e.Version)
-		}
-		ends = append(ends, len(buf))
-		buf = store.AppendValueHash(buf, e.Value)
-		ends = append(ends, len(buf))
-		vttl := e.VersionTTL
-		if vttl <= 0 {
-			vttl = 2 * e.TTL
-		}
-		a.ttls[i], a.vttls[i] = max(1, e.TTL.Milliseconds()), max(1, vttl.Milliseconds())
-	}
-	all, at := string(buf), 0
-	for i := range entries {
-		a.records[i], a.versions[i], a.hashes[i] = all[at:ends[3*i]], all[ends[3*i]:ends[3*i+1]], all[ends[3*i+1]:ends[3*i+2]]
-		at = ends[3*i+2]
-	}
-	return a
-}
-
-// versionCounts gathers a write's conditional extends and refusals per
-// declaration, counted once per write instead of once per key.
-type versionCounts struct {
-	family            string
-	extended, refused int
-}
-
-func (c *versionCounts) add(family string, extended, refused int, m *versionMetrics) {
-	if family != c.family {
-		c.flush(m)
-		c.family = family
-	}
-	c.extended += extended
-	c.refused += refused
-}
-
-func (c *versionCounts) flush(m *versionMetrics) {
-	if c.extended > 0 {
-		m.extended.WithLabelValues(c.family).Add(float64(c.extended))
-	}
-	if c.refused > 0 {
-		m.refused.WithLabelValues(c.family).Add(float64(c.refused))
-	}
-	c.extended, c.refused = 0, 0
-}
-
-// countVersioned counts one key's outcome other than fenced (in res, and
-// in c for the metrics), and a repair of its version record, and says what
-// the check found wrong.
-func (s *FencedStore) countVersioned(res *WriteResults, e warmer.Entry, r store.KeyReply, c *versionCounts) warmer.VersionCheck {
 	switch r.Code {
 	case store.CodeWritten:
 		res.Written++
 	case store.CodeExtended:
 		res.Extended++
-		c.add(e.Family, 1, 0, s.ver)
+		s.ver.extended.WithLabelValues(e.Family).Inc()
 	case store.CodeOlder, store.CodeUnbacked:
 		res.Older++
-		c.add(e.Family, 0, 1, s.ver)
+		s.ver.refused.WithLabelValues(e.Family).Inc()
 	}
-	if r.Record == "" && r.Why == "" && r.Detail == "" {
-		return warmer.VersionCheck{}
-	}
-	vk := store.VersionKey(s.ns, e.Key)
-	if r.Record != "" {
-		s.repairs.Repaired(store.KindVersion, vk, r.Record)
-	}
-	ch := warmer.VersionCheck{Reason: r.Why, Found: r.Detail}
+	c := warmer.VersionCheck{Reason: r.Why, Found: r.Detail}
 	switch {
 	case r.Code == store.CodeUnbacked:
-		ch.Recheck, ch.Record = true, r.Detail
-		ch.Found = "record " + r.Detail + " refused the write, but its value is not the bytes it was written with"
+		c.Recheck, c.Record = true, r.Detail
+		c.Found = "record " + r.Detail + " refused the write, but its value is not the bytes it was written with"
 		if r.Why == warmer.RepairValueAbsent {
-			ch.Found = "record " + r.Detail + " refused the write, but its value is absent"
+			c.Found = "record " + r.Detail + " refused the write, but its value is absent"
 		}
 	case r.Record != "":
-		ch.Found = vk + " held " + r.Record
+		c.Found = vk + " held " + r.Record
 	}
-	return ch
+	return c
 }
 
 // setStamped writes the stamped entries through the version check and the
@@ -326,10 +241,6 @@ func (s *FencedStore) setStamped(ctx context.Context, t *leader.Term, entries []
 // setStampedChecked is setStamped; checks[i] is what the version check found
 // at entries[i]'s key.
 func (s *FencedStore) setStampedChecked(ctx context.Context, t *leader.Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
-	if all, _ := stamped(entries); all {
-		_, vc, err := s.setVersioned(ctx, t, entries)
-		return vc, err
-	}
 	var plain, vers []warmer.Entry
 	var at []int
 	for i, e := range entries {

@@ -125,13 +125,3 @@ func (f *Fences) At(i int) string {
 	}
 	return f.slots[i]
 }
-
-// AppendVersionKey appends VersionKey(ns, key) to dst: a batch builds its
-// records' names in one buffer rather than one string each.
-func AppendVersionKey(dst []byte, ns, key string) []byte {
-	dst = append(dst, ns...)
-	dst = append(dst, ":ver:{"...)
-	dst = append(dst, slot.Tag(slot.Of(key))...)
-	dst = append(dst, "}:"...)
-	return append(dst, key...)
-}

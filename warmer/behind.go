@@ -25,8 +25,6 @@ import (
 type ordered struct {
 	batches [][]string
 	due     []int64
-	// at is where each batch starts in the members list.
-	at []int
 }
 
 // oldestFirst cuts members into batches (in member order, as batches does)
@@ -38,27 +36,13 @@ func (w *Warmer) oldestFirst(spec *Spec, st *declState, members []string) ordere
 	batches := w.batches(spec, members)
 	oldest := make([]int64, len(batches)) // 0: a member never written
 	due := make([]int64, len(batches))
-	at := make([]int, len(batches))
 	ttl := int64(spec.MinTTL())
 	sorted := true
-	next := 0
 	for i, b := range batches {
-		at[i] = next
-		next += len(b)
 		o, d := int64(-1), int64(0)
 		st.mu.Lock() // per batch: writers of other batches are not held for long
-		// The members just declared (the usual case) are read by position.
-		okAt := []int64(nil)
-		if sameSlice(st.declared, members) {
-			okAt = st.okAt[at[i] : at[i]+len(b)]
-		}
-		for j, m := range b {
-			var t int64
-			if okAt != nil {
-				t = okAt[j]
-			} else {
-				t = st.lastSuccess(m)
-			}
+		for _, m := range b {
+			t := st.lastSuccess(m)
 			if o < 0 || t < o {
 				o = t
 			}
@@ -73,7 +57,7 @@ func (w *Warmer) oldestFirst(spec *Spec, st *declState, members []string) ordere
 		}
 	}
 	if sorted {
-		return ordered{batches: batches, due: due, at: at}
+		return ordered{batches: batches, due: due}
 	}
 	idx := make([]int, len(batches))
 	for i := range idx {
@@ -82,9 +66,9 @@ func (w *Warmer) oldestFirst(spec *Spec, st *declState, members []string) ordere
 	slices.SortFunc(idx, func(a, b int) int {
 		return cmp.Or(cmp.Compare(oldest[a], oldest[b]), cmp.Compare(a, b))
 	})
-	out := ordered{batches: make([][]string, len(batches)), due: make([]int64, len(batches)), at: make([]int, len(batches))}
+	out := ordered{batches: make([][]string, len(batches)), due: make([]int64, len(batches))}
 	for j, i := range idx {
-		out.batches[j], out.due[j], out.at[j] = batches[i], due[i], at[i]
+		out.batches[j], out.due[j] = batches[i], due[i]
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package warmer
 
 import (
-	"slices"
 	"strings"
 	"time"
 
@@ -25,9 +24,9 @@ type oneOffState = simplelru.LRU[string, int64]
 // single key's one member is declared from the start, a family's members at
 // its first run.
 func newDeclState(s *Spec) *declState {
-	st := &declState{lastOK: map[string]int32{}}
+	st := &declState{lastOK: map[string]int64{}}
 	if !s.Template.IsFamily() {
-		st.lastOK[""], st.okAt, st.declared = 0, []int64{0}, []string{""}
+		st.lastOK[""] = 0
 	}
 	return st
 }
@@ -48,8 +47,8 @@ func oneOffHorizon(s *Spec) time.Duration {
 // lastSuccess is m's last successful load (unix nanoseconds), 0 if none is
 // remembered. Call with st.mu held.
 func (st *declState) lastSuccess(m string) int64 {
-	if i, ok := st.lastOK[m]; ok {
-		return st.okAt[i]
+	if v, ok := st.lastOK[m]; ok {
+		return v
 	}
 	if st.oneOff != nil {
 		if v, ok := st.oneOff.Peek(m); ok {
@@ -62,22 +61,11 @@ func (st *declState) lastSuccess(m string) int64 {
 // setLastOK records m's last success (or, for a member never loaded, the
 // failure its stale budget starts from). Call with st.mu held.
 func (st *declState) setLastOK(spec *Spec, m string, t int64) {
-	if i, ok := st.lastOK[m]; ok {
-		st.okAt[i] = t
+	if _, ok := st.lastOK[m]; ok {
+		st.lastOK[m] = t
 		return
 	}
 	st.addOneOff(spec, m, t)
-}
-
-// setLastOKAt is setLastOK for a member a run found at position i of the
-// declared list (-1: unknown): written in place while it is still there,
-// with no lookup in a map of every member. Call with st.mu held.
-func (st *declState) setLastOKAt(spec *Spec, i int, m string, t int64) {
-	if i >= 0 && i < len(st.declared) && st.declared[i] == m {
-		st.okAt[i] = t
-		return
-	}
-	st.setLastOK(spec, m, t)
 }
 
 // addOneOff remembers a member outside the declaration, if its state can
@@ -112,27 +100,11 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 	now := w.now().UnixNano()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	switch {
-	case sameSlice(st.declared, members):
-	case sameMembers(st.lastOK, members):
-		if !slices.Equal(st.declared, members) {
-			// The same members in another order: their slots follow them.
-			okAt := make([]int64, len(members))
-			for i, m := range members {
-				okAt[i] = st.okAt[st.lastOK[m]]
-			}
-			for i, m := range members {
-				st.lastOK[m] = int32(i)
-			}
-			st.okAt = okAt
-		}
-	default:
-		next := make(map[string]int32, len(members))
-		okAt := make([]int64, len(members))
-		for i, m := range members {
-			var v int64
-			if j, ok := st.lastOK[m]; ok {
-				v = st.okAt[j]
+	if !sameSlice(st.declared, members) && !sameMembers(st.lastOK, members) {
+		next := make(map[string]int64, len(members))
+		for _, m := range members {
+			v, ok := st.lastOK[m]
+			if ok {
 				delete(st.lastOK, m)
 			} else if st.oneOff != nil {
 				if ov, found := st.oneOff.Peek(m); found {
@@ -140,14 +112,14 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 					st.oneOff.Remove(m)
 				}
 			}
-			next[m], okAt[i] = int32(i), v
+			next[m] = v
 		}
-		for m, j := range st.lastOK { // left the declaration
-			if v := st.okAt[j]; v != 0 {
+		for m, v := range st.lastOK { // left the declaration
+			if v != 0 {
 				st.addOneOff(spec, m, v)
 			}
 		}
-		st.lastOK, st.okAt = next, okAt
+		st.lastOK = next
 	}
 	st.declared = members
 	w.pruneOneOffs(spec, st, now)
@@ -160,7 +132,7 @@ func sameSlice(a, b []string) bool {
 	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
-func sameMembers(declared map[string]int32, members []string) bool {
+func sameMembers(declared map[string]int64, members []string) bool {
 	if len(declared) != len(members) {
 		return false
 	}

@@ -25,10 +25,8 @@ func (w *Warmer) negativeTTL(spec *Spec) time.Duration {
 	return time.Duration(float64(spec.NegativeTTL) * (1 + spec.Jitter*(w.rand()-0.5)))
 }
 
-// negative is the sentinel entry of a member; its key is set with the
-// batch's (Template.keys).
-func (w *Warmer) negative(spec *Spec) Entry {
-	return Entry{Value: spec.NegativeValue, TTL: w.negativeTTL(spec)}
+func (w *Warmer) negative(spec *Spec, member string) Entry {
+	return Entry{Key: spec.Template.Key(member), Value: spec.NegativeValue, TTL: w.negativeTTL(spec)}
 }
 
 // noteNegatives records which written members are now sentinels. Call with st.mu held.

@@ -20,16 +20,27 @@ func VersionTTL(spec *Spec) time.Duration { return 2 * max(spec.MaxTTL(), spec.N
 func Stamped(spec *Spec) bool { return spec.VersionColumn != "" || spec.Notify != "" }
 
 // stamp marks a batch's entries with the sequence number its load started
-// with (each value's version, for a declaration with a version column, was
-// set with the entry); it leaves the entries of a declaration that is not
-// Stamped alone.
-func (w *Warmer) stamp(spec *Spec, entries []Entry, seq int64) {
+// with and, for a declaration with a version column, each value's version;
+// it leaves the entries of a declaration that is not Stamped alone.
+func (w *Warmer) stamp(spec *Spec, entries []Entry, seq int64, results []Result) {
 	if !Stamped(spec) {
 		return
+	}
+	var versions map[string]int64
+	if spec.VersionColumn != "" {
+		versions = make(map[string]int64, len(results))
+		for _, r := range results {
+			if r.HasVersion && r.Err == nil && !r.Missing {
+				versions[spec.Template.Key(r.Member)] = r.Version
+			}
+		}
 	}
 	vttl := VersionTTL(spec)
 	for i := range entries {
 		e := &entries[i]
 		e.Seq, e.VersionTTL, e.Family = seq, vttl, spec.Name
+		if v, ok := versions[e.Key]; ok {
+			e.Versioned, e.Version = true, v
+		}
 	}
 }

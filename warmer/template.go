@@ -122,31 +122,6 @@ func (t Template) Key(member string) string {
 	return t.prefix + member + t.suffix
 }
 
-// keys sets entries[i].Key to the key of members[i], all of them cut from
-// one string: a batch's keys cost one allocation, not one each.
-func (t Template) keys(entries []Entry, members []string) {
-	if !t.IsFamily() {
-		for i := range entries {
-			entries[i].Key = t.raw
-		}
-		return
-	}
-	size := 0
-	for _, m := range members {
-		size += len(t.prefix) + len(m) + len(t.suffix)
-	}
-	buf := make([]byte, 0, size)
-	for _, m := range members {
-		buf = append(append(append(buf, t.prefix...), m...), t.suffix...)
-	}
-	all, at := string(buf), 0
-	for i, m := range members {
-		n := len(t.prefix) + len(m) + len(t.suffix)
-		entries[i].Key = all[at : at+n]
-		at += n
-	}
-}
-
 // Match returns the member a cache key names, if the key belongs to this template
 // and its member is valid.
 func (t Template) Match(key string) (string, bool) {

@@ -79,15 +79,11 @@ type Warmer struct {
 // declState is what the warmer remembers about a declaration between runs.
 type declState struct {
 	mu sync.Mutex
-	// lastOK holds each declared member's slot in okAt, its last successful
-	// load (unix nanoseconds, 0 for none yet); a failing member's value is
-	// kept alive for at most MaxStale past it. Its keys are the declared
-	// members, as of the last run that listed them (see declare in
-	// memberstate.go), and the slots their positions in declared: a run's
-	// batches, slices of that list, read and write their members' slots in
-	// place (setLastOKAt), not through a map of a million members.
-	lastOK map[string]int32
-	okAt   []int64
+	// lastOK holds each declared member's last successful load (unix
+	// nanoseconds, 0 for none yet); a failing member's value is kept alive for
+	// at most MaxStale past it. Its keys are the declared members, as of the
+	// last run that listed them (see declare in memberstate.go).
+	lastOK map[string]int64
 	// oneOff is lastOK for members loaded outside the declaration (admin
 	// refreshes, access-log pre-warms, members that left): kept only while a
 	// value of theirs can still be alive, and at most MaxOneOffMembers of them.
@@ -298,7 +294,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		watch.begun(i)
 		g.Go(func() error {
 			defer w.loads.Release(1)
-			o := w.refreshBatchAt(ctx, spec, st, batch, order.at[i])
+			o := w.refreshBatch(ctx, spec, st, batch)
 			watch.completed(i, len(batch), o.Written+o.Negative > 0)
 			mu.Lock()
 			out.add(o)
@@ -524,12 +520,6 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 // refreshBatch loads one batch and writes the outcome. It never returns early
 // on a bad member: each member's fate is decided alone.
 func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string) Outcome {
-	return w.refreshBatchAt(ctx, spec, st, batch, -1)
-}
-
-// refreshBatchAt is refreshBatch for a batch that starts at position at of
-// the members a run declared (-1: not known).
-func (w *Warmer) refreshBatchAt(ctx context.Context, spec *Spec, st *declState, batch []string, at int) Outcome {
 	ws := w.store
 	if w.gate != nil {
 		admitted, err := w.gate.Admit(ctx)
@@ -538,7 +528,7 @@ func (w *Warmer) refreshBatchAt(ctx context.Context, spec *Spec, st *declState, 
 		}
 		ws = admitted
 	}
-	return w.loadAndWriteAt(ctx, ws, spec, st, batch, nil, at)
+	return w.loadAndWrite(ctx, ws, spec, st, batch, nil)
 }
 
 // loadAndWrite loads one admitted batch and writes the outcome through ws
@@ -548,13 +538,6 @@ func (w *Warmer) refreshBatchAt(ctx context.Context, spec *Spec, st *declState, 
 // key (the store replaces one the re-read does not confirm), and nothing is
 // re-read again.
 func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string) Outcome {
-	return w.loadAndWriteAt(ctx, ws, spec, st, batch, unconfirmed, -1)
-}
-
-// loadAndWriteAt is loadAndWrite for a batch that starts at position at of
-// the declared members (-1: not known), whose last successes it then
-// records in place.
-func (w *Warmer) loadAndWriteAt(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string, at int) Outcome {
 	out := Outcome{}
 	var req []string
 	if spec.Template.IsFamily() {
@@ -569,7 +552,6 @@ func (w *Warmer) loadAndWriteAt(ctx context.Context, ws Store, spec *Spec, st *d
 	var (
 		entries []Entry
 		okm     []string
-		okPos   []int32
 		negm    []string
 		failed  []string
 	)
@@ -581,27 +563,25 @@ func (w *Warmer) loadAndWriteAt(ctx context.Context, ws Store, spec *Spec, st *d
 		failed = batch
 	} else {
 		entries, okm = make([]Entry, 0, len(batch)), make([]string, 0, len(batch))
-		// pending[m] is m's position in the batch until m is answered, then
-		// -1; a member not in it was not asked for. okPos[i] is okm[i]'s.
-		pending := make(map[string]int32, len(batch))
-		for i, m := range batch {
-			pending[m] = int32(i)
+		// pending[m] is true until m is answered; a member not in it was not
+		// asked for.
+		pending := make(map[string]bool, len(batch))
+		for _, m := range batch {
+			pending[m] = true
 		}
-		okPos = make([]int32, 0, len(batch))
 		foreign := false
 		for _, r := range results {
-			pos, asked := pending[r.Member]
-			if !asked || pos < 0 {
+			if !pending[r.Member] {
 				// Not asked for, or already answered: never written.
 				w.metrics.failures.WithLabelValues(spec.Name, "unexpected_member").Inc()
-				if !asked && !foreign {
+				if _, asked := pending[r.Member]; !asked && !foreign {
 					foreign = true
 					w.log.Debug().Str("family", spec.Name).Str("answered", r.Member).
 						Msg("the origin answered for a member not asked for (does the query rewrite its member?); members without an answer are not written as not found")
 				}
 				continue
 			}
-			pending[r.Member] = -1
+			pending[r.Member] = false
 			if r.Err == nil && !r.Missing && spec.MaxValueBytes > 0 && len(r.Value) > spec.MaxValueBytes {
 				r.Err = fmt.Errorf("%w: %d bytes, max_value_bytes is %d", ErrTooLarge, len(r.Value), spec.MaxValueBytes)
 			}
@@ -613,37 +593,33 @@ func (w *Warmer) loadAndWriteAt(ctx context.Context, ws Store, spec *Spec, st *d
 				w.log.Debug().Str("family", spec.Name).Str("reason", reason(r.Err)).Err(out.LastError).Msg("member not refreshed")
 				failed = append(failed, r.Member)
 			case r.Missing:
-				entries = append(entries, w.negative(spec))
+				entries = append(entries, w.negative(spec, r.Member))
 				out.Negative++
-				okm, okPos = append(okm, r.Member), append(okPos, pos)
+				okm = append(okm, r.Member)
 				negm = append(negm, r.Member)
 			default:
-				e := Entry{Value: r.Value, TTL: spec.JitteredTTL(w.rand())}
-				if spec.VersionColumn != "" && r.HasVersion {
-					e.Versioned, e.Version = true, r.Version
-				}
-				entries = append(entries, e)
+				entries = append(entries, Entry{Key: spec.Template.Key(r.Member), Value: r.Value, TTL: spec.JitteredTTL(w.rand())})
 				out.Written++
-				okm, okPos = append(okm, r.Member), append(okPos, pos)
+				okm = append(okm, r.Member)
 			}
 		}
-		for i, m := range batch {
-			if pending[m] >= 0 && foreign {
+		for _, m := range batch {
+			if pending[m] && foreign {
 				// The origin answered under a name nobody asked for (a query
 				// that rewrites its member: 01 answered as 1): the answer may
 				// be this member's, so it is not written as not found.
-				pending[m] = -1
+				pending[m] = false
 				w.metrics.failures.WithLabelValues(spec.Name, "ambiguous").Inc()
 				out.Failed++
 				out.LastError = fmt.Errorf("load %s from %s: no answer, and the origin answered for members not asked for: not written as not found", spec.Template.Key(m), spec.Source)
 				failed = append(failed, m)
 				continue
 			}
-			if pending[m] >= 0 {
-				pending[m] = -1
-				entries = append(entries, w.negative(spec))
+			if pending[m] {
+				pending[m] = false
+				entries = append(entries, w.negative(spec, m))
 				out.Negative++
-				okm, okPos = append(okm, m), append(okPos, int32(i))
+				okm = append(okm, m)
 				negm = append(negm, m)
 			}
 		}
@@ -652,8 +628,7 @@ func (w *Warmer) loadAndWriteAt(ctx context.Context, ws Store, spec *Spec, st *d
 	var recheck []string
 	var records map[string]string
 	if len(entries) > 0 {
-		spec.Template.keys(entries, okm)
-		w.stamp(spec, entries, seq)
+		w.stamp(spec, entries, seq, results)
 		for i := range entries {
 			entries[i].Unconfirmed = unconfirmed[entries[i].Key]
 		}
@@ -682,17 +657,11 @@ func (w *Warmer) loadAndWriteAt(ctx context.Context, ws Store, spec *Spec, st *d
 		}
 	}
 	st.mu.Lock()
-	// okPos still says where okm's members are unless okm was filtered.
-	positional := at >= 0 && len(okPos) == len(okm)
-	for i, m := range okm {
+	for _, m := range okm {
 		if w.oneShot {
 			break
 		}
-		if positional {
-			st.setLastOKAt(spec, at+int(okPos[i]), m, now.UnixNano())
-		} else {
-			st.setLastOK(spec, m, now.UnixNano())
-		}
+		st.setLastOK(spec, m, now.UnixNano())
 	}
 	st.noteNegatives(okm, negm)
 	w.noteState(spec.Name, st)
