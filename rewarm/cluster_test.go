@@ -13,6 +13,7 @@ import (
 
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/daemon"
+	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/rewarm"
@@ -124,7 +125,7 @@ keys:
 		t.Fatal(err)
 	}
 	check("flushall of one master", flushed)
-	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 1.0; got != want {
+	if got, want := promtest.Value(t, reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 1.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 
@@ -142,13 +143,13 @@ keys:
 	plant()
 	promoted := cl.KillMaster(t, killed)
 	check("kill -9 of a master", promoted)
-	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart), 1.0; got != want {
+	if got, want := promtest.Value(t, reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := seriesValue(t, reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush), 2.0; got != want {
+	if got, want := promtest.Value(t, reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush), 2.0; got != want {
 		t.Errorf("detections{via=push} = %g, want %g", got, want)
 	}
-	if got := seriesValue(t, reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPoll); got != 0 {
+	if got := promtest.Value(t, reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPoll); got != 0 {
 		t.Errorf("detections{via=poll} = %g, want 0 (the poll never ran)", got)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/internal/promtest"
@@ -33,7 +32,7 @@ func TestRewarmPushFlush(t *testing.T) {
 		}
 		waitWarm(t, e, 10*time.Second)
 		testenv.Eventually(t, 10*time.Second, "the flush counted as detected by push", func() bool {
-			return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush) >= float64(i+1)
+			return promtest.Value(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush) >= float64(i+1)
 		})
 		if i == 0 {
 			// The watch re-subscribes after a flush: the second one is seen
@@ -42,10 +41,10 @@ func TestRewarmPushFlush(t *testing.T) {
 			waitTracking(t, e)
 		}
 	}
-	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPoll); got != 0 {
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPoll); got != 0 {
 		t.Errorf("detections{via=poll} = %g, want 0 (the poll never ran)", got)
 	}
-	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 2.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 2.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g", got, want)
 	}
 }
@@ -58,10 +57,10 @@ func TestRewarmPushRestart(t *testing.T) {
 	waitTracking(t, e)
 	srv.Restart(t)
 	waitWarm(t, e, 10*time.Second)
-	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart), 1.0; got != want {
 		t.Errorf("rewarms{reason=restart} = %g, want %g", got, want)
 	}
-	if got, want := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush), 1.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush), 1.0; got != want {
 		t.Errorf("detections{via=push} = %g, want %g", got, want)
 	}
 }
@@ -80,9 +79,9 @@ func TestRewarmNoPushPolls(t *testing.T) {
 	}
 	waitWarm(t, e, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, "the flush counted as detected by poll", func() bool {
-		return seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPoll) == 1
+		return promtest.Value(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPoll) == 1
 	})
-	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush); got != 0 {
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush); got != 0 {
 		t.Errorf("detections{via=push} = %g, want 0", got)
 	}
 }
@@ -136,37 +135,6 @@ func containsByte(s string, b byte) bool {
 	return false
 }
 
-// seriesValue is the value of the one series of counter family name whose
-// label has value; it fails the test unless exactly one series matches.
-func seriesValue(t *testing.T, g prometheus.Gatherer, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		v float64
-		n int
-	)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					v += m.GetCounter().GetValue()
-					n++
-				}
-			}
-		}
-	}
-	if n != 1 {
-		t.Fatalf("%d series %s{%s=%q}, want exactly one", n, name, label, value)
-	}
-	return v
-}
-
 // hammer runs fn(i) perSecond times a second, pipelined in 10 ms rounds, for
 // d, and returns how many times it ran.
 func hammer(t *testing.T, rdb *redis.Client, perSecond int, d time.Duration, fn func(p redis.Pipeliner, i int)) int {
@@ -217,13 +185,13 @@ func TestRewarmPushIgnoresLookalikes(t *testing.T) {
 		t.Errorf("%d EVALSHA calls during the flood, want none", d)
 	}
 	testenv.Eventually(t, 10*time.Second, "the foreign publishes counted as ignored", func() bool {
-		return counterValue(t, e.reg, "hearth_prewarm_rewarm_ignored_invalidations_total") == float64(published)
+		return promtest.Value(t, e.reg, "hearth_prewarm_rewarm_ignored_invalidations_total") == float64(published)
 	})
 	if err := e.rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitWarm(t, e, 10*time.Second)
-	if got := seriesValue(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush); got != 1 {
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarm_detections_total", "via", rewarm.DetectPush); got != 1 {
 		t.Errorf("detections{via=push} = %g after the flush, want 1", got)
 	}
 }
@@ -251,22 +219,6 @@ func TestRewarmChecksPaced(t *testing.T) {
 	}
 	waitWarm(t, e, 10*time.Second)
 	t.Logf("%d checks in %v", checks, elapsed)
-}
-
-// counterValue is the value of the unlabelled counter name.
-func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no counter %s", name)
-	return 0
 }
 
 // TestRewarmPushSessionsPaced: a FLUSHDB 100 times a second ends the watch's
