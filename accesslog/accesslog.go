@@ -172,9 +172,13 @@ const (
 // (bucket, key). The sum (numeric, it cannot overflow) is capped at the
 // largest bigint and sorted as one (numeric is far slower to sort), and ties
 // are broken by key, byte by byte (cheaper than the locale), so that the same
-// log yields the same list.
-const topQuery = `SELECT key, LEAST(sum(hits), 9223372036854775807)::bigint AS h FROM ` + Table + `
-WHERE bucket >= now() - make_interval(secs => $1::float8 / 1000)
+// log yields the same list. topMatchingQuery narrows its WHERE.
+const topQuery = topSelect + topRanked
+
+const topSelect = `SELECT key, LEAST(sum(hits), 9223372036854775807)::bigint AS h FROM ` + Table + `
+WHERE bucket >= now() - make_interval(secs => $1::float8 / 1000)`
+
+const topRanked = `
 GROUP BY key
 ORDER BY h DESC, key COLLATE "C"
 LIMIT $2`

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/accesslog"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // clusterRedis starts a one-node Redis Cluster owning every slot: it refuses a
@@ -54,7 +54,7 @@ func clusterRedis(t *testing.T) *redis.ClusterClient {
 	defer node.Close()
 	ctx := context.Background()
 	testenv.Eventually(t, 10*time.Second, "redis cluster node answers", func() bool { return node.Ping(ctx).Err() == nil })
-	if err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, warmer.SlotCount-1).Err(); err != nil {
+	if err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, slot.Count-1).Err(); err != nil {
 		t.Fatalf("cluster addslotsrange: %v", err)
 	}
 	testenv.Eventually(t, 10*time.Second, "redis cluster state ok", func() bool {
@@ -79,10 +79,10 @@ func TestRollupCluster(t *testing.T) {
 	start := accesslog.BucketStart(now.Add(-2*time.Minute), time.Minute)
 	key := accesslog.BucketKey(ns, start)
 
-	slot := warmer.HashSlot(key)
+	bucketSlot := slot.Of(key)
 	for _, k := range []string{accesslog.RollingKey(ns, key), accesslog.TokenKey(ns, key)} {
-		if got := warmer.HashSlot(k); got != slot {
-			t.Errorf("slot of %s = %d, want %d (the bucket's)", k, got, slot)
+		if got := slot.Of(k); got != bucketSlot {
+			t.Errorf("slot of %s = %d, want %d (the bucket's)", k, got, bucketSlot)
 		}
 	}
 	// The cluster does refuse a rename across slots: the check above matters.

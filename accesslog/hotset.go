@@ -12,11 +12,7 @@ import (
 // topMatchingQuery is topQuery restricted to the keys LIKE $3 (a family's
 // prefix, at least one character, its suffix; bound, with '!' escaping the
 // wildcards of the literal parts).
-const topMatchingQuery = `SELECT key, LEAST(sum(hits), 9223372036854775807)::bigint AS h FROM ` + Table + `
-WHERE bucket >= now() - make_interval(secs => $1::float8 / 1000) AND key LIKE $3 ESCAPE '!'
-GROUP BY key
-ORDER BY h DESC, key COLLATE "C"
-LIMIT $2`
+const topMatchingQuery = topSelect + ` AND key LIKE $3 ESCAPE '!'` + topRanked
 
 // storedInfoQuery tells how many keys the stored ranking of a window holds
 // and how many it was asked for, when it is at most $2 milliseconds old.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/hearth-dev/hearth/accesslog"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // TestRollupAcrossMasters: on a 3-master Cluster the buckets of successive
@@ -30,7 +30,7 @@ func TestRollupAcrossMasters(t *testing.T) {
 		start := accesslog.BucketStart(now.Add(-time.Duration(i)*time.Minute), time.Minute)
 		key := accesslog.BucketKey(ns, start)
 		keys = append(keys, key)
-		masters[owners[warmer.HashSlot(key)].Addr] = true
+		masters[owners[slot.Of(key)].Addr] = true
 		for m, n := range map[string]int64{"product:1": int64(i), "product:2": 1} {
 			if err := c.ZIncrBy(ctx, key, float64(n), m).Err(); err != nil {
 				t.Fatal(err)

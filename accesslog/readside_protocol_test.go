@@ -8,9 +8,9 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/readside"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // The read side (package readside) must not import the daemon, so it mirrors
@@ -49,13 +49,13 @@ func TestReadsideDefaultsMatchDaemon(t *testing.T) {
 	if got, want := readside.DefaultNegativeValue, string(cfg.Specs()[0].NegativeValue); got != want {
 		t.Errorf("sentinel: read side %q, daemon %q", got, want)
 	}
-	for slot := range warmer.SlotCount {
-		if got, want := readside.SlotTag(slot), warmer.SlotTag(slot); got != want {
-			t.Fatalf("slot %d tag: read side %q, daemon %q", slot, got, want)
+	for n := range slot.Count {
+		if got, want := readside.SlotTag(n), slot.Tag(n); got != want {
+			t.Fatalf("slot %d tag: read side %q, daemon %q", n, got, want)
 		}
 	}
 	for _, k := range []string{"product:7", "{user:1}:cart", "a{}b", "x}y{z}", ""} {
-		if got, want := readside.HashSlot(k), warmer.HashSlot(k); got != want {
+		if got, want := readside.HashSlot(k), slot.Of(k); got != want {
 			t.Errorf("slot of %q: read side %d, daemon %d", k, got, want)
 		}
 	}

@@ -168,26 +168,15 @@ func New(opts Options) *API {
 }
 
 // Attach makes next runs and the config reload state (reloadStatus, if not
-// nil) visible in /admin/status once jobs are scheduled. A nil API (no token)
-// ignores it.
-func (a *API) Attach(s NextRunner, reloadStatus func() any) {
+// nil) visible in /admin/status once jobs are scheduled, and POST
+// /admin/reload call reload once the reloader runs (until then it answers
+// 503). A nil API (no token) ignores it.
+func (a *API) Attach(s NextRunner, reloadStatus func() any, reload func() (ReloadResult, error)) {
 	if a == nil {
 		return
 	}
 	a.mu.Lock()
-	a.sched = s
-	a.reloadStatus = reloadStatus
-	a.mu.Unlock()
-}
-
-// AttachReload makes POST /admin/reload call reload once the reloader runs;
-// until then it answers 503. A nil API (no token) ignores it.
-func (a *API) AttachReload(reload func() (ReloadResult, error)) {
-	if a == nil {
-		return
-	}
-	a.mu.Lock()
-	a.reload = reload
+	a.sched, a.reloadStatus, a.reload = s, reloadStatus, reload
 	a.mu.Unlock()
 }
 

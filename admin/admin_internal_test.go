@@ -15,6 +15,7 @@ import (
 
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -44,7 +45,7 @@ keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k}]
 	}
 	rdb := rd.Client
 	src := &panicky{}
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"up": src}, Specs: cfg.Specs()})
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"up": src}, Specs: cfg.Specs()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +94,11 @@ func TestAdminReload(t *testing.T) {
 		return rec.Code, rec.Body.String()
 	}
 	if code, body := reload(); code != http.StatusServiceUnavailable {
-		t.Errorf("before AttachReload: %d %s, want 503", code, body)
+		t.Errorf("before Attach: %d %s, want 503", code, body)
 	}
 	var res ReloadResult
 	var err error
-	a.AttachReload(func() (ReloadResult, error) { return res, err })
+	a.Attach(nil, nil, func() (ReloadResult, error) { return res, err })
 
 	res = ReloadResult{Added: []string{"c"}}
 	if code, body := reload(); code != http.StatusOK || !strings.Contains(body, `"added": [

@@ -19,9 +19,11 @@ import (
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/internal/e2e"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -171,7 +173,7 @@ keys:
 	}
 	b.Cleanup(src.Close)
 	reg := prometheus.NewRegistry()
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"items": src},
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"items": src},
 		Specs: cfg.Specs(), MaxConcurrentLoads: 8, Registerer: reg, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
@@ -218,10 +220,10 @@ func rewarmOneMaster(b *testing.B, cl *testenv.Cluster, cc *redis.ClusterClient,
 	defer startRewarmer(b, rw)()
 	waitTracked(b, cl)
 	owners := cl.SlotOwners(b)
-	m := owners[warmer.HashSlot(keyOf("1"))]
+	m := owners[slot.Of(keyOf("1"))]
 	var mine []string
 	for _, id := range ids {
-		if k := keyOf(id); owners[warmer.HashSlot(k)] == m {
+		if k := keyOf(id); owners[slot.Of(k)] == m {
 			mine = append(mine, k)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -23,7 +24,7 @@ func (memSource) Ping(context.Context) error { return nil }
 // limiter, breaker bookkeeping, retry classification of every member) adds to
 // one load of a 500-member batch, against the same load unguarded.
 func BenchmarkGuardOverhead(b *testing.B) {
-	tp, err := warmer.ParseTemplate("p:{id}")
+	tp, err := keytmpl.Parse("p:{id}")
 	if err != nil {
 		b.Fatal(err)
 	}

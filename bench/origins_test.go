@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
@@ -95,7 +96,7 @@ func BenchmarkPointer6MB(b *testing.B) {
 	defer srv.Close()
 	const ptr = "/items/20000/price"
 	want := `{"eur":0.99,"tags":["a","b","c"]}`
-	tp, err := warmer.ParseTemplate("doc:{id}")
+	tp, err := keytmpl.Parse("doc:{id}")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func BenchmarkPostgresOversize(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer src.Close()
-	tp, err := warmer.ParseTemplate("blob:{id}")
+	tp, err := keytmpl.Parse("blob:{id}")
 	if err != nil {
 		b.Fatal(err)
 	}

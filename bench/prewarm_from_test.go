@@ -22,7 +22,9 @@ import (
 
 // BenchmarkPrewarmFrom measures a blue-green pre-warm of 100,000 keys of 512
 // bytes (BENCH_FROM_KEYS to change the count) into an empty Redis, from
-// another (two private Redis servers, blue and green):
+// another, for three topologies (sub-benchmarks): a single node into a single
+// node (two private servers), a 3-master Cluster into another (3 masters and
+// 3 replicas each), and a single node into a Cluster:
 //
 //	(o) today's `hearth prewarm` from the origin (PostgreSQL), which also
 //	    fills the source the way a leader would;
@@ -31,7 +33,7 @@ import (
 //	    access log, in a second source, is read: the stored ranking);
 //	(r) the ceiling: a raw copy loop given the key list, pipelined GET + PTTL
 //	    from the source and SET … PX into the target in chunks of 1,000 with
-//	    4 workers, in this process.
+//	    4 workers, in this process (go-redis's Cluster pipelines on a Cluster).
 //
 // Each runs three times, best counts. Targets: f ≥ 0.9 × r, f ≥ 3 × o.
 func BenchmarkPrewarmFrom(b *testing.B) {
@@ -44,30 +46,59 @@ func BenchmarkPrewarmFrom(b *testing.B) {
 		n = v
 	}
 	pg := testenv.Postgres(b)
-	// Blue and green are two servers, as in a cutover.
-	srv, green := testenv.PrivateRedis(b), testenv.PrivateRedis(b)
-	src, dst := srv.Client(b), green.Client(b)
-	ctx := context.Background()
 	prefix := "bg:"
 	setupPrewarmData(b, pg.Pool, prefix)
+	ctx := context.Background()
 	if n < prewarmKeys {
 		// Keep the n hottest in the access log.
 		if _, err := pg.Pool.Exec(ctx, `DELETE FROM hearth_access_log WHERE hits <= $1`, prewarmKeys+1-n-1); err != nil {
 			b.Fatal(err)
 		}
 	}
+	if _, err := accesslog.New(pg.Pool).Rank(ctx, time.Hour, n); err != nil {
+		b.Fatal(err)
+	}
+	node := func(b *testing.B) fromEnd {
+		s := testenv.PrivateRedis(b)
+		return fromEnd{addr: s.Addr, url: fmt.Sprintf("redis://%s/0", s.Addr), client: s.Client(b)}
+	}
+	cluster := func(b *testing.B) fromEnd {
+		c := testenv.RedisCluster(b)
+		return fromEnd{addr: c.Addrs()[0], url: "redis+cluster://" + strings.Join(c.Addrs(), ","), client: c.Client(b)}
+	}
+	for _, tc := range []struct {
+		name     string
+		src, dst func(*testing.B) fromEnd
+	}{
+		{"node_to_node", node, node},
+		{"cluster_to_cluster", cluster, cluster},
+		{"node_to_cluster", node, cluster},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			prewarmFrom(b, pg, tc.name, tc.src(b), tc.dst(b), prefix, n)
+		})
+	}
+}
+
+// fromEnd is one side of a blue-green copy: an address for the config, the
+// URL hearth's flags take, and a client for the checks and the ceiling.
+type fromEnd struct {
+	addr, url string
+	client    redis.UniversalClient
+}
+
+// prewarmFrom runs (o), (f) and (r) of BenchmarkPrewarmFrom from src into dst
+// and prints them.
+func prewarmFrom(b *testing.B, pg *testenv.PostgresEnv, topology string, src, dst fromEnd, prefix string, n int) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = strconv.Itoa(i + 1)
 	}
 	keyOf := func(id string) string { return prefix + "item:" + id }
-	if _, err := accesslog.New(pg.Pool).Rank(ctx, time.Hour, n); err != nil {
-		b.Fatal(err)
-	}
 	bin := e2e.Binary(b)
 	dir := b.TempDir()
-	originCfg := writeFromConfig(b, dir, "origin.yaml", pg.DSN, pg.DSN, srv.Addr, prefix, n)
-	downCfg := writeFromConfig(b, dir, "down.yaml", "postgres://root@"+e2e.FreeAddr(b)+"/test?connect_timeout=2", pg.DSN, srv.Addr, prefix, n)
+	originCfg := writeFromConfig(b, dir, "origin.yaml", pg.DSN, pg.DSN, src.addr, prefix, n)
+	downCfg := writeFromConfig(b, dir, "down.yaml", "postgres://root@"+e2e.FreeAddr(b)+"/test?connect_timeout=2", pg.DSN, src.addr, prefix, n)
 	run := func(args ...string) time.Duration {
 		b.Helper()
 		out, err := exec.Command(bin, args...).CombinedOutput()
@@ -82,7 +113,6 @@ func BenchmarkPrewarmFrom(b *testing.B) {
 		}
 		return summaryDuration(b, string(out))
 	}
-	srcURL, dstURL := fmt.Sprintf("redis://%s/0", srv.Addr), fmt.Sprintf("redis://%s/0", green.Addr)
 	for b.Loop() {
 		var origin, from, raw time.Duration
 		best := func(cur *time.Duration, d time.Duration) {
@@ -92,19 +122,19 @@ func BenchmarkPrewarmFrom(b *testing.B) {
 		}
 		for round := range 3 {
 			// (o) fills the source from the origin.
-			clearKeys(b, src, ids, keyOf)
-			best(&origin, run("prewarm", "--config", originCfg, "--redis", srcURL, "--top", strconv.Itoa(n)))
-			checkKeys(b, src, ids, keyOf)
+			clearKeys(b, src.client, ids, keyOf)
+			best(&origin, run("prewarm", "--config", originCfg, "--redis", src.url, "--top", strconv.Itoa(n)))
+			checkKeys(b, src.client, ids, keyOf)
 			steps := []func(){
 				func() {
-					clearKeys(b, dst, ids, keyOf)
-					best(&from, run("prewarm", "--config", downCfg, "--redis", dstURL, "--from", srcURL, "--top", strconv.Itoa(n), "--from-only"))
-					checkKeys(b, dst, ids, keyOf)
+					clearKeys(b, dst.client, ids, keyOf)
+					best(&from, run("prewarm", "--config", downCfg, "--redis", dst.url, "--from", src.url, "--top", strconv.Itoa(n), "--from-only"))
+					checkKeys(b, dst.client, ids, keyOf)
 				},
 				func() {
-					clearKeys(b, dst, ids, keyOf)
-					best(&raw, rawCopy(b, src, dst, ids, keyOf))
-					checkKeys(b, dst, ids, keyOf)
+					clearKeys(b, dst.client, ids, keyOf)
+					best(&raw, rawCopy(b, src.client, dst.client, ids, keyOf))
+					checkKeys(b, dst.client, ids, keyOf)
 				},
 			}
 			if round%2 == 1 {
@@ -116,7 +146,7 @@ func BenchmarkPrewarmFrom(b *testing.B) {
 		}
 		rate := func(d time.Duration) float64 { return float64(n) / d.Seconds() }
 		o, f, r := rate(origin), rate(from), rate(raw)
-		fmt.Printf("\nblue-green pre-warm of %d keys x %d-byte values into an empty Redis from another (GOMAXPROCS %d)\n", n, prewarmValue, runtime.GOMAXPROCS(0))
+		fmt.Printf("\nblue-green pre-warm of %d keys x %d-byte values into an empty Redis from another, %s (GOMAXPROCS %d)\n", n, prewarmValue, topology, runtime.GOMAXPROCS(0))
 		fmt.Printf("  (o) hearth prewarm from the origin        %7.0f keys/s  %s\n", o, origin.Round(time.Millisecond))
 		fmt.Printf("  (f) hearth prewarm --from --from-only     %7.0f keys/s  %s (origin unreachable: 0 origin queries)\n", f, from.Round(time.Millisecond))
 		fmt.Printf("  (r) raw pipelined GET+PTTL / SET copy     %7.0f keys/s  %s\n", r, raw.Round(time.Millisecond))
@@ -131,7 +161,7 @@ func BenchmarkPrewarmFrom(b *testing.B) {
 
 // rawCopy is the ceiling: pipelined GET + PTTL from src, SET … PX into dst,
 // chunks of prewarmChunk, 4 workers.
-func rawCopy(b *testing.B, src, dst *redis.Client, ids []string, keyOf func(string) string) time.Duration {
+func rawCopy(b *testing.B, src, dst redis.UniversalClient, ids []string, keyOf func(string) string) time.Duration {
 	b.Helper()
 	ctx := context.Background()
 	t0 := time.Now()

@@ -63,7 +63,7 @@ func BenchmarkPrewarmLib(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		clearKeys(b, rd.Client, ids, keyOf)
-		pw, err := daemon.OpenPrewarm(ctx, cfg, rd.Client, false, zerolog.Nop())
+		pw, err := daemon.OpenPrewarmFrom(ctx, cfg, rd.Client, false, nil, false, zerolog.Nop())
 		if err != nil {
 			b.Fatal(err)
 		}

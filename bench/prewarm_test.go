@@ -369,7 +369,7 @@ func naivePrewarm(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, ids []str
 }
 
 // clearKeys deletes the benchmark's cache keys between measurements.
-func clearKeys(b *testing.B, rdb *redis.Client, ids []string, keyOf func(string) string) {
+func clearKeys(b *testing.B, rdb redis.UniversalClient, ids []string, keyOf func(string) string) {
 	b.Helper()
 	ctx := context.Background()
 	for i := 0; i < len(ids); i += 10_000 {
@@ -384,7 +384,7 @@ func clearKeys(b *testing.B, rdb *redis.Client, ids []string, keyOf func(string)
 }
 
 // checkKeys makes sure a measurement wrote every key, with a 512-byte value.
-func checkKeys(b *testing.B, rdb *redis.Client, ids []string, keyOf func(string) string) {
+func checkKeys(b *testing.B, rdb redis.UniversalClient, ids []string, keyOf func(string) string) {
 	b.Helper()
 	ctx := context.Background()
 	missing := 0

@@ -25,42 +25,88 @@ import (
 // members (a members query), TTL 60 s (interval 30 s: 33,333 key writes/s
 // intended), against a private Redis, and measures over three whole
 // intervals of steady state: achieved vs intended write rate, scheduling lag
-// p99 (run starts and paced batches), the daemon's CPU, RSS (at the end and
-// peak), and, from a separate client polling 1,000 sampled keys every 250 ms,
-// the smallest remaining TTL seen and how many samples found a key missing.
-// HEARTH_BENCH_MEMBERS and HEARTH_BENCH_TTL scale it down,
-// HEARTH_BENCH_VERSIONED=1 version-checks every write;
-// HEARTH_BENCH_CPUPROFILE=path saves a 20 s CPU profile of the daemon (and
-// its heap profile at path.heap) from inside the window, for go tool pprof.
+// p99 (run starts and paced batches), the daemon's CPU (in % of one core and
+// in µs per key written, the figure that carries across machines), RSS (at
+// the end and peak), Redis's own CPU (INFO cpu, user + sys, over the same
+// window) and, from a separate client polling 1,000 sampled keys every
+// 250 ms, the smallest remaining TTL seen and how many samples found a key
+// missing.
+//
+// Two declarations, one after the other in one run, each with the Redis
+// flushed before it: shipped (config.yaml's style: a param_pattern, the
+// leader lease, info logs, a 96-byte text payload) and versioned (the same
+// with a version_column, the row's xmin: every write version-checked).
+// HEARTH_BENCH_CONFIGS picks some (comma-separated, also "plain": the bench
+// config of earlier rounds, no pattern, a 64–71-byte payload);
+// HEARTH_BASELINE_BIN=path runs every declaration against that binary first
+// (a build of main, say), so that before and after come from one run.
+// HEARTH_BENCH_MEMBERS, HEARTH_BENCH_TTL and HEARTH_BENCH_INTERVALS (the
+// window, in intervals) scale it down; HEARTH_BENCH_CPUPROFILE=path saves a
+// 20 s CPU profile of each daemon (path.<build>.<config>, and its heap
+// profile at .heap) from inside the window, for go tool pprof.
 func BenchmarkRefreshMillion(b *testing.B) {
 	members := envInt("HEARTH_BENCH_MEMBERS", 1_000_000)
 	ttl := envDuration("HEARTH_BENCH_TTL", 60*time.Second)
+	intervals := envInt("HEARTH_BENCH_INTERVALS", 3)
 	interval := ttl / 2
 	rs := testenv.PrivateRedis(b)
 	rdb := rs.Client(b)
 	pg := testenv.Postgres(b)
 	ctx := context.Background()
 	if _, err := pg.Pool.Exec(ctx, fmt.Sprintf(`
-		CREATE TABLE members (id bigint PRIMARY KEY, v text NOT NULL);
-		INSERT INTO members SELECT i, repeat('x', 64) || i FROM generate_series(1, %d) i;
+		CREATE TABLE members (id bigint PRIMARY KEY, v text NOT NULL, p text NOT NULL);
+		INSERT INTO members SELECT i, repeat('x', 64) || i, lpad(i::text, 96, 'x') FROM generate_series(1, %d) i;
 		ANALYZE members;`, members)); err != nil {
 		b.Fatal(err)
 	}
-	// HEARTH_BENCH_VERSIONED=1 version-checks every write (the row's xmin as
-	// its version), as a declaration with notify or a version_column is.
-	query := `    query: "SELECT id::text, v FROM members WHERE id = ANY($1::bigint[])"` + "\n"
-	versioned := os.Getenv("HEARTH_BENCH_VERSIONED") == "1"
-	if versioned {
-		query = `    query: "SELECT id::text, v, xmin::text::bigint AS ver FROM members WHERE id = ANY($1::bigint[])"` + "\n" +
-			"    version_column: ver\n"
+	decls := map[string]string{
+		"plain": `    query: "SELECT id::text, v FROM members WHERE id = ANY($1::bigint[])"`,
+		"shipped": `    param_pattern: "[0-9]{1,12}"
+    query: "SELECT id::text, p FROM members WHERE id = ANY($1::bigint[])"`,
+		"versioned": `    param_pattern: "[0-9]{1,12}"
+    query: "SELECT id::text, p, xmin::text::bigint AS ver FROM members WHERE id = ANY($1::bigint[])"
+    version_column: ver`,
 	}
+	configs := []string{"shipped", "versioned"}
+	if v := os.Getenv("HEARTH_BENCH_CONFIGS"); v != "" {
+		configs = strings.Split(v, ",")
+	}
+	for _, c := range configs {
+		if decls[c] == "" {
+			b.Fatalf("HEARTH_BENCH_CONFIGS: no declaration %q (plain, shipped, versioned)", c)
+		}
+	}
+	type build struct{ label, bin string }
+	builds := []build{{"this build", e2e.PlainBinary(b)}}
+	if base := os.Getenv("HEARTH_BASELINE_BIN"); base != "" {
+		builds = append([]build{{"baseline", base}}, builds...)
+	}
+	profile := os.Getenv("HEARTH_BENCH_CPUPROFILE")
 	pprof := "" // only when asked: a binary of another commit may not know the field
-	if os.Getenv("HEARTH_BENCH_CPUPROFILE") != "" {
+	if profile != "" {
 		pprof = "\n  pprof: true"
 	}
-	listen := e2e.FreeAddr(b)
-	cfg := filepath.Join(b.TempDir(), "config.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	type result struct {
+		build, config string
+		f             steady
+		usPerKey      float64
+		rss, peak     int64
+		redisCPU      float64
+		minTTL        time.Duration
+		missing       int
+		polls         int
+		startup       time.Duration
+	}
+	for range b.N {
+		var results []result
+		for _, c := range configs {
+			for _, bd := range builds {
+				if err := rdb.FlushAll(ctx).Err(); err != nil { // a private server
+					b.Fatal(err)
+				}
+				listen := e2e.FreeAddr(b)
+				cfg := filepath.Join(b.TempDir(), "config.yaml")
+				if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 redis:
   addrs: [%q]
   namespace: hb
@@ -68,6 +114,9 @@ http:
   listen: %q%s
 log:
   format: json
+  level: info
+leader:
+  enabled: true
 refresh:
   max_members: %d
 prewarm:
@@ -82,55 +131,101 @@ keys:
     source: db
     ttl: %s
     members_query: "SELECT id::text FROM members"
-%s`, rs.Addr, listen, pprof, members+1, pg.DSN, ttl, query)), 0o600); err != nil {
+%s
+`, rs.Addr, listen, pprof, members+1, pg.DSN, ttl, decls[c])), 0o600); err != nil {
+					b.Fatal(err)
+				}
+				proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg})
+				t0 := time.Now()
+				e2e.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, 3*time.Minute)
+				startup := time.Since(t0)
+
+				// Steady state starts one interval later, when every key has
+				// been refreshed on schedule once after the start-up load.
+				time.Sleep(interval)
+				s := startSampler(rdb, members, 1000)
+				pid := proc.Cmd.Process.Pid
+				m0 := e2e.Metrics(b, "http://"+listen+"/metrics")
+				cpu0, r0, w0 := cpuTime(b, pid), redisCPU(b, rdb), time.Now()
+				if profile != "" {
+					path := profile + "." + strings.ReplaceAll(strings.Fields(bd.label)[0], " ", "") + "." + c
+					fetchProfile(b, "http://"+listen+"/debug/pprof/profile?seconds=20", path)
+					fetchProfile(b, "http://"+listen+"/debug/pprof/heap", path+".heap")
+				}
+				time.Sleep(time.Until(w0.Add(time.Duration(intervals) * interval)))
+				m1 := e2e.Metrics(b, "http://"+listen+"/metrics")
+				cpu1, r1, w1 := cpuTime(b, pid), redisCPU(b, rdb), time.Now()
+				rss, peak := rssNow(b, pid), peakRSS(b, pid)
+				minTTL, missing, polls := s.stop()
+				window := w1.Sub(w0)
+				f := steadyFigures(m0, m1, cpu1-cpu0, window, members, interval)
+				written := f.achieved * window.Seconds()
+				results = append(results, result{
+					build: bd.label, config: c, f: f,
+					usPerKey: (cpu1 - cpu0).Seconds() * 1e6 / max(1, written),
+					rss:      rss, peak: peak, redisCPU: (r1 - r0) / window.Seconds() * 100,
+					minTTL: minTTL, missing: missing, polls: polls, startup: startup,
+				})
+				proc.Signal(b, 15)
+				if code := proc.Wait(b, 60*time.Second); code != 0 {
+					b.Fatalf("%s, %s: exit %d", bd.label, c, code)
+				}
+			}
+		}
+
+		fmt.Printf("\nrefresh of %d members, ttl %s, interval %s, each measured over %d intervals after one interval of steady state (builds: %s)\n",
+			members, ttl, interval, intervals, builds[len(builds)-1].bin)
+		if len(builds) > 1 {
+			fmt.Printf("  baseline: %s\n", builds[0].bin)
+		}
+		row := func(name string, cell func(r result) string) {
+			fmt.Printf("  %-26s", name)
+			for _, r := range results {
+				fmt.Printf(" | %-22s", cell(r))
+			}
+			fmt.Println()
+		}
+		row("", func(r result) string { return r.config + ", " + r.build })
+		row("write rate / intended", func(r result) string { return fmt.Sprintf("%.2f %%", r.f.achieved/r.f.intended*100) })
+		row("schedule lag p50 / p99", func(r result) string { return fmt.Sprintf("≤ %.0f / ≤ %.0f ms", r.f.p50*1000, r.f.p99*1000) })
+		row("daemon CPU, % of a core", func(r result) string { return fmt.Sprintf("%.1f %%", r.f.cpu) })
+		row("daemon CPU per key", func(r result) string { return fmt.Sprintf("%.2f µs", r.usPerKey) })
+		row("RSS end / peak", func(r result) string {
+			return fmt.Sprintf("%.0f / %.0f MiB", float64(r.rss)/(1<<20), float64(r.peak)/(1<<20))
+		})
+		row("Redis CPU, % of a core", func(r result) string { return fmt.Sprintf("%.1f %%", r.redisCPU) })
+		row("sampled: missing / polls", func(r result) string { return fmt.Sprintf("%d / %d", r.missing, r.polls) })
+		row("sampled: min TTL left", func(r result) string { return fmt.Sprintf("%.1f s", r.minTTL.Seconds()) })
+		row("start-up load", func(r result) string { return r.startup.Round(100 * time.Millisecond).String() })
+		fmt.Println("  targets: write rate ≥ 99.9 %, lag p99 < 100 ms, daemon CPU ≤ 10 % (shipped) / ≤ 12 % (versioned), RSS < 300 MB, Redis CPU (versioned) < 40 %, no key missing")
+		for _, r := range results {
+			if r.build != "this build" {
+				continue
+			}
+			b.ReportMetric(r.f.cpu, r.config+"-%cpu")
+			b.ReportMetric(r.usPerKey, r.config+"-µs/key")
+			b.ReportMetric(r.redisCPU, r.config+"-redis-%cpu")
+			b.ReportMetric(float64(r.peak)/(1<<20), r.config+"-peak-MiB")
+		}
+	}
+}
+
+// redisCPU is the Redis server's CPU time so far (INFO cpu: used_cpu_user +
+// used_cpu_sys), in seconds.
+func redisCPU(b *testing.B, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
 		b.Fatal(err)
 	}
-	for range b.N {
-		proc := e2e.Start(b, []string{"run", "--config", cfg})
-		t0 := time.Now()
-		e2e.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, 3*time.Minute)
-		startup := time.Since(t0)
-
-		// Steady state starts one interval later, when every key has been
-		// refreshed on schedule once after the start-up load.
-		time.Sleep(interval)
-		s := startSampler(rdb, members, 1000)
-		pid := proc.Cmd.Process.Pid
-		m0 := e2e.Metrics(b, "http://"+listen+"/metrics")
-		cpu0, w0 := cpuTime(b, pid), time.Now()
-		if path := os.Getenv("HEARTH_BENCH_CPUPROFILE"); path != "" {
-			fetchProfile(b, "http://"+listen+"/debug/pprof/profile?seconds=20", path)
-			fetchProfile(b, "http://"+listen+"/debug/pprof/heap", path+".heap")
-		}
-		time.Sleep(time.Until(w0.Add(3 * interval)))
-		m1 := e2e.Metrics(b, "http://"+listen+"/metrics")
-		cpu1, w1 := cpuTime(b, pid), time.Now()
-		rss, peak := rssNow(b, pid), peakRSS(b, pid)
-		minTTL, missing, polls := s.stop()
-
-		window := w1.Sub(w0)
-		f := steadyFigures(m0, m1, cpu1-cpu0, window, members, interval)
-		achieved, intended, cpu, p50, p99 := f.achieved, f.intended, f.cpu, f.p50, f.p99
-
-		b.ReportMetric(achieved, "writes/s")
-		b.ReportMetric(achieved/intended*100, "%rate")
-		b.ReportMetric(p99*1000, "lag-p99-ms")
-		b.ReportMetric(cpu, "%cpu")
-		b.ReportMetric(float64(rss)/(1<<20), "rss-MiB")
-		b.ReportMetric(minTTL.Seconds(), "min-ttl-s")
-		fmt.Printf("\nrefresh of %d members (version-checked: %v), ttl %s, interval %s, measured over %s (3 intervals) after a %s start-up load\n",
-			members, versioned, ttl, interval, window.Round(time.Millisecond), startup.Round(time.Millisecond))
-		fmt.Printf("  write rate     %.0f keys/s achieved vs %.0f intended = %.2f%% (target ≥ 99.9%%)\n", achieved, intended, achieved/intended*100)
-		fmt.Printf("  schedule lag   p50 ≤ %.1f ms, p99 ≤ %.1f ms (bucket bounds; target p99 < 100 ms)\n", p50*1000, p99*1000)
-		fmt.Printf("  daemon CPU     %.1f%% of one core (target < 15%%)\n", cpu)
-		fmt.Printf("  RSS            %.1f MiB at the end, %.1f MiB peak (target < 300 MB)\n", float64(rss)/(1<<20), float64(peak)/(1<<20))
-		fmt.Printf("  sampled keys   min remaining TTL %.1f s of %s; %d of %d polls found a key missing\n", minTTL.Seconds(), ttl, missing, polls)
-
-		proc.Signal(b, 15)
-		if code := proc.Wait(b, 60*time.Second); code != 0 {
-			b.Fatalf("exit %d", code)
+	sum := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			n, _ := strconv.ParseFloat(v, 64)
+			sum += n
 		}
 	}
+	return sum
 }
 
 // sampler polls the PTTL of sampled keys from a client of its own.

@@ -12,7 +12,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/prewarm"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -65,7 +67,7 @@ func heapMB() float64 {
 // (100,000) per declaration are kept, and the declared members are counted.
 func BenchmarkStateAfterPrewarms(b *testing.B) {
 	rd := testenv.Redis(b)
-	tp, err := warmer.ParseTemplate(rd.Prefix + "item:{id}")
+	tp, err := keytmpl.Parse(rd.Prefix + "item:{id}")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func BenchmarkStateAfterPrewarms(b *testing.B) {
 	}
 	for b.Loop() {
 		reg := prometheus.NewRegistry()
-		w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client},
+		w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rd.Client},
 			Sources: map[string]warmer.Source{"src": valueSource{}}, Specs: []*warmer.Spec{spec},
 			MaxConcurrentLoads: 8, Registerer: reg, Logger: zerolog.Nop()})
 		if err != nil {

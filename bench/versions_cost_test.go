@@ -14,7 +14,7 @@ import (
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // BenchmarkVersionedWriteRedisCost measures, on a private Redis, what the
@@ -30,8 +30,8 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 	defer client.Close()
 	ctx := context.Background()
 	ns := "hearth"
-	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: client, Namespace: ns, Registerer: prometheus.NewRegistry()})
-	l, err := leader.NewLease(leader.LeaseOptions{Client: client, Namespace: ns, Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
+	fs := fence.NewFencedStore(fence.FencedStoreOptions{Client: client, Namespace: ns, Registerer: prometheus.NewRegistry()})
+	l, err := leader.NewLease(leader.LeaseOptions{Client: client, Namespace: ns, Duration: time.Minute, Fence: fs, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := store.Writer(term)
+	w := fs.Writer(term)
 	const keys, batches = 1000, 100
 	evalUsec := func() float64 {
 		info := client.Info(ctx, "commandstats").Val()
@@ -72,7 +72,7 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 	}
 	var seq int64
 	run := func(change bool) (cmdUsec, cpuUsec float64) {
-		entries := make([]warmer.Entry, keys)
+		entries := make([]store.Entry, keys)
 		u0, c0 := evalUsec(), cpuSec()
 		for round := range batches {
 			seq++
@@ -84,7 +84,7 @@ func BenchmarkVersionedWriteRedisCost(b *testing.B) {
 			}
 			_ = round
 			for i := range entries {
-				entries[i] = warmer.Entry{Key: "k:" + strconv.Itoa(i), Value: v, TTL: time.Minute,
+				entries[i] = store.Entry{Key: "k:" + strconv.Itoa(i), Value: v, TTL: time.Minute,
 					Seq: seq, Versioned: true, Version: ver, VersionTTL: 2 * time.Minute, Family: "bench"}
 			}
 			if err := w.Set(ctx, entries); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // BenchmarkVersionedWrites compares, side by side in one run, the fenced write
@@ -25,8 +25,8 @@ func BenchmarkVersionedWrites(b *testing.B) {
 	env := testenv.Redis(b)
 	ctx := context.Background()
 	ns := env.Prefix + "hearth"
-	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: env.Client, Namespace: ns, Registerer: prometheus.NewRegistry()})
-	l, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: ns, Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
+	fs := fence.NewFencedStore(fence.FencedStoreOptions{Client: env.Client, Namespace: ns, Registerer: prometheus.NewRegistry()})
+	l, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: ns, Duration: time.Minute, Fence: fs, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,11 +36,11 @@ func BenchmarkVersionedWrites(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = term.Release(ctx) }()
-	w := store.Writer(term)
+	w := fs.Writer(term)
 	const keys, batches = 1000, 100
 	value := func(round int) []byte { return []byte(strings.Repeat("x", 240) + fmt.Sprintf("%016d", round)) }
 	run := func(stamped, change bool) float64 {
-		entries := make([]warmer.Entry, keys)
+		entries := make([]store.Entry, keys)
 		var seq int64
 		t0 := time.Now()
 		for round := range batches {
@@ -50,7 +50,7 @@ func BenchmarkVersionedWrites(b *testing.B) {
 				v = value(round)
 			}
 			for i := range entries {
-				entries[i] = warmer.Entry{Key: env.Prefix + "k:" + strconv.Itoa(i), Value: v, TTL: time.Minute}
+				entries[i] = store.Entry{Key: env.Prefix + "k:" + strconv.Itoa(i), Value: v, TTL: time.Minute}
 				if stamped {
 					entries[i].Seq, entries[i].Versioned, entries[i].Version = seq, true, int64(round)
 					entries[i].VersionTTL, entries[i].Family = 2*time.Minute, "bench"

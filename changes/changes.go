@@ -1,20 +1,9 @@
 // Package changes owns change-driven refresh: while this instance leads, one
 // dedicated connection per postgres source LISTENs on the channels its
-// declarations name (notify.channel). The trigger Hearth ships
-// (migrations/00005, `hearth notify-sql`) sends the changed members; they are
-// refreshed through the declaration's batched query and the fenced,
-// version-checked write path of the engine (a Refresher).
-//
-// Batching is natural, as a database's group commit: the first change after
-// an idle spell is refreshed at once; the changes that arrive while a
-// refresh of the declaration is in flight are gathered into the next one (one
-// in flight per declaration, at most batch_size members each).
-// notify.coalesce, when set, adds a wait before each refresh.
-//
-// Every time a connection is (re)established, which includes every new term,
-// the declarations it covers are refreshed in full once: whatever changed
-// while nobody listened is read again. The schedule stays the safety net.
-// Every load a notification causes is paced (see pace.go).
+// declarations name (notify.channel), and the members the shipped trigger
+// sends are refreshed through the engine's batched, fenced write path (a
+// Refresher). Batching, the full refresh after every (re)connection and the
+// pacing are described in docs/freshness.md.
 package changes
 
 import (
@@ -87,8 +76,8 @@ type Options struct {
 }
 
 // Listeners runs the change listeners, one per postgres source with notify
-// declarations. Its lifecycle is New, Run until the context ends (or Open,
-// which starts Run), Close; Apply follows reloaded declarations at any time.
+// declarations. Its lifecycle is New, Run until the context ends, Close;
+// Apply follows reloaded declarations at any time.
 type Listeners struct {
 	w    Refresher
 	m    *metrics
@@ -136,20 +125,6 @@ func New(w Refresher, opts Options) (*Listeners, error) {
 	return c, nil
 }
 
-// Open is New, then Run under ctx until ctx ends or Close.
-func Open(ctx context.Context, w Refresher, opts Options) (*Listeners, error) {
-	c, err := New(w, opts)
-	if err != nil {
-		return nil, err
-	}
-	r, err := c.start(ctx)
-	if err != nil {
-		return nil, err
-	}
-	go c.wait(r)
-	return c, nil
-}
-
 // Run listens until ctx ends or Close, then stops the listeners and waits for
 // them and their refreshes. It returns nil, or ErrClosed / ErrRunning when it
 // could not start.
@@ -158,7 +133,12 @@ func (c *Listeners) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.wait(r)
+	<-r.ctx.Done()
+	c.mu.Lock()
+	c.stopLocked()
+	c.run = nil
+	c.mu.Unlock()
+	close(r.done)
 	return nil
 }
 
@@ -180,15 +160,6 @@ func (c *Listeners) start(ctx context.Context) (*running, error) {
 	c.run = r
 	c.startLocked(ls)
 	return r, nil
-}
-
-func (c *Listeners) wait(r *running) {
-	<-r.ctx.Done()
-	c.mu.Lock()
-	c.stopLocked()
-	c.run = nil
-	c.mu.Unlock()
-	close(r.done)
 }
 
 // Apply makes the listeners follow reloaded declarations: when what they

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -34,7 +35,7 @@ func (s specOnly) Spec(string) (*warmer.Spec, bool) { return s.spec, true }
 // pending set is dropped for one full refresh, measured from the earliest
 // change; further members coalesce into it.
 func TestQueueOverflow(t *testing.T) {
-	tmpl, err := warmer.ParseTemplate("p:{id}")
+	tmpl, err := keytmpl.Parse("p:{id}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ type call struct {
 
 func newRecorder(t *testing.T, key string) *recorder {
 	t.Helper()
-	tmpl, err := warmer.ParseTemplate(key)
+	tmpl, err := keytmpl.Parse(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +462,7 @@ func FuzzParsePayload(f *testing.F) {
 // Apply between runs is what the next Run listens for; after Close, Run
 // refuses to start.
 func TestLifecycle(t *testing.T) {
-	tmpl, err := warmer.ParseTemplate("p:{id}")
+	tmpl, err := keytmpl.Parse("p:{id}")
 	if err != nil {
 		t.Fatal(err)
 	}

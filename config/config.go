@@ -175,7 +175,7 @@ func Default() Config {
 			MaxValueBytes:      1 << 20,
 			MaxMembers:         1_000_000,
 		},
-		Leader:    Leader{Enabled: true},
+		Leader:    Leader{Enabled: true, FailoverGrace: DefaultFailoverGrace},
 		AccessLog: defaultAccessLog(),
 		Prewarm:   defaultPrewarm(),
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hearth-dev/hearth/catchup"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -25,10 +26,12 @@ type Leader struct {
 	// FailoverGrace is how long past its renew deadline a leader on a Redis
 	// Cluster goes on writing while its lease's master does not answer (it
 	// is failing over): the per-slot fences keep those writes safe, and the
-	// other masters' keys do not expire meanwhile. Zero is
-	// DefaultFailoverGrace. Only a Cluster has one; on a single node or
-	// Sentinel the lease and the fence live on one master and a leader that
-	// cannot renew stops at its deadline.
+	// other masters' keys do not expire meanwhile. Default
+	// DefaultFailoverGrace, at most MaxFailoverGrace; 0 turns it off (a
+	// Cluster leader then stops at its renew deadline, as on a single node).
+	// Only a Cluster has one; on a single node or Sentinel the lease and the
+	// fence live on one master and a leader that cannot renew stops at its
+	// deadline.
 	FailoverGrace time.Duration `mapstructure:"failover_grace"`
 }
 
@@ -37,11 +40,15 @@ type Leader struct {
 // timeout, and its replica promoted within about a second more.
 const DefaultFailoverGrace = 30 * time.Second
 
-// Grace is leader.failover_grace, defaults resolved.
+// MaxFailoverGrace bounds leader.failover_grace: ten times the default, room
+// for a cluster-node-timeout of two minutes. For that long two instances may
+// both report leading (the fences order their writes); a year of it, which
+// the generic bound allowed, is a leader that never steps down.
+const MaxFailoverGrace = 5 * time.Minute
+
+// Grace is leader.failover_grace: how long a Cluster term writes on past its
+// renew deadline while its lease's master does not answer; 0 is off.
 func (l Leader) Grace() time.Duration {
-	if l.FailoverGrace == 0 {
-		return DefaultFailoverGrace
-	}
 	return l.FailoverGrace
 }
 
@@ -99,8 +106,8 @@ func (cfg *Config) LeaseTiming() LeaseTiming { return cfg.lease }
 // crashes at c just before the next write would land, c ≤ w + Gap (see
 // refreshTiming); the key expires at w + MinTTL ≥ c + MinTTL − Gap. The
 // standby holds the lease by c + Takeover(), and its catch-up rewrites the key
-// within load_timeout + catchUpSlack more. So a takeover never loses a key
-// when Takeover() < MinTTL − Gap − load_timeout − catchUpSlack = Margin.
+// within load_timeout + catchup.Slack more. So a takeover never loses a key
+// when Takeover() < MinTTL − Gap − load_timeout − catchup.Slack = Margin.
 func (cfg *Config) leaseTiming(specs []*warmer.Spec) LeaseTiming {
 	var t LeaseTiming
 	for i, s := range specs {
@@ -109,15 +116,12 @@ func (cfg *Config) leaseTiming(specs []*warmer.Spec) LeaseTiming {
 		}
 		k := cfg.Keys[i]
 		rt := refreshTiming(s, k, cfg.Refresh.Spread, cfg.sourceRate(s.Source))
-		m := rt.Margin() - s.LoadTimeout - catchUpSlack
+		m := rt.Margin() - s.LoadTimeout - catchup.Slack
 		if t.MarginPath == "" || m < t.Margin {
 			t.Margin = m
-			t.MarginPath = fmt.Sprintf("keys[%d]", i)
-			if nameRe.MatchString(k.Name) {
-				t.MarginPath = fmt.Sprintf("keys[%s]", k.Name)
-			}
+			t.MarginPath = itemPath("keys", i, k.Name)
 			t.MarginWhy = fmt.Sprintf("smallest jittered ttl %s − (%s) − catch-up load_timeout %s − slack %s",
-				rt.MinTTL.Round(time.Millisecond), rt.Terms, s.LoadTimeout, catchUpSlack)
+				rt.MinTTL.Round(time.Millisecond), rt.Terms, s.LoadTimeout, catchup.Slack)
 		}
 	}
 	l := cfg.Leader

@@ -116,3 +116,36 @@ func TestLeaseTiming(t *testing.T) {
 		}
 	})
 }
+
+// TestFailoverGrace: leader.failover_grace defaults to 30s, 0 turns it off,
+// and it is bounded by MaxFailoverGrace (the generic bound was a year).
+func TestFailoverGrace(t *testing.T) {
+	for _, tc := range []struct {
+		leader string
+		want   time.Duration
+		err    string
+	}{
+		{"", config.DefaultFailoverGrace, ""},
+		{"leader: {failover_grace: 45s}", 45 * time.Second, ""},
+		{"leader: {failover_grace: 0s}", 0, ""},
+		{"leader: {failover_grace: 5m}", config.MaxFailoverGrace, ""},
+		{"leader: {failover_grace: 5m1s}", 0, "leader.failover_grace: must be at most 5m0s (got 5m1s)"},
+		{"leader: {failover_grace: 8760h}", 0, "leader.failover_grace: must be at most 5m0s (got 8760h0m0s)"},
+		{"leader: {failover_grace: 1ms}", 0, "leader.failover_grace: must be 0 (off; default 30s, a Cluster only) or at least 10ms (got 1ms)"},
+	} {
+		cfg, err := config.Parse("grace.yaml", []byte(leaderConfig("60s", "1s", 0.2, tc.leader)))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), "grace.yaml: "+tc.err) {
+				t.Errorf("%q: err = %v, want %q", tc.leader, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.leader, err)
+			continue
+		}
+		if got := cfg.Leader.Grace(); got != tc.want {
+			t.Errorf("%q: grace %s, want %s", tc.leader, got, tc.want)
+		}
+	}
+}

@@ -414,17 +414,16 @@ func duplicateKeys(n *yaml.Node, path string, out []Problem) []Problem {
 	return out
 }
 
-// nodeItemPath names a list item by its name field when it has a valid one,
-// as validation does (keys[product]), else by its index.
+// nodeItemPath is itemPath of a list item's name field in the file, if it has one.
 func nodeItemPath(path string, i int, n *yaml.Node) string {
 	if n.Kind == yaml.MappingNode {
 		for j := 0; j+1 < len(n.Content); j += 2 {
 			if k, v := n.Content[j], n.Content[j+1]; k.Value == "name" && v.Kind == yaml.ScalarNode && nameRe.MatchString(v.Value) {
-				return fmt.Sprintf("%s[%s]", path, v.Value)
+				return itemPath(path, i, v.Value)
 			}
 		}
 	}
-	return fmt.Sprintf("%s[%d]", path, i)
+	return itemPath(path, i, "")
 }
 
 var pathSegment = regexp.MustCompile(`^([^\[]+)(?:\[([0-9]+)\])?$`)

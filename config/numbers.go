@@ -79,7 +79,7 @@ var Bounds = []Bound{
 	{Path: "leader.lease", Min: MinLease, Max: MaxDuration, Zero: "picked to fit the takeover margin"},
 	{Path: "leader.renew_interval", Min: MinPeriod, Max: MaxDuration, Zero: "lease/3"},
 	{Path: "leader.retry_period", Min: MinPeriod, Max: MaxDuration, Zero: "1s or lease/5"},
-	{Path: "leader.failover_grace", Min: MinPeriod, Max: MaxDuration, Zero: "30s (a Cluster only)"},
+	{Path: "leader.failover_grace", Min: MinPeriod, Max: MaxFailoverGrace, Zero: "off; default 30s, a Cluster only"},
 
 	{Path: "sources[].max_conns", Lo: 1, Hi: 10_000, Zero: "pgx's default"},
 	{Path: "sources[].statement_timeout", Min: MinTimeout, Max: MaxDuration, Zero: "no timeout", Step: time.Millisecond},
@@ -136,16 +136,6 @@ var (
 		return m
 	}()
 )
-
-// BoundFor returns the bound of a field by its path in the table's form
-// (keys[].ttl).
-func BoundFor(path string) (Bound, bool) {
-	b, ok := boundsByPath[path]
-	return b, ok
-}
-
-// IsDuration reports whether the bound is of a duration.
-func (b Bound) IsDuration() bool { return b.Max > 0 }
 
 // checkDuration returns what is wrong with d, or "".
 func (b Bound) checkDuration(d time.Duration) string {
@@ -244,7 +234,7 @@ func walkNumbers(c *checker, path, pattern string, v reflect.Value) {
 		}
 	case reflect.Slice, reflect.Array:
 		for i := range v.Len() {
-			walkNumbers(c, itemPath(path, i, v.Index(i)), pattern+"[]", v.Index(i))
+			walkNumbers(c, valueItemPath(path, i, v.Index(i)), pattern+"[]", v.Index(i))
 		}
 	case reflect.Float32, reflect.Float64, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		b, ok := boundsByPath[pattern]
@@ -279,50 +269,12 @@ func join(path, name string) string {
 	return path + "." + name
 }
 
-// itemPath names a list item as the rest of the validation does: by its name
-// when it has a valid one (sources[db], keys[product]), else by its index.
-func itemPath(path string, i int, v reflect.Value) string {
+// valueItemPath is itemPath of a list item's Name field, if it has one.
+func valueItemPath(path string, i int, v reflect.Value) string {
 	if v.Kind() == reflect.Struct {
-		if f := v.FieldByName("Name"); f.IsValid() && f.Kind() == reflect.String && nameRe.MatchString(f.String()) {
-			return fmt.Sprintf("%s[%s]", path, f.String())
+		if f := v.FieldByName("Name"); f.IsValid() && f.Kind() == reflect.String {
+			return itemPath(path, i, f.String())
 		}
 	}
-	return fmt.Sprintf("%s[%d]", path, i)
-}
-
-// BoundsMarkdown renders the table as docs/configuration.md prints it.
-func BoundsMarkdown() string {
-	var b strings.Builder
-	b.WriteString("| Field | Minimum | Maximum | 0 means |\n|---|---|---|---|\n")
-	for _, x := range Bounds {
-		lo, hi := num(x.Lo), num(x.Hi)
-		if x.IsDuration() {
-			lo, hi = docDuration(x.Min), docDuration(x.Max)
-			if x.Step > 0 {
-				lo += ", whole " + stepName(x.Step)
-			}
-		} else if x.HiOpen {
-			hi = "below " + hi
-		}
-		zero := x.Zero
-		if zero == "" {
-			zero = "(not allowed)"
-			if !x.IsDuration() && x.Lo <= 0 {
-				zero = "in range"
-			}
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", x.Path, lo, hi, zero)
-	}
-	return b.String()
-}
-
-func docDuration(d time.Duration) string {
-	if d == MaxDuration {
-		return "8760h (a year)"
-	}
-	s := d.String()
-	for _, suffix := range []string{"m0s", "h0m"} {
-		s = strings.Replace(s, suffix, suffix[:1], 1)
-	}
-	return "`" + s + "`"
+	return itemPath(path, i, "")
 }

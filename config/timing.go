@@ -15,9 +15,6 @@ const (
 	// write: the timer firing late, the wait for a load slot, the write's
 	// round trip to Redis.
 	writeSlack = 50 * time.Millisecond
-	// catchUpSlack is warmer's: a takeover's catch-up adds it to every
-	// horizon (see warmer.Horizon).
-	catchUpSlack = 250 * time.Millisecond
 )
 
 // Campaign timing, as leader.Lease campaigns: a standby tries every
@@ -49,37 +46,13 @@ type Timing struct {
 func (t Timing) Margin() time.Duration { return t.MinTTL - t.Gap }
 
 // refreshTiming is the timing rule of a declaration: a key never expires
-// while the leader and the origin are healthy iff MinTTL > Gap.
-//
-// Derivation. A scheduled run starts every interval I, and never overlaps
-// the previous one (gocron's singleton mode, reschedule: a tick that finds
-// the run still going is skipped). A healthy load takes at most
-// load_timeout, and a write lands within writeSlack of its load.
-//
-// One batch (a single key, or a family whose listed members fit one batch):
-// the run ends with its only write, at w ≤ start + load_timeout; the next
-// tick comes at most I after w, and its write at most load_timeout + slack
-// after that:
-//
-//	Gap = I + load_timeout + slack
-//
-// Several batches: they are paced over spread × I (the last of n batches is
-// sent at spread × I × (n−1)/n, where n counts the listed members and the
-// most the hot set may add; a family listed by a query has an n unknown
-// here, so the whole spread × I), so a run lasts up to
-// run = pace + load_timeout + slack. A member may be written at the very
-// start of one run and in the last batch of the next, and the next run
-// starts at the first tick after this one ended, skipped = ⌊run / I⌋ ticks
-// later than the following one:
-//
-//	Gap = (1 + skipped) × I + run
-//
-// Every other write — takeover catch-up, pre-warm, re-warm, an admin
-// refresh, a change-driven refresh — is out of phase but sets a full jittered
-// TTL (at least MinTTL) at some moment t, and the key's next scheduled write
-// is still within Gap of t: an out-of-phase write only ever pushes an expiry
-// later, never the next scheduled write. So a key written once stays alive
-// while MinTTL > Gap, whatever mix of writes it gets.
+// while the leader and the origin are healthy iff MinTTL > Gap, the longest
+// time between two writes of one of its keys (derived in docs/configuration.md,
+// "Timing"). Runs never overlap (gocron's singleton mode skips a tick that
+// finds the last run going): one batch gives Gap = I + load_timeout + slack;
+// n batches paced over spread × I give Gap = (1 + skipped) × I + run, where
+// run = pace + load_timeout + slack and skipped = ⌊run / I⌋. Out-of-phase
+// writes set a full TTL and never delay the next scheduled one.
 func refreshTiming(s *warmer.Spec, k Key, spread, rate float64) Timing {
 	t := Timing{MinTTL: s.MinTTL()}
 	n := runBatches(s, k)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/hearth-dev/hearth/internal/redact"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -58,6 +59,15 @@ func (e *Error) Error() string {
 }
 
 var nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// itemPath names item i of a list by its name when that is valid
+// (keys[product]), else by its index (keys[3]): every message does.
+func itemPath(list string, i int, name string) string {
+	if nameRe.MatchString(name) {
+		return fmt.Sprintf("%s[%s]", list, name)
+	}
+	return fmt.Sprintf("%s[%d]", list, i)
+}
 
 type checker struct {
 	problems []Problem
@@ -142,10 +152,8 @@ func (cfg *Config) validateRedis(c *checker) {
 func (cfg *Config) validateSources(c *checker) map[string]string {
 	types := map[string]string{}
 	for i, s := range cfg.Sources {
-		path := fmt.Sprintf("sources[%d]", i)
-		if nameRe.MatchString(s.Name) {
-			path = fmt.Sprintf("sources[%s]", s.Name)
-		} else {
+		path := itemPath("sources", i, s.Name)
+		if !nameRe.MatchString(s.Name) {
 			c.add(path+".name", "must be 1-64 letters, digits, '_', '.' or '-' (got %q)", s.Name)
 		}
 		if _, dup := types[s.Name]; dup {
@@ -168,7 +176,7 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 			if s.BaseURL == "" {
 				c.add(path+".base_url", "is required for an http source")
 			} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				c.add(path+".base_url", "must be an absolute http(s) URL (got %q)", redactURL(s.BaseURL))
+				c.add(path+".base_url", "must be an absolute http(s) URL (got %q)", redact.URL(s.BaseURL))
 			}
 			if s.Timeout == 0 {
 				c.add(path+".timeout", "is required for an http source, e.g. 5s")
@@ -192,9 +200,6 @@ func (cfg *Config) validateSources(c *checker) map[string]string {
 	return types
 }
 
-// redactURL masks the password and every query value (an api_key=…).
-func redactURL(s string) string { return redact.URL(s) }
-
 // redactAddr masks what may be a password in an address that is not
 // host:port: a Redis URL pasted where an address belongs
 // (redis://:PASSWORD@host:6379), or user:PASSWORD@host:6379, which no URL
@@ -211,7 +216,7 @@ func redactAddr(a string) string {
 	}
 	// As a URL's host and what follows, so that a query's values are masked
 	// too; a bare host:port parses only with a scheme in front.
-	return scheme + user + strings.TrimPrefix(redactURL("x://"+rest), "x://")
+	return scheme + user + strings.TrimPrefix(redact.URL("x://"+rest), "x://")
 }
 
 // validateKeys checks every declaration and returns the specs it built, one
@@ -224,14 +229,12 @@ func (cfg *Config) validateKeys(c *checker, sourceTypes map[string]string) []*wa
 	names := map[string]bool{}
 	type declared struct {
 		path string
-		t    warmer.Template
+		t    keytmpl.Template
 	}
 	var templates []declared
 	for i, k := range cfg.Keys {
-		path := fmt.Sprintf("keys[%d]", i)
-		if nameRe.MatchString(k.Name) {
-			path = fmt.Sprintf("keys[%s]", k.Name)
-		} else {
+		path := itemPath("keys", i, k.Name)
+		if !nameRe.MatchString(k.Name) {
 			c.add(path+".name", "must be 1-64 letters, digits, '_', '.' or '-' (got %q)", k.Name)
 		}
 		if names[k.Name] {
@@ -302,7 +305,7 @@ func checkLoad(c *checker, path, typ string, k Key, spec *warmer.Spec) {
 
 var pathParam = regexp.MustCompile(`\{([^{}]*)\}`)
 
-func checkPath(c *checker, path, p string, t warmer.Template) {
+func checkPath(c *checker, path, p string, t keytmpl.Template) {
 	if !strings.HasPrefix(p, "/") {
 		c.add(path+".path", "must start with '/' (got %q)", p)
 		return
@@ -333,7 +336,7 @@ func (cfg *Config) spec(k Key) (*warmer.Spec, []Problem) {
 		ps = append(ps, Problem{Path: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	r := cfg.Refresh
-	t, err := warmer.ParseTemplate(k.Key)
+	t, err := keytmpl.Parse(k.Key)
 	if err != nil {
 		add("key", "%v", err)
 		return nil, ps
@@ -476,17 +479,9 @@ func setFields(fs ...field) []string {
 }
 
 // checkHeaders rejects, before any request is made, a header the HTTP client
-// would refuse on every call (reported then as an unreachable source): a name
-// that is not an RFC 9110 token, or a value with CR, LF, NUL or another control
-// character (which could also smuggle a second header). Values are withheld
-// from the message: headers carry API keys.
-//
-// A header that is the connection's or the message's framing (Host,
-// Content-Length, Transfer-Encoding, the hop-by-hop headers of RFC 9110
-// 7.6.1, any Proxy-*), or that Hearth sets itself (the conditional
-// If-* headers, Range, which would make a partial answer the value) is refused
-// too: set by hand it desynchronizes the request, goes to a proxy, or makes
-// every answer wrong.
+// would refuse on every call (a name that is not an RFC 9110 token, a value
+// with a control character), or one that frames the request or that Hearth
+// sets itself (reservedHeader). Values are withheld: headers carry API keys.
 func checkHeaders(c *checker, path string, headers map[string]string) {
 	for _, name := range slices.Sorted(maps.Keys(headers)) {
 		if !httpguts.ValidHeaderFieldName(name) {

@@ -15,16 +15,12 @@ import (
 // when nothing failed (go-redis's default is a minute).
 const ClusterStateReload = 5 * time.Second
 
-// newClusterClient builds a Redis Cluster client that follows a failover at
+// clusterClient builds a Redis Cluster client that follows a failover at
 // once. go-redis reloads its slot map on MOVED and on READONLY, but not when
 // a master dies: it keeps sending that master's slots to the dead address
 // (connection refused) until its periodic reload, a minute by default, and
 // keys on those slots would expire meanwhile. The hook reloads the map on
 // every network or CLUSTERDOWN error, and the periodic reload is shortened.
-func newClusterClient(opts *redis.UniversalOptions) *redis.ClusterClient {
-	return clusterClient(opts.Cluster())
-}
-
 func clusterClient(co *redis.ClusterOptions) *redis.ClusterClient {
 	co.ClusterStateReloadInterval = ClusterStateReload
 	cc := redis.NewClusterClient(co)

@@ -14,7 +14,7 @@ import (
 // target without its password, and rejects malformed forms naming the flag.
 func TestRedisURLClusterAndSentinel(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
-		rdb, target, err := RedisURL(config.Redis{}, "redis+cluster://u:s3cret@127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002?dial_timeout=2s")
+		rdb, target, err := RedisURL(config.Redis{}, "redis+cluster://u:s3cret@127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002?dial_timeout=2s", "--redis")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestRedisURLClusterAndSentinel(t *testing.T) {
 		}
 	})
 	t.Run("sentinel", func(t *testing.T) {
-		rdb, target, err := RedisURL(config.Redis{}, "redis+sentinel://:sentinelpw@127.0.0.1:26379,127.0.0.1:26380/mymaster/2?password=s3cret")
+		rdb, target, err := RedisURL(config.Redis{}, "redis+sentinel://:sentinelpw@127.0.0.1:26379,127.0.0.1:26380/mymaster/2?password=s3cret", "--redis")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestRedisURLClusterAndSentinel(t *testing.T) {
 		{"redis+cluster://127.0.0.1:7000?bogus=1", "bogus"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
-			_, _, err := RedisURL(config.Redis{}, tc.url)
+			_, _, err := RedisURL(config.Redis{}, tc.url, "--redis")
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "--redis: ") {
 				t.Errorf("error = %v, want --redis: …%s…", err, tc.want)
 			}

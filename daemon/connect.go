@@ -55,7 +55,10 @@ func NewRedis(c config.Redis) redis.UniversalClient {
 		opts.DialerRetries = 1 // redialRefused is the retry
 	}
 	if opts.MasterName == "" && len(opts.Addrs) > 1 {
-		return newClusterClient(opts)
+		return clusterClient(opts.Cluster())
+	}
+	if opts.MasterName == "" {
+		opts.Dialer = refusedAsConn(opts.Dialer)
 	}
 	return redis.NewUniversalClient(opts)
 }
@@ -64,21 +67,12 @@ func NewRedis(c config.Redis) redis.UniversalClient {
 // refused connection (see redialRefused).
 const refusedFor = 500 * time.Millisecond
 
-// redialRefused wraps dial so that a refused connection (Redis restarting,
-// its port closed) is dialled again every few milliseconds (2 ms doubling to
-// 20 ms, ±50%) for up to refusedFor before the error is returned. go-redis
-// on its own dials 5 times 100 ms apart: about as long before an error, but
-// a Redis that accepts connections again was seen up to 100 ms late by every
-// command waiting on a dial, the re-warm of a restarted Redis's keys among
-// them. A refused connect costs Redis nothing; any other dial error (a
-// timeout, an address that does not resolve) is returned at once, and the
-// command's own retries (go-redis MaxRetries) dial again.
-//
-// Once one dial has redialled for refusedFor in vain, Redis is known down:
-// later dials try once until one connects, so that a command does not spend
-// refusedFor on each of its retries while Redis stays down (a lease release
-// at shutdown reports the refusal within its bound instead of running out
-// of time).
+// redialRefused wraps dial so that a refused connection (Redis restarting)
+// is dialled again every 2–20 ms (jittered) for up to refusedFor: go-redis's
+// own 5 dials 100 ms apart saw a restarted Redis up to 100 ms late. Any other
+// dial error is returned at once. Once a whole window was refused, later
+// dials try once until one connects, so that no command spends refusedFor on
+// each retry while Redis stays down (docs/configuration.md, redis).
 func redialRefused(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	var down atomic.Bool // a whole redial window was refused; no dial has connected since
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -107,6 +101,60 @@ func redialRefused(dial func(ctx context.Context, network, addr string) (net.Con
 		}
 	}
 }
+
+// refusedAsConn wraps a single node's dial (after redialRefused) so that a
+// refusal is returned as a connection whose every read and write fails with
+// it, not as a dial error. go-redis's pool counts failed dials over the
+// client's life, and after PoolSize of them stops dialling: every command
+// fails with the last dial error until a background probe, once a second,
+// connects again. A Redis restarted after a second down was so seen up to a
+// second late by every command (the re-warm's check among them, which then
+// waited for the next poll: keys gone for 2 s in the restart benchmark). The
+// command fails as before, with the same text, at once and without go-redis
+// retrying it (redialRefused already redialled, and no longer does once Redis
+// is known down); the connection is dropped; the next command dials again,
+// and connects as soon as Redis does. A refused port costs Redis nothing. Any
+// other dial error (a timeout, an address that does not resolve) stays a dial
+// error, for the pool to pace. A Cluster keeps the plain dial: its client
+// reacts to a node's dial errors (slot-map reloads, failing nodes).
+func refusedAsConn(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		var op *net.OpError
+		if err != nil && errors.Is(err, syscall.ECONNREFUSED) && errors.As(err, &op) {
+			// go-redis unwraps a failed connection's error once before
+			// returning it: the outer %w is what it takes off.
+			return refusedConn{err: fmt.Errorf("%w", refusal{op})}, nil
+		}
+		return conn, err
+	}
+}
+
+// refusal reads as the refused dial's error, so internal/neterr counts it a
+// connection failure (by its text), but it is neither a *net.OpError nor a
+// net.Error, which go-redis would retry.
+type refusal struct{ op *net.OpError }
+
+func (r refusal) Error() string { return r.op.Error() }
+
+// refusedConn is a connection that was refused: every read and write fails
+// with the refusal.
+type refusedConn struct{ err error }
+
+func (c refusedConn) Read([]byte) (int, error)         { return 0, c.err }
+func (c refusedConn) Write([]byte) (int, error)        { return 0, c.err }
+func (c refusedConn) Close() error                     { return nil }
+func (c refusedConn) LocalAddr() net.Addr              { return refusedAddr{} }
+func (c refusedConn) RemoteAddr() net.Addr             { return refusedAddr{} }
+func (c refusedConn) SetDeadline(time.Time) error      { return nil }
+func (c refusedConn) SetReadDeadline(time.Time) error  { return nil }
+func (c refusedConn) SetWriteDeadline(time.Time) error { return nil }
+
+// refusedAddr is both ends of a refusedConn.
+type refusedAddr struct{}
+
+func (refusedAddr) Network() string { return "tcp" }
+func (refusedAddr) String() string  { return "refused" }
 
 // pingRedis fails with a message naming the addresses and the cause, never the password.
 func pingRedis(ctx context.Context, rdb redis.UniversalClient, c config.Redis) error {
@@ -196,15 +244,10 @@ func OpenSources(ctx context.Context, cfg *config.Config, reg prometheus.Registe
 	return out, nil
 }
 
-// RedisURL returns the Redis a URL or a host:port names (`hearth prewarm --redis`), or the
-// config's if the URL is empty, and a name for it that holds no password.
-func RedisURL(c config.Redis, rawURL string) (redis.UniversalClient, string, error) {
-	return RedisURLFlag(c, rawURL, "--redis")
-}
-
-// RedisURLFlag is RedisURL for the URL of the named flag (`hearth prewarm
-// --from` takes what --redis takes); errors name the flag.
-func RedisURLFlag(c config.Redis, rawURL, flag string) (redis.UniversalClient, string, error) {
+// RedisURL returns the Redis a URL or a host:port names (`hearth prewarm
+// --redis` or --from), or the config's if the URL is empty, and a name for it
+// that holds no password; errors name flag.
+func RedisURL(c config.Redis, rawURL, flag string) (redis.UniversalClient, string, error) {
 	if rawURL == "" {
 		return NewRedis(c), strings.Join(c.Addrs, ",") + fmt.Sprintf(" db %d", c.DB), nil
 	}

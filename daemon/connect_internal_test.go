@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/neterr"
+	"github.com/hearth-dev/hearth/internal/testenv"
 )
 
 // TestRedialRefused: with the port closed for good a dial fails with the
@@ -70,5 +75,39 @@ func TestRedialRefused(t *testing.T) {
 	_, err = redialRefused(func(context.Context, string, string) (net.Conn, error) { calls++; return nil, boom })(ctx, "tcp", addr)
 	if !errors.Is(err, boom) || calls != 1 {
 		t.Errorf("other dial error: %v after %d calls, want it at once", err, calls)
+	}
+}
+
+// TestRefusedKeepsDialling: a single node's client refused many more times
+// than its pool size (go-redis stops dialling after PoolSize failed dials and
+// probes once a second) fails each command with the refusal, counted as a
+// connection failure, and the first command after Redis accepts connections
+// again succeeds.
+func TestRefusedKeepsDialling(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	rdb := NewRedis(config.Redis{Addrs: []string{srv.Addr}, PoolSize: 2, DialTimeout: 2 * time.Second,
+		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	for i := range 20 {
+		err := rdb.Ping(ctx).Err()
+		if !neterr.Is(err) || !strings.Contains(err.Error(), srv.Addr) {
+			t.Fatalf("ping %d while Redis is down: %v, want the refused dial of %s", i, err, srv.Addr)
+		}
+	}
+	srv.Start(t)
+	testenv.Eventually(t, 10*time.Second, "redis accepts connections", func() bool {
+		c, err := net.Dial("tcp", srv.Addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Errorf("first ping once Redis accepts connections again: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/catchup"
 	"github.com/hearth-dev/hearth/changes"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/jobs"
@@ -204,7 +205,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	hot, err := newHotSets(cfg, w, sources, log)
+	hot, err := newHotSets(cfg, w, sources, reg, log)
 	if err != nil {
 		return err
 	}
@@ -212,20 +213,21 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// declaration finds itself there on its first run.
 	rl := newReloader(cfg, d.opts.Reload, w, reg, log)
 	rl.subscribe(func(s *snapshot) { sched.Apply(s.specs()) })
+	rl.subscribe(func(s *snapshot) { hot.sets.Declare(s.specs()) })
 	rl.subscribe(func(s *snapshot) {
 		if err := chg.Apply(s.specs()); err != nil {
 			rl.log.Warn().Err(err).Msg("change listeners not updated: they keep listening as the last config they ran with")
 		}
 	})
 	rl.open()
-	adm.Attach(sched, rl.status)
-	adm.AttachReload(rl.adminReload)
+	adm.Attach(sched, rl.status, rl.adminReload)
 	work := &termWork{
 		w: w, sched: sched, srv: srv, prewarm: pw.startup,
 		// The catch-up asks this instance's schedule when it will really
 		// write each key next.
-		catchUp:  warmer.CatchUpOptions{Schedule: sched, Spread: cfg.Refresh.Spread},
+		catchUp:  catchup.Options{Schedule: sched, Spread: cfg.Refresh.Spread},
 		services: append([]func(context.Context) error{chg.Run, hot.Run}, pw.services()...),
+		standby:  func(ctx context.Context) { reportStandby(ctx, lead, srv, log) },
 	}
 	// The campaign's goroutine (and the term it runs) is waited for before
 	// anything it uses closes, and after the schedule drained: the term's
@@ -238,10 +240,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		return nil
 	})
-	sctx, stopStandby := context.WithCancel(ctx)
-	standbyDone := make(chan struct{})
-	go func() { defer close(standbyDone); reportStandby(sctx, lead, srv, lead.instance(), log) }()
-	undo.push(func(context.Context) error { stopStandby(); <-standbyDone; return nil })
 	undo.push(func(context.Context) error { rl.close(); return nil })
 
 	<-ctx.Done()

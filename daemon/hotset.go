@@ -4,9 +4,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/hotset"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -21,19 +23,22 @@ const hotTick = 250 * time.Millisecond
 // hot set takes effect at the next one.
 type hotSets struct {
 	w      *warmer.Warmer
-	ranker warmer.HotRanker // nil without an access log
+	sets   *hotset.Sets
+	ranker hotset.Ranker // nil without an access log
 	log    zerolog.Logger
 	// warned holds the families logged as unrankable (no access log), once
 	// per process.
 	warned map[string]bool
 }
 
-func newHotSets(cfg *config.Config, w *warmer.Warmer, sources *Sources, log zerolog.Logger) (*hotSets, error) {
+func newHotSets(cfg *config.Config, w *warmer.Warmer, sources *Sources, reg prometheus.Registerer, log zerolog.Logger) (*hotSets, error) {
 	al, err := AccessLog(cfg, sources)
 	if err != nil {
 		return nil, err
 	}
-	h := &hotSets{w: w, log: log.With().Str("component", "hotset").Logger(), warned: map[string]bool{}}
+	log = log.With().Str("component", "hotset").Logger()
+	h := &hotSets{w: w, sets: hotset.New(w, reg, log), log: log, warned: map[string]bool{}}
+	h.sets.Declare(w.Specs())
 	if al != nil { // a nil *Log in the interface would not be nil
 		h.ranker = al
 	}
@@ -66,7 +71,7 @@ func (h *hotSets) Run(ctx context.Context) error {
 				continue
 			}
 			last[s.Name] = time.Now()
-			ch, err := h.w.RankHotSet(ctx, s.Name, h.ranker)
+			ch, err := h.sets.Rank(ctx, s.Name, h.ranker)
 			if err != nil && ctx.Err() == nil {
 				h.log.Warn().Str("family", s.Name).Err(err).Int("promoted", len(ch.Promoted)).
 					Msg("hot-set ranking incomplete; retried at the next rank interval")

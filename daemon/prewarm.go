@@ -148,7 +148,7 @@ func (p *daemonPrewarm) Start(ctx context.Context, req admin.PrewarmRequest) (<-
 // source cannot give are loaded from the origin as the leader loads, unless
 // req.FromOnly. A from that does not parse or answer is admin.ErrInvalid.
 func (p *daemonPrewarm) startCopy(ctx context.Context, po prewarm.Options, req admin.PrewarmRequest) (<-chan prewarm.Report, error) {
-	from, name, err := RedisURLFlag(p.cfg.Redis, req.From, "from")
+	from, name, err := RedisURL(p.cfg.Redis, req.From, "from")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", admin.ErrInvalid, err)
 	}
@@ -208,17 +208,13 @@ type Prewarm struct {
 	fence   prewarm.Fence
 }
 
-// OpenPrewarm connects to every source of cfg (failing fast), reads the
-// leader state of rdb (see prewarm.Store.Prepare) and builds the warmer
-// that pre-warms rdb; overwrite replaces present values. Close closes the sources.
-func OpenPrewarm(ctx context.Context, cfg *config.Config, rdb redis.UniversalClient, overwrite bool, log zerolog.Logger) (*Prewarm, error) {
-	return OpenPrewarmFrom(ctx, cfg, rdb, overwrite, nil, false, log)
-}
-
-// OpenPrewarmFrom is OpenPrewarm copying from the Redis from (blue-green from
-// the live cache, `hearth prewarm --from`) when it is not nil: the wanted
-// keys are read from it with their remaining TTLs and version records, and
-// only those it cannot give are loaded from the origin. fromOnly never loads
+// OpenPrewarmFrom connects to every source of cfg (failing fast), reads the
+// leader state of rdb (see prewarm.Store.Prepare) and builds the warmer that
+// pre-warms rdb; overwrite replaces present values. Close closes the sources.
+// It copies from the Redis from (blue-green from the live cache, `hearth
+// prewarm --from`) when it is not nil: the wanted keys are read from it with
+// their remaining TTLs and version records, and only those it cannot give are
+// loaded from the origin. fromOnly never loads
 // from the origin: no source is opened for loading; the access log's
 // postgres source is opened for the access log alone, and when it cannot be
 // reached the selection is the declared single keys (a warning says so).

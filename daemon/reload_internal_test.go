@@ -23,6 +23,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -72,7 +73,7 @@ func newReloadRig(t *testing.T, keys string) *reloadRig {
 	}
 	g.reg = prometheus.NewRegistry()
 	g.w, err = warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: g.env.Client}, Sources: map[string]warmer.Source{"up": src},
+		Store: &store.RedisStore{Client: g.env.Client}, Sources: map[string]warmer.Source{"up": src},
 		Specs: cfg.Specs(), Registerer: g.reg,
 	})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/e2e"
 	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -201,7 +202,7 @@ keys: [{name: k, key: "`+rd.Prefix+`k", source: up, ttl: 1h, path: /k, load_time
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client},
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rd.Client},
 		Sources: map[string]warmer.Source{"up": slowSource(1500 * time.Millisecond)}, Specs: cfg.Specs()})
 	if err != nil {
 		t.Fatal(err)

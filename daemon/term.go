@@ -10,27 +10,19 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/catchup"
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-// The leader's work is one unit, the term:
-//
-//	campaign ──wins──► term (context, epoch)
-//	                     │ one run group under the term's context
-//	                     ├─ change listeners    (changes.Listeners.Run)
-//	                     ├─ hot-set ranking     (hotSets.Run)
-//	                     ├─ access-log roll-up  (Roller.Run)
-//	                     ├─ re-warm watch       (rewarm.Rewarmer.Run)
-//	                     └─ start-up sequence:  load → schedule opens (Scheduler.Run)
-//	                                            → catch-up → pre-warm → ready
-//	term ends (lease lost, fenced, released) ──► the group ends, is waited for,
-//	                                             and the campaign starts again
-//
-// With leader.enabled false there is one endless term, without a lease.
+// The leader's work is one unit, the term: winning the campaign starts every
+// leader-only service in one group under the term's context, and the term's
+// end stops and waits for the group (docs/leadership.md draws it). With
+// leader.enabled false there is one endless term, without a lease.
 
 // releaseTimeout bounds giving the lease up at shutdown.
 const releaseTimeout = 2 * time.Second
@@ -71,7 +63,7 @@ type leadership struct {
 func newLeadership(cfg *config.Config, rdb redis.UniversalClient, reg prometheus.Registerer, log zerolog.Logger) (*leadership, error) {
 	l := &leadership{log: log, done: make(chan struct{})}
 	if !cfg.Leader.Enabled {
-		l.store = &warmer.RedisStore{Client: rdb}
+		l.store = &store.RedisStore{Client: rdb}
 		log.Warn().Msg("leader election disabled: this instance writes unfenced; run only one")
 		return l, nil
 	}
@@ -138,12 +130,15 @@ type termWork struct {
 	w     *warmer.Warmer
 	sched *jobs.Scheduler
 	// catchUp asks the schedule when it really writes each key next.
-	catchUp warmer.CatchUpOptions
+	catchUp catchup.Options
 	// prewarm (if not nil) runs in the first term after the start-up load,
 	// the schedule's opening and the catch-up, before ready.
 	prewarm  func(context.Context)
 	services []func(context.Context) error
-	srv      status
+	// standby (if not nil) runs while this instance campaigns, and stops
+	// when it wins or ctx ends.
+	standby func(context.Context)
+	srv     status
 }
 
 // start runs the campaign in a goroutine of its own until ctx ends; wait
@@ -165,7 +160,7 @@ func (l *leadership) run(ctx context.Context, work *termWork) {
 		if l.lease != nil {
 			work.srv.SetRole("standby", 0)
 		}
-		t, err := l.campaign(ctx)
+		t, err := l.standBy(ctx, work.standby)
 		if err != nil {
 			return
 		}
@@ -177,6 +172,20 @@ func (l *leadership) run(ctx context.Context, work *termWork) {
 			return
 		}
 	}
+}
+
+// standBy campaigns, running standby beside the campaign (with a lease)
+// until it returns.
+func (l *leadership) standBy(ctx context.Context, standby func(context.Context)) (*term, error) {
+	if l.lease == nil || standby == nil {
+		return l.campaign(ctx)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	var g sync.WaitGroup
+	g.Go(func() { standby(sctx) })
+	defer g.Wait()
+	defer stop()
+	return l.campaign(ctx)
 }
 
 // lead runs one term: every leader-only service in one group under the
@@ -242,18 +251,11 @@ func (l *leadership) lead(ctx context.Context, t *term, work *termWork, first bo
 // rewrites every key that would expire before its first scheduled write, then
 // the pre-warm from the access log (prewarm, if not nil); in later terms the
 // schedule opens first, then the takeover catch-up. ctx ends with the term.
-//
-// The schedule opens before the pre-warm, whose length nothing bounds (its
-// rate, top_n, a slow access log): opened after it, the declared keys the
-// start-up load wrote expired while it ran (prewarm.rate 0.05 with a 3 s TTL:
-// absent in 121 of 179 polls). The pre-warm still comes before ready.
-//
-// The start-up catch-up matters for large declarations: a start-up load that
-// takes a while leaves the keys it wrote first waiting for their batch of the
-// first scheduled run, which falls at the declaration's phase, up to one
-// interval plus its pacing later — longer than the smallest jittered TTL
-// allows when the load itself took long. Usually it finds nothing due.
-func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp warmer.CatchUpOptions,
+// The schedule opens before the pre-warm, whose length nothing bounds, so
+// that the keys the load wrote never wait for it (docs/leadership.md); the
+// start-up catch-up covers a long load, whose first keys would otherwise wait
+// up to an interval plus its pacing for their first scheduled write.
+func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp catchup.Options,
 	open func() bool, prewarm func(context.Context), log zerolog.Logger) {
 	t0 := time.Now()
 	what := "takeover catch-up finished"
@@ -273,7 +275,7 @@ func becomeLeader(ctx context.Context, w *warmer.Warmer, first bool, catchUp war
 	if ctx.Err() != nil {
 		return
 	}
-	res, err := w.CatchUp(ctx, catchUp)
+	res, err := catchup.Run(ctx, w, catchUp)
 	ev := log.Info()
 	if err != nil {
 		ev = log.Warn().Err(err)

@@ -10,10 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/catchup"
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/leader"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -69,7 +71,7 @@ func newTermWork(t *testing.T, l *leadership, svc *termService, srv status) *ter
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sched.Close(context.Background()) })
-	return &termWork{w: w, sched: sched, srv: srv, catchUp: warmer.CatchUpOptions{Schedule: sched},
+	return &termWork{w: w, sched: sched, srv: srv, catchUp: catchup.Options{Schedule: sched},
 		services: []func(context.Context) error{svc.Run}}
 }
 
@@ -128,7 +130,7 @@ func TestTermRunsTheLeadersServices(t *testing.T) {
 // they run until shutdown.
 func TestEndlessTermWithoutLease(t *testing.T) {
 	env := testenv.Redis(t)
-	l := &leadership{store: &warmer.RedisStore{Client: env.Client}, log: zerolog.Nop(), done: make(chan struct{})}
+	l := &leadership{store: &store.RedisStore{Client: env.Client}, log: zerolog.Nop(), done: make(chan struct{})}
 	svc, srv := &termService{}, &fakeStatus{}
 	work := newTermWork(t, l, svc, srv)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -28,6 +28,7 @@ import (
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/daemon"
 	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -313,7 +314,7 @@ func startHearth(ctx context.Context, opts Options, addr, runID string, org orig
 	h := &hearth{rdb: redis.NewClient(&redis.Options{Addr: addr}), sources: sources}
 	name := cfg.Sources[0].Name
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: h.rdb}, Sources: map[string]warmer.Source{name: org.wrap(sources.Guarded[name])},
+		Store: &store.RedisStore{Client: h.rdb}, Sources: map[string]warmer.Source{name: org.wrap(sources.Guarded[name])},
 		Specs: specs, MaxConcurrentLoads: cfg.Refresh.MaxConcurrentLoads, Registerer: opts.Registerer, Logger: opts.Logger,
 	})
 	if err != nil {

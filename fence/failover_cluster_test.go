@@ -80,9 +80,9 @@ func TestFailoverGraceFencedByNextLeader(t *testing.T) {
 		}
 	}
 	write := func(w warmer.Store, value string) error {
-		es := make([]warmer.Entry, len(keys))
+		es := make([]store.Entry, len(keys))
 		for i, k := range keys {
-			es[i] = warmer.Entry{Key: k, Value: []byte(value), TTL: time.Minute}
+			es[i] = store.Entry{Key: k, Value: []byte(value), TTL: time.Minute}
 		}
 		return w.Set(ctx, es)
 	}
@@ -146,7 +146,11 @@ func TestFailoverGraceFencedByNextLeader(t *testing.T) {
 	if got := counter(t, rega, "hearth_leader_failover_graces_total", ""); got != 1 {
 		t.Fatalf("A entered the failover grace %g times, want 1", got)
 	}
-	if last < 3*time.Second {
+	// A's renew deadline is at most 2.7 s after the kill (its last renewal
+	// at most at the kill): a write landing after that is the grace's. (The
+	// replica's promotion, and B's fences with it, can come as early as 2.7 s
+	// after the kill: a bound of 3 s failed at 2.731 s on a loaded machine.)
+	if last <= 2700*time.Millisecond {
 		t.Errorf("A's last write landed %s after the kill: never past its renew deadline", last.Round(time.Millisecond))
 	}
 	t.Logf("A's writes landed until %s after the kill (its renew deadline: at most 2.7 s after it)", last.Round(time.Millisecond))

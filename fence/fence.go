@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -156,7 +157,7 @@ var (
 )
 
 // Set writes each entry with SET … PX through the fence script, pipelined.
-func (w *Writer) Set(ctx context.Context, entries []warmer.Entry) error {
+func (w *Writer) Set(ctx context.Context, entries []store.Entry) error {
 	return w.s.set(ctx, w.t, entries)
 }
 
@@ -167,7 +168,7 @@ func (w *Writer) Extend(ctx context.Context, keys []string, ttls []time.Duration
 }
 
 // SetChecked is FencedStore.SetChecked with the term's epoch.
-func (w *Writer) SetChecked(ctx context.Context, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
+func (w *Writer) SetChecked(ctx context.Context, entries []store.Entry) ([]store.VersionCheck, error) {
 	return w.s.setChecked(ctx, w.t, entries)
 }
 
@@ -177,7 +178,7 @@ func (w *Writer) PTTLs(ctx context.Context, keys []string) ([]time.Duration, err
 }
 
 // Set refuses: outside a term nothing is written (write through Writer).
-func (s *FencedStore) Set(_ context.Context, entries []warmer.Entry) error {
+func (s *FencedStore) Set(_ context.Context, entries []store.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -193,7 +194,7 @@ func (s *FencedStore) Extend(_ context.Context, keys []string, _ []time.Duration
 }
 
 // set writes each entry with SET … PX through the fence script, pipelined, with t's epoch.
-func (s *FencedStore) set(ctx context.Context, t *leader.Term, entries []warmer.Entry) error {
+func (s *FencedStore) set(ctx context.Context, t *leader.Term, entries []store.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -242,20 +243,29 @@ func (s *FencedStore) refusedSets(t *leader.Term, n, refused int) error {
 
 // setMany writes entries under the single fence key, setManyChunk keys per
 // script call, the calls pipelined.
-func (s *FencedStore) setMany(ctx context.Context, t *leader.Term, entries []warmer.Entry) error {
+func (s *FencedStore) setMany(ctx context.Context, t *leader.Term, entries []store.Entry) error {
 	epoch := strconv.FormatInt(t.Epoch, 10)
 	chunks := (len(entries) + setManyChunk - 1) / setManyChunk
-	// One backing array each for every call's keys and arguments.
-	keys, argv := make([]string, 0, chunks+len(entries)), make([]any, 0, chunks+2*len(entries))
-	cmds, err := s.run(ctx, store.SetMany, chunks, func(i int) ([]string, []any) {
-		part := entries[i*setManyChunk : min(len(entries), (i+1)*setManyChunk)]
-		k0, a0 := len(keys), len(argv)
-		keys, argv = append(keys, s.fence), append(argv, epoch)
-		for _, e := range part {
-			keys = append(keys, e.Key)
-			argv = append(argv, e.Value, max(1, e.TTL.Milliseconds()))
+	// Every call's command in one backing array, its arguments pointers
+	// into entries and ttls: no allocation per key.
+	cmd := getArgs(chunks*(store.ScriptHead+2) + 3*len(entries))
+	defer func() { putArgs(cmd) }()
+	ttls := make([]int64, len(entries))
+	for i, e := range entries {
+		ttls[i] = max(1, e.TTL.Milliseconds())
+	}
+	cmds, err := store.RunPacked(ctx, s.client, store.SetMany, chunks, func(i int) ([]any, int) {
+		lo, hi := i*setManyChunk, min(len(entries), (i+1)*setManyChunk)
+		c0 := len(cmd)
+		cmd = append(cmd, nil, nil, nil, &s.fence)
+		for j := lo; j < hi; j++ {
+			cmd = append(cmd, &entries[j].Key)
 		}
-		return keys[k0:len(keys):len(keys)], argv[a0:len(argv):len(argv)]
+		cmd = append(cmd, epoch)
+		for j := lo; j < hi; j++ {
+			cmd = append(cmd, (*store.Bytes)(&entries[j].Value), &ttls[j])
+		}
+		return cmd[c0:len(cmd):len(cmd)], 1 + hi - lo
 	})
 	if err != nil {
 		return fmt.Errorf("write %d keys: %w", len(entries), err)
@@ -271,6 +281,27 @@ func (s *FencedStore) setMany(ctx context.Context, t *leader.Term, entries []war
 		}
 	}
 	return s.refusedSets(t, len(entries), refused)
+}
+
+// argsPool holds the backing arrays of batched writes' script arguments
+// (tens of kilobytes a batch, every batch): reused, not collected.
+var argsPool sync.Pool
+
+// getArgs returns an empty slice of at least capacity n from argsPool.
+func getArgs(n int) []any {
+	if p, ok := argsPool.Get().(*[]any); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]any, 0, n)
+}
+
+// putArgs clears a (it points into the batch's entries) and returns it to
+// argsPool. Call once the commands that used it are read.
+func putArgs(a []any) {
+	a = a[:cap(a)]
+	clear(a)
+	a = a[:0]
+	argsPool.Put(&a)
 }
 
 // extend is Writer.Extend with t's epoch.
@@ -410,7 +441,7 @@ func (s *FencedStore) repairAbove(ctx context.Context, epoch int64, refused []in
 
 // PTTLs implements TTLReader.
 func (s *FencedStore) PTTLs(ctx context.Context, keys []string) ([]time.Duration, error) {
-	return (&warmer.RedisStore{Client: s.client}).PTTLs(ctx, keys)
+	return (&store.RedisStore{Client: s.client}).PTTLs(ctx, keys)
 }
 
 // run sends n invocations of script in one pipeline with EVALSHA; the ones that

@@ -11,7 +11,7 @@ import (
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // BenchmarkFencedSet measures fenced writes, 1,000 keys per pipelined batch,
@@ -21,8 +21,8 @@ func BenchmarkFencedSet(b *testing.B) {
 	env := testenv.Redis(b)
 	ctx := context.Background()
 	off := false
-	store := fence.NewFencedStore(fence.FencedStoreOptions{Client: env.Client, Namespace: env.Prefix + "hearth", PerSlot: &off, Registerer: prometheus.NewRegistry()})
-	l, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: env.Prefix + "hearth", Duration: time.Minute, Fence: store, Registerer: prometheus.NewRegistry()})
+	fs := fence.NewFencedStore(fence.FencedStoreOptions{Client: env.Client, Namespace: env.Prefix + "hearth", PerSlot: &off, Registerer: prometheus.NewRegistry()})
+	l, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: env.Prefix + "hearth", Duration: time.Minute, Fence: fs, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -32,10 +32,10 @@ func BenchmarkFencedSet(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = term.Release(ctx) }()
-	w := store.Writer(term)
-	entries := make([]warmer.Entry, 1000)
+	w := fs.Writer(term)
+	entries := make([]store.Entry, 1000)
 	for i := range entries {
-		entries[i] = warmer.Entry{Key: env.Prefix + "k:" + strconv.Itoa(i), Value: []byte("value"), TTL: time.Minute}
+		entries[i] = store.Entry{Key: env.Prefix + "k:" + strconv.Itoa(i), Value: []byte("value"), TTL: time.Minute}
 	}
 	b.ResetTimer()
 	for b.Loop() {

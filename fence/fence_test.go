@@ -15,36 +15,8 @@ import (
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/store"
 )
-
-func TestHashSlot(t *testing.T) {
-	for _, tc := range []struct {
-		key  string
-		want int
-	}{
-		{"foo", 12182},                 // redis-cli CLUSTER KEYSLOT foo
-		{"123456789", 0x31c3 % 16384},  // the CRC-16/XMODEM check value 0x31c3
-		{"{user1000}.following", 3443}, // the hash tag alone counts
-		{"user1000", 3443},
-	} {
-		t.Run(tc.key, func(t *testing.T) {
-			if got := warmer.HashSlot(tc.key); got != tc.want {
-				t.Errorf("HashSlot(%q) = %d, want %d", tc.key, got, tc.want)
-			}
-		})
-	}
-	if got, whole := warmer.HashSlot("foo{}{bar}"), warmer.HashSlot("bar"); got == whole {
-		t.Errorf("an empty hash tag must not select the next one")
-	}
-	t.Run("every slot has a tag in it", func(t *testing.T) {
-		for slot := range warmer.SlotCount {
-			if got := warmer.HashSlot("x{" + warmer.SlotTag(slot) + "}y"); got != slot {
-				t.Fatalf("tag %q of slot %d hashes to %d", warmer.SlotTag(slot), slot, got)
-			}
-		}
-	})
-}
 
 func TestFencedStore(t *testing.T) {
 	for _, perSlot := range []bool{false, true} {
@@ -71,7 +43,7 @@ func testFencing(t *testing.T, perSlot bool) {
 	if err != nil {
 		t.Fatalf("admit leader: %v", err)
 	}
-	if err := aw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("a1"), TTL: time.Minute}}); err != nil {
+	if err := aw.Set(ctx, []store.Entry{{Key: key, Value: []byte("a1"), TTL: time.Minute}}); err != nil {
 		t.Fatalf("leader write: %v", err)
 	}
 
@@ -86,13 +58,13 @@ func testFencing(t *testing.T, perSlot bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("b1"), TTL: time.Minute}}); err != nil {
+	if err := bw.Set(ctx, []store.Entry{{Key: key, Value: []byte("b1"), TTL: time.Minute}}); err != nil {
 		t.Fatalf("new leader write: %v", err)
 	}
 
 	t.Run("old leader's write is refused", func(t *testing.T) {
 		// other is a key b never wrote: the fence raised at takeover guards it.
-		err := aw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("a2"), TTL: time.Minute}, {Key: other, Value: []byte("a2"), TTL: time.Minute}})
+		err := aw.Set(ctx, []store.Entry{{Key: key, Value: []byte("a2"), TTL: time.Minute}, {Key: other, Value: []byte("a2"), TTL: time.Minute}})
 		if !errors.Is(err, leader.ErrFenced) {
 			t.Fatalf("stale write: err = %v, want ErrFenced", err)
 		}
@@ -135,7 +107,7 @@ func testFencing(t *testing.T, perSlot bool) {
 	})
 
 	t.Run("a write without a term is refused before it is sent", func(t *testing.T) {
-		err := b.Store.Set(ctx, []warmer.Entry{{Key: other, Value: []byte("x"), TTL: time.Minute}})
+		err := b.Store.Set(ctx, []store.Entry{{Key: other, Value: []byte("x"), TTL: time.Minute}})
 		if !errors.Is(err, leader.ErrNotLeader) {
 			t.Fatalf("err = %v, want ErrNotLeader", err)
 		}
@@ -163,7 +135,7 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 	b, bstore := newInstance()
 	ta := leadertest.Campaign(t, a, 5*time.Second)
 	aw := astore.Writer(ta)
-	if err := aw.Set(ctx, []warmer.Entry{{Key: "k", Value: []byte("a"), TTL: time.Minute}}); err != nil {
+	if err := aw.Set(ctx, []store.Entry{{Key: "k", Value: []byte("a"), TTL: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -175,10 +147,10 @@ func TestFencingSurvivesRedisRestart(t *testing.T) {
 		t.Fatalf("epoch went back from %d to %d after the restart", ta.Epoch, tb.Epoch)
 	}
 	bw := bstore.Writer(tb)
-	if err := bw.Set(ctx, []warmer.Entry{{Key: "k", Value: []byte("b"), TTL: time.Minute}}); err != nil {
+	if err := bw.Set(ctx, []store.Entry{{Key: "k", Value: []byte("b"), TTL: time.Minute}}); err != nil {
 		t.Fatalf("write after restart (EVALSHA falls back to EVAL): %v", err)
 	}
-	if err := aw.Set(ctx, []warmer.Entry{{Key: "k", Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
+	if err := aw.Set(ctx, []store.Entry{{Key: "k", Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 		t.Fatalf("old leader after restart: err = %v, want ErrFenced", err)
 	}
 	if got := client.Get(ctx, "k").Val(); got != "b" {
@@ -196,10 +168,10 @@ func TestFencedWriteOfManyKeys(t *testing.T) {
 	a := env.Instance(30*time.Second, 20*time.Millisecond, false)
 	b := env.Instance(30*time.Second, 20*time.Millisecond, false)
 	const n = 600 // three calls: 256 + 256 + 88
-	entries := func(tag string) []warmer.Entry {
-		out := make([]warmer.Entry, n)
+	entries := func(tag string) []store.Entry {
+		out := make([]store.Entry, n)
 		for i := range out {
-			out[i] = warmer.Entry{Key: fmt.Sprintf("%smany:%d", env.Prefix, i), Value: []byte(tag + strconv.Itoa(i)),
+			out[i] = store.Entry{Key: fmt.Sprintf("%smany:%d", env.Prefix, i), Value: []byte(tag + strconv.Itoa(i)),
 				TTL: time.Minute + time.Duration(i)*time.Second}
 		}
 		return out

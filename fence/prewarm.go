@@ -10,7 +10,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // store.PrewarmVersioned is a one-shot pre-warm's write of a stamped entry
@@ -43,7 +42,7 @@ func NewPrewarmVersioned(client redis.UniversalClient, ns string, log zerolog.Lo
 // version, never by the pre-warm's stamp. Outcomes: written (or extended: the
 // same version and bytes were there), present (the key held a value and
 // overwrite is off, or its record a newer version), fenced.
-func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwrite bool, fenceKey func(string) string, entries []warmer.Entry) ([]warmer.SetOutcome, error) {
+func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwrite bool, fenceKey func(string) string, entries []store.Entry) ([]store.SetOutcome, error) {
 	es, ow := strconv.FormatInt(epoch, 10), "0"
 	if overwrite {
 		ow = "1"
@@ -56,7 +55,7 @@ func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwr
 	if err != nil {
 		return nil, fmt.Errorf("write %d keys: %w", len(entries), err)
 	}
-	out := make([]warmer.SetOutcome, len(entries))
+	out := make([]store.SetOutcome, len(entries))
 	for i, c := range cmds {
 		code, fbad, vbad, err := store.PrewarmVersionedReply(c)
 		if err != nil {
@@ -70,11 +69,11 @@ func (p *PrewarmVersioned) SetVersioned(ctx context.Context, epoch int64, overwr
 		}
 		switch code {
 		case store.CodeFenced:
-			out[i] = warmer.SetFenced
+			out[i] = store.SetFenced
 		case store.CodeWritten:
-			out[i] = warmer.SetWritten
+			out[i] = store.SetWritten
 		default: // extended, older, present: Redis holds this value or a newer one (or, unbacked, a record the leader re-reads for)
-			out[i] = warmer.SetPresent
+			out[i] = store.SetPresent
 		}
 	}
 	return out, nil

@@ -14,7 +14,6 @@ import (
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // A pre-warm into a Redis where a leader writes version-checked values never
@@ -36,7 +35,7 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			write := func(overwrite bool, entries ...warmer.Entry) []warmer.SetOutcome {
+			write := func(overwrite bool, entries ...store.Entry) []store.SetOutcome {
 				t.Helper()
 				ps := prewarm.NewStore(prewarm.StoreOptions{Client: v.env.Client, Namespace: v.env.NS, PerSlot: &perSlot,
 					Overwrite: overwrite, Versioned: fence.NewPrewarmVersioned(v.env.Client, v.env.NS, zerolog.Nop())})
@@ -53,10 +52,10 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 				}
 				return res
 			}
-			entry := func(key, value string, version *int64) warmer.Entry {
+			entry := func(key, value string, version *int64) store.Entry {
 				// As a pre-warm's warmer stamps them: its own load order, which
 				// means nothing to the leader's.
-				e := warmer.Entry{Key: key, Value: []byte(value), TTL: time.Minute, Seq: 1_000_000, VersionTTL: 2 * time.Minute, Family: "f"}
+				e := store.Entry{Key: key, Value: []byte(value), TTL: time.Minute, Seq: 1_000_000, VersionTTL: 2 * time.Minute, Family: "f"}
 				if version != nil {
 					e.Versioned, e.Version = true, *version
 				}
@@ -68,9 +67,9 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 				entry(k("older"), "v10", ptr(10)),       // older: left alone
 				entry(k("stamp-only"), "pre-warm", nil), // the leader's load is the newest known
 				entry(k("fresh"), "v5", ptr(5)),         // no record: written, with one
-				warmer.Entry{Key: k("unstamped"), Value: []byte("plain"), TTL: time.Minute},
+				store.Entry{Key: k("unstamped"), Value: []byte("plain"), TTL: time.Minute},
 			)
-			want := []warmer.SetOutcome{warmer.SetWritten, warmer.SetPresent, warmer.SetPresent, warmer.SetWritten, warmer.SetWritten}
+			want := []store.SetOutcome{store.SetWritten, store.SetPresent, store.SetPresent, store.SetWritten, store.SetWritten}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("--overwrite outcomes = %v, want %v", got, want)
 			}
@@ -103,7 +102,7 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 				entry(k("evicted"), "v10", ptr(10)),
 				entry(k("absent"), "v1", ptr(1)),
 			)
-			want = []warmer.SetOutcome{warmer.SetPresent, warmer.SetPresent, warmer.SetWritten}
+			want = []store.SetOutcome{store.SetPresent, store.SetPresent, store.SetWritten}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("fill-absent outcomes = %v, want %v", got, want)
 			}
@@ -120,7 +119,7 @@ func TestPrewarmNeverReplacesANewerVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			got = write(true, entry(k("absent2"), "v1", ptr(1)))
-			if len(got) != 1 || got[0] != warmer.SetFenced {
+			if len(got) != 1 || got[0] != store.SetFenced {
 				t.Errorf("outcome under a newer fence = %v, want fenced", got)
 			}
 		})

@@ -19,7 +19,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // The tamper suite: someone (an operator, an attacker, a stray key template)
@@ -68,7 +68,7 @@ func (in *tamperInstance) lead(t *testing.T, key string) {
 				return
 			}
 			for term.Valid() {
-				_ = in.Store.Writer(term).Set(ctx, []warmer.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
+				_ = in.Store.Writer(term).Set(ctx, []store.Entry{{Key: key, Value: []byte("v"), TTL: time.Minute}})
 				select {
 				case <-ctx.Done():
 					_ = term.Release(context.Background())
@@ -248,13 +248,13 @@ func testTamperFencingHolds(t *testing.T, client *redis.Client, perSlot bool) {
 				t.Fatal(err)
 			}
 			bw := b.Store.Writer(tb)
-			if err := bw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
+			if err := bw.Set(ctx, []store.Entry{{Key: key, Value: []byte("b"), TTL: time.Minute}}); err != nil {
 				t.Fatalf("new leader's write over a foreign fence: %v", err)
 			}
 			if got := b.repairs(t, "fence"); got != 1 {
 				t.Errorf("repairs{fence} = %g, want 1", got)
 			}
-			if err := aw.Set(ctx, []warmer.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
+			if err := aw.Set(ctx, []store.Entry{{Key: key, Value: []byte("a-stale"), TTL: time.Minute}}); !errors.Is(err, leader.ErrFenced) {
 				t.Errorf("ex-leader's write after the repair: err = %v, want ErrFenced", err)
 			}
 			if _, err := aw.Extend(ctx, []string{key}, []time.Duration{time.Hour}); !errors.Is(err, leader.ErrFenced) {

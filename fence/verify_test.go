@@ -12,16 +12,15 @@ import (
 	"time"
 
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // checked writes one stamped entry through SetChecked and returns what the
 // version check found at its key.
-func (v *versionEnv) checked(key, value string, seq int64, version int64, unconfirmed string) warmer.VersionCheck {
+func (v *versionEnv) checked(key, value string, seq int64, version int64, unconfirmed string) store.VersionCheck {
 	v.t.Helper()
-	e := warmer.Entry{Key: key, Value: []byte(value), TTL: time.Minute, Seq: seq, Versioned: true, Version: version,
+	e := store.Entry{Key: key, Value: []byte(value), TTL: time.Minute, Seq: seq, Versioned: true, Version: version,
 		VersionTTL: 2 * time.Minute, Family: "f", Unconfirmed: unconfirmed}
-	checks, err := v.w.SetChecked(v.ctx, []warmer.Entry{e})
+	checks, err := v.w.SetChecked(v.ctx, []store.Entry{e})
 	if err != nil {
 		v.t.Fatalf("SetChecked %s=%s: %v", key, value, err)
 	}
@@ -64,7 +63,7 @@ func TestVersionedExtendComparesBytes(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := v.checked(k, `{"price":100}`, 3, 7, "")
-				if got.Reason != warmer.RepairValueMismatch || got.Recheck {
+				if got.Reason != store.RepairValueMismatch || got.Recheck {
 					t.Errorf("after SET %s KEEPTTL: check %+v, want value_mismatch without recheck", foreign, got)
 				}
 				if !strings.Contains(got.Found, "13 bytes") || strings.Contains(got.Found, "price") {
@@ -100,7 +99,7 @@ func TestVersionRecordMustBeBacked(t *testing.T) {
 				planted := "1:1:" + huge + ":" + sha1Hex("whatever")
 				c.Set(ctx, vk, planted, time.Minute)
 				got := v.checked(k, "v5", 10, 5, "")
-				if !got.Recheck || got.Reason != warmer.RepairValueAbsent || got.Record != planted {
+				if !got.Recheck || got.Reason != store.RepairValueAbsent || got.Record != planted {
 					t.Fatalf("check %+v, want a recheck (value_absent) naming the planted record", got)
 				}
 				if n := c.Exists(ctx, k).Val(); n != 0 {
@@ -111,7 +110,7 @@ func TestVersionRecordMustBeBacked(t *testing.T) {
 					t.Fatalf("a re-read naming another record: %+v, want refused again", got)
 				}
 				got = v.checked(k, "v5", 12, 5, planted)
-				if got.Reason != warmer.RepairRecordUnconfirmed || got.Recheck {
+				if got.Reason != store.RepairRecordUnconfirmed || got.Recheck {
 					t.Fatalf("re-read: check %+v, want record_unconfirmed", got)
 				}
 				if val := v.get(k); val != "v5" {
@@ -128,10 +127,10 @@ func TestVersionRecordMustBeBacked(t *testing.T) {
 				planted := "1:1:" + huge + ":" + sha1Hex("not that value")
 				c.Set(ctx, vk, planted, time.Minute)
 				got := v.checked(k, "v6", 20, 6, "")
-				if !got.Recheck || got.Reason != warmer.RepairValueMismatch {
+				if !got.Recheck || got.Reason != store.RepairValueMismatch {
 					t.Fatalf("check %+v, want a recheck (value_mismatch)", got)
 				}
-				if got := v.checked(k, "v6", 21, 6, planted); got.Reason != warmer.RepairRecordUnconfirmed {
+				if got := v.checked(k, "v6", 21, 6, planted); got.Reason != store.RepairRecordUnconfirmed {
 					t.Fatalf("re-read: check %+v, want record_unconfirmed", got)
 				}
 				if val := v.get(k); val != "v6" {
@@ -160,7 +159,7 @@ func TestVersionRecordMustBeBacked(t *testing.T) {
 				// The value deleted (an application's invalidation): the older
 				// write asks for a re-read, which finds version 9 or newer.
 				c.Del(ctx, k)
-				if got := v.checked(k, "seven v8", 33, 8, ""); !got.Recheck || got.Reason != warmer.RepairValueAbsent {
+				if got := v.checked(k, "seven v8", 33, 8, ""); !got.Recheck || got.Reason != store.RepairValueAbsent {
 					t.Fatalf("older write over an absent value: check %+v, want a recheck", got)
 				}
 				if got := v.checked(k, "seven v10", 34, 10, rec); got.Reason != "" {
@@ -195,7 +194,7 @@ func TestVersionRecordOutOfRange(t *testing.T) {
 			k := v.env.Prefix + "oor:" + strings.ReplaceAll(tc.name, " ", "_")
 			c.Set(ctx, store.VersionKey(v.env.NS, k), tc.record, time.Minute)
 			got := v.checked(k, "mine", 100, 1, "")
-			if got.Reason != warmer.RepairRecordMalformed || got.Recheck {
+			if got.Reason != store.RepairRecordMalformed || got.Recheck {
 				t.Errorf("check %+v, want record_malformed", got)
 			}
 			if val := v.get(k); val != "mine" {

@@ -10,41 +10,15 @@ import (
 
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
-// Version-aware writes. Every write the warmer makes is stamped (Entry.Seq,
-// and Entry.Version when the declaration names a version column) and goes
-// through store.VersionedSet, which, in the same script as the fence check,
-// keeps a version record beside the value:
-//
-//	{ns}:ver:{tag}:<value key>  =  <epoch>:<seq>:<version>:<hash>
-//
-// with {tag} the value key's hash slot (so record and value live on one
-// Cluster master and one script touches both), epoch the writing term, seq the
-// order in which the writer started the load, version the origin's version
-// (20 digits, empty without a version column) and hash the SHA-1 of the value
-// (40 hex digits, what the script's redis.sha1hex computes; records of earlier
-// releases carry 32 and are never taken as proof of a value). A write is
-// refused as older when both it and the record carry an origin version and
-// its version is lower, or else when its stamp (epoch, seq) is lower than the
-// record's: the load that started last is the one that lands. A write whose
-// bytes are those in Redis, byte for byte, only extends the value's TTL (a
-// conditional extend); same version and length prove nothing.
-//
-// The record is untrusted: anything but the exact format (a version above
-// the encoding's range included), or, when it would refuse or spare the
-// write, a TTL missing or longer than the declaration ever sets or an epoch
-// beyond Redis TIME + MaxEpochAhead, is treated as absent, overwritten, logged
-// and counted (hearth_state_repairs_total{key="version"}). A record that
-// refuses a write must also be backed by its value: when the value is absent
-// or its SHA-1 is not the record's, the write is refused but reported for a
-// re-read (warmer.VersionCheck.Recheck); the writer re-reads the origin and, if
-// the origin's version is still below the record's, writes again naming the
-// record (Entry.Unconfirmed), which the script then replaces if it is still
-// there, unchanged. So a planted far-future record costs one extra load, and a
-// record whose value is present and backs it holds the key's writes off at
-// most until that value expires.
+// Version-aware writes. Every stamped write goes through store.VersionedSet,
+// which checks, in the fence's script, a version record beside the value
+// (store.VersionKey): a write older than the record (by origin version, else
+// by its (epoch, seq) stamp) is refused, one whose bytes Redis already holds
+// only extends the TTL, and a record that is malformed or not backed by its
+// value is repaired or reported for a re-read (store.VersionCheck.Recheck).
+// The rules, and why, are in docs/freshness.md#version-aware-writes.
 
 // versionedSetManyChunk bounds the keys of one store.VersionedSetMany call.
 const versionedSetManyChunk = 128
@@ -79,13 +53,13 @@ type WriteResults struct {
 // wrong at its key (warmer.CheckedStore): a foreign record repaired, a value
 // that was not the bytes its record says Hearth wrote, a refusal by a record
 // its value does not back (Recheck). Entries that are not stamped get the
-// zero VersionCheck.
-func (s *FencedStore) setChecked(ctx context.Context, t *leader.Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
+// zero VersionCheck (and when none is, checks is nil).
+func (s *FencedStore) setChecked(ctx context.Context, t *leader.Term, entries []store.Entry) ([]store.VersionCheck, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
 	if _, some := stamped(entries); !some {
-		return make([]warmer.VersionCheck, len(entries)), s.set(ctx, t, entries)
+		return nil, s.set(ctx, t, entries) // nothing to check, nothing found
 	}
 	return s.setStampedChecked(ctx, t, entries)
 }
@@ -94,9 +68,9 @@ func (s *FencedStore) setChecked(ctx context.Context, t *leader.Term, entries []
 // under a single fence key versionedSetManyChunk keys per script call, per
 // slot (Cluster) one script per key. Entries refused as older are not an
 // error: a newer value is in Redis, or checks[i].Recheck asks for a re-read.
-func (s *FencedStore) setVersioned(ctx context.Context, t *leader.Term, entries []warmer.Entry) (WriteResults, []warmer.VersionCheck, error) {
+func (s *FencedStore) setVersioned(ctx context.Context, t *leader.Term, entries []store.Entry) (WriteResults, []store.VersionCheck, error) {
 	var res WriteResults
-	checks := make([]warmer.VersionCheck, len(entries))
+	checks := make([]store.VersionCheck, len(entries))
 	epoch := strconv.FormatInt(t.Epoch, 10)
 	var refused int
 	var err error
@@ -118,7 +92,7 @@ func (s *FencedStore) setVersioned(ctx context.Context, t *leader.Term, entries 
 
 // versionArgs are an entry's script arguments after the epoch: value, ttl
 // ms, seq, version (20 digits or empty), value hash, record ttl ms.
-func versionArgs(e warmer.Entry) []any {
+func versionArgs(e store.Entry) []any {
 	ver := ""
 	if e.Versioned {
 		ver = store.EncodeVersion(e.Version)
@@ -132,7 +106,7 @@ func versionArgs(e warmer.Entry) []any {
 
 // setVersionedEach runs store.VersionedSet once per entry; it returns how many
 // the fence refused.
-func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entries []warmer.Entry, res *WriteResults, checks []warmer.VersionCheck) (int, error) {
+func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entries []store.Entry, res *WriteResults, checks []store.VersionCheck) (int, error) {
 	cmds, err := s.run(ctx, store.VersionedSet, len(entries), func(i int) ([]string, []any) {
 		e := entries[i]
 		return []string{e.Key, s.FenceKey(e.Key), store.VersionKey(s.ns, e.Key)}, append(append([]any{epoch}, versionArgs(e)...), e.Unconfirmed)
@@ -141,6 +115,8 @@ func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entrie
 		return 0, err
 	}
 	refused := 0
+	var counts versionCounts
+	defer counts.flush(s.ver)
 	for i, c := range cmds {
 		r, fbad, err := store.VersionedReply(c)
 		if err != nil {
@@ -153,35 +129,43 @@ func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entrie
 			refused++
 			continue
 		}
-		checks[i] = s.countVersioned(res, entries[i], r)
+		checks[i] = s.countVersioned(res, entries[i], r, &counts)
 	}
 	return refused, nil
 }
 
 // setVersionedMany runs store.VersionedSetMany over chunks of entries under
 // the single fence key; it returns how many the fence refused.
-func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entries []warmer.Entry, res *WriteResults, checks []warmer.VersionCheck) (int, error) {
+func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entries []store.Entry, res *WriteResults, checks []store.VersionCheck) (int, error) {
 	chunks := (len(entries) + versionedSetManyChunk - 1) / versionedSetManyChunk
-	part := func(i int) []warmer.Entry {
+	part := func(i int) []store.Entry {
 		return entries[i*versionedSetManyChunk : min(len(entries), (i+1)*versionedSetManyChunk)]
 	}
-	cmds, err := s.run(ctx, store.VersionedSetMany, chunks, func(i int) ([]string, []any) {
-		es := part(i)
-		keys, argv := make([]string, 0, 1+2*len(es)), make([]any, 0, 1+7*len(es))
-		keys, argv = append(keys, s.fence), append(argv, epoch)
-		for _, e := range es {
-			keys = append(keys, e.Key, store.VersionKey(s.ns, e.Key))
-			argv = append(append(argv, versionArgs(e)...), e.Unconfirmed)
+	a := newPackedArgs(s.ns, entries)
+	cmd := getArgs(chunks*(store.ScriptHead+2) + 9*len(entries))
+	defer func() { putArgs(cmd) }()
+	cmds, err := store.RunPacked(ctx, s.client, store.VersionedSetMany, chunks, func(i int) ([]any, int) {
+		lo, hi := i*versionedSetManyChunk, min(len(entries), (i+1)*versionedSetManyChunk)
+		c0 := len(cmd)
+		cmd = append(cmd, nil, nil, nil, &s.fence)
+		for j := lo; j < hi; j++ {
+			cmd = append(cmd, &entries[j].Key, &a.records[j])
 		}
-		return keys, argv
+		cmd = append(cmd, epoch)
+		for j := lo; j < hi; j++ {
+			e := &entries[j]
+			cmd = append(cmd, (*store.Bytes)(&e.Value), &a.ttls[j], &e.Seq, &a.versions[j], &a.hashes[j], &a.vttls[j], &e.Unconfirmed)
+		}
+		return cmd[c0:len(cmd):len(cmd)], 1 + 2*(hi-lo)
 	})
 	if err != nil {
 		return 0, err
 	}
 	refused := 0
-	for i, c := range cmds {
+	var c versionCounts
+	for i, cm := range cmds {
 		es := part(i)
-		replies, fbad, err := store.VersionedManyReply(c, len(es))
+		replies, fbad, err := store.VersionedManyReply(cm, len(es))
 		if err != nil {
 			return 0, err
 		}
@@ -193,55 +177,134 @@ func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entrie
 			continue
 		}
 		for j, e := range es {
-			checks[i*versionedSetManyChunk+j] = s.countVersioned(res, e, replies[j])
+			checks[i*versionedSetManyChunk+j] = s.countVersioned(res, e, replies[j], &c)
 		}
 	}
+	c.flush(s.ver)
 	return refused, nil
 }
 
-// countVersioned counts one key's outcome other than fenced, and a repair of
-// its version record, and says what the check found wrong.
-func (s *FencedStore) countVersioned(res *WriteResults, e warmer.Entry, r store.KeyReply) warmer.VersionCheck {
-	vk := store.VersionKey(s.ns, e.Key)
-	if r.Record != "" {
-		s.repairs.Repaired(store.KindVersion, vk, r.Record)
+// packedArgs holds a batch's per-key script arguments that are not fields
+// of its entries, each kind in one array and every string cut from one
+// buffer: a version-checked write of n keys allocates a few arrays, not
+// several strings and boxed numbers per key.
+type packedArgs struct {
+	records, versions, hashes []string
+	ttls, vttls               []int64
+}
+
+func newPackedArgs(ns string, entries []store.Entry) *packedArgs {
+	n := len(entries)
+	a := &packedArgs{
+		records: make([]string, n), versions: make([]string, n), hashes: make([]string, n),
+		ttls: make([]int64, n), vttls: make([]int64, n),
 	}
+	size := 0
+	for _, e := range entries {
+		size += len(ns) + len(e.Key) + 16 + 20 + 40
+	}
+	buf := make([]byte, 0, size)
+	ends := make([]int, 0, 3*n)
+	for i, e := range entries {
+		buf = store.AppendVersionKey(buf, ns, e.Key)
+		ends = append(ends, len(buf))
+		if e.Versioned {
+			buf = store.AppendVersion(buf, e.Version)
+		}
+		ends = append(ends, len(buf))
+		buf = store.AppendValueHash(buf, e.Value)
+		ends = append(ends, len(buf))
+		vttl := e.VersionTTL
+		if vttl <= 0 {
+			vttl = 2 * e.TTL
+		}
+		a.ttls[i], a.vttls[i] = max(1, e.TTL.Milliseconds()), max(1, vttl.Milliseconds())
+	}
+	all, at := string(buf), 0
+	for i := range entries {
+		a.records[i], a.versions[i], a.hashes[i] = all[at:ends[3*i]], all[ends[3*i]:ends[3*i+1]], all[ends[3*i+1]:ends[3*i+2]]
+		at = ends[3*i+2]
+	}
+	return a
+}
+
+// versionCounts gathers a write's conditional extends and refusals per
+// declaration, counted once per write instead of once per key.
+type versionCounts struct {
+	family            string
+	extended, refused int
+}
+
+func (c *versionCounts) add(family string, extended, refused int, m *versionMetrics) {
+	if family != c.family {
+		c.flush(m)
+		c.family = family
+	}
+	c.extended += extended
+	c.refused += refused
+}
+
+func (c *versionCounts) flush(m *versionMetrics) {
+	if c.extended > 0 {
+		m.extended.WithLabelValues(c.family).Add(float64(c.extended))
+	}
+	if c.refused > 0 {
+		m.refused.WithLabelValues(c.family).Add(float64(c.refused))
+	}
+	c.extended, c.refused = 0, 0
+}
+
+// countVersioned counts one key's outcome other than fenced (in res, and
+// in c for the metrics), and a repair of its version record, and says what
+// the check found wrong.
+func (s *FencedStore) countVersioned(res *WriteResults, e store.Entry, r store.KeyReply, c *versionCounts) store.VersionCheck {
 	switch r.Code {
 	case store.CodeWritten:
 		res.Written++
 	case store.CodeExtended:
 		res.Extended++
-		s.ver.extended.WithLabelValues(e.Family).Inc()
+		c.add(e.Family, 1, 0, s.ver)
 	case store.CodeOlder, store.CodeUnbacked:
 		res.Older++
-		s.ver.refused.WithLabelValues(e.Family).Inc()
+		c.add(e.Family, 0, 1, s.ver)
 	}
-	c := warmer.VersionCheck{Reason: r.Why, Found: r.Detail}
+	if r.Record == "" && r.Why == "" && r.Detail == "" {
+		return store.VersionCheck{}
+	}
+	vk := store.VersionKey(s.ns, e.Key)
+	if r.Record != "" {
+		s.repairs.Repaired(store.KindVersion, vk, r.Record)
+	}
+	ch := store.VersionCheck{Reason: r.Why, Found: r.Detail}
 	switch {
 	case r.Code == store.CodeUnbacked:
-		c.Recheck, c.Record = true, r.Detail
-		c.Found = "record " + r.Detail + " refused the write, but its value is not the bytes it was written with"
-		if r.Why == warmer.RepairValueAbsent {
-			c.Found = "record " + r.Detail + " refused the write, but its value is absent"
+		ch.Recheck, ch.Record = true, r.Detail
+		ch.Found = "record " + r.Detail + " refused the write, but its value is not the bytes it was written with"
+		if r.Why == store.RepairValueAbsent {
+			ch.Found = "record " + r.Detail + " refused the write, but its value is absent"
 		}
 	case r.Record != "":
-		c.Found = vk + " held " + r.Record
+		ch.Found = vk + " held " + r.Record
 	}
-	return c
+	return ch
 }
 
 // setStamped writes the stamped entries through the version check and the
 // others (written by a caller that does not stamp) through the plain fence
 // script.
-func (s *FencedStore) setStamped(ctx context.Context, t *leader.Term, entries []warmer.Entry) error {
+func (s *FencedStore) setStamped(ctx context.Context, t *leader.Term, entries []store.Entry) error {
 	_, err := s.setStampedChecked(ctx, t, entries)
 	return err
 }
 
 // setStampedChecked is setStamped; checks[i] is what the version check found
 // at entries[i]'s key.
-func (s *FencedStore) setStampedChecked(ctx context.Context, t *leader.Term, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
-	var plain, vers []warmer.Entry
+func (s *FencedStore) setStampedChecked(ctx context.Context, t *leader.Term, entries []store.Entry) ([]store.VersionCheck, error) {
+	if all, _ := stamped(entries); all {
+		_, vc, err := s.setVersioned(ctx, t, entries)
+		return vc, err
+	}
+	var plain, vers []store.Entry
 	var at []int
 	for i, e := range entries {
 		if e.Seq > 0 {
@@ -260,7 +323,7 @@ func (s *FencedStore) setStampedChecked(ctx context.Context, t *leader.Term, ent
 	if len(plain) == 0 {
 		return vc, err
 	}
-	checks := make([]warmer.VersionCheck, len(entries))
+	checks := make([]store.VersionCheck, len(entries))
 	for j, i := range at {
 		checks[i] = vc[j]
 	}
@@ -268,7 +331,7 @@ func (s *FencedStore) setStampedChecked(ctx context.Context, t *leader.Term, ent
 }
 
 // stamped reports whether every entry carries a load stamp.
-func stamped(entries []warmer.Entry) (all, some bool) {
+func stamped(entries []store.Entry) (all, some bool) {
 	n := 0
 	for _, e := range entries {
 		if e.Seq > 0 {

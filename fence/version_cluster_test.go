@@ -13,10 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hearth-dev/hearth/fence"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // startCluster starts a three-master Redis Cluster of the test's own
@@ -83,10 +83,10 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 	}
 	w := fs.Writer(term)
 	const n = 300
-	batch := func(seq, version int64, value string) []warmer.Entry {
-		es := make([]warmer.Entry, n)
+	batch := func(seq, version int64, value string) []store.Entry {
+		es := make([]store.Entry, n)
 		for i := range es {
-			es[i] = warmer.Entry{Key: "product:" + strconv.Itoa(i), Value: []byte(value), TTL: time.Minute,
+			es[i] = store.Entry{Key: "product:" + strconv.Itoa(i), Value: []byte(value), TTL: time.Minute,
 				Seq: seq, Versioned: true, Version: version, VersionTTL: 2 * time.Minute, Family: "product"}
 		}
 		return es
@@ -103,7 +103,7 @@ func TestVersionedWritesOnCluster(t *testing.T) {
 		if got := cc.Get(ctx, k).Val(); got != "v5" {
 			t.Fatalf("%s = %q, want v5 (version 4 refused)", k, got)
 		}
-		if got, want := warmer.HashSlot(store.VersionKey("hearth", k)), warmer.HashSlot(k); got != want {
+		if got, want := slot.Of(store.VersionKey("hearth", k)), slot.Of(k); got != want {
 			t.Fatalf("record of %s in slot %d, value in %d", k, got, want)
 		}
 		m, err := cc.MasterForKey(ctx, k)

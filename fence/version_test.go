@@ -14,9 +14,9 @@ import (
 
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/leadertest"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 func TestEncodeVersionKeepsOrder(t *testing.T) {
@@ -38,7 +38,7 @@ func TestEncodeVersionKeepsOrder(t *testing.T) {
 func TestVersionKeyInValueSlot(t *testing.T) {
 	for _, k := range []string{"product:1", "{user1000}.following", "a{b}c", "x"} {
 		vk := store.VersionKey("hearth", k)
-		if got, want := warmer.HashSlot(vk), warmer.HashSlot(k); got != want {
+		if got, want := slot.Of(vk), slot.Of(k); got != want {
 			t.Errorf("VersionKey(%q) = %q in slot %d, want the value's slot %d", k, vk, got, want)
 		}
 		if !strings.HasPrefix(vk, "hearth:") {
@@ -71,11 +71,11 @@ func newVersionEnv(t *testing.T, perSlot bool) *versionEnv {
 
 func (v *versionEnv) set(key, value string, seq int64, version *int64) {
 	v.t.Helper()
-	e := warmer.Entry{Key: key, Value: []byte(value), TTL: time.Minute, Seq: seq, VersionTTL: 2 * time.Minute, Family: "f"}
+	e := store.Entry{Key: key, Value: []byte(value), TTL: time.Minute, Seq: seq, VersionTTL: 2 * time.Minute, Family: "f"}
 	if version != nil {
 		e.Versioned, e.Version = true, *version
 	}
-	if err := v.w.Set(v.ctx, []warmer.Entry{e}); err != nil {
+	if err := v.w.Set(v.ctx, []store.Entry{e}); err != nil {
 		v.t.Fatalf("Set %s=%s: %v", key, value, err)
 	}
 }
@@ -307,11 +307,11 @@ func TestVersionedWriteOfManyKeys(t *testing.T) {
 			ctx := context.Background()
 			const n = 300
 			key := func(i int) string { return fmt.Sprintf("%smany:%d", v.env.Prefix, i) }
-			batch := func(seq int64, version func(i int) int64) []warmer.Entry {
-				es := make([]warmer.Entry, n)
+			batch := func(seq int64, version func(i int) int64) []store.Entry {
+				es := make([]store.Entry, n)
 				for i := range es {
 					ver := version(i)
-					es[i] = warmer.Entry{Key: key(i), Value: []byte("v" + strconv.FormatInt(ver, 10)), TTL: time.Minute,
+					es[i] = store.Entry{Key: key(i), Value: []byte("v" + strconv.FormatInt(ver, 10)), TTL: time.Minute,
 						Seq: seq, Versioned: true, Version: ver, VersionTTL: 2 * time.Minute, Family: "f"}
 				}
 				return es

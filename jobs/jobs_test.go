@@ -13,6 +13,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/jobs"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -76,7 +77,7 @@ func (r *recorder) count(name string) int {
 func specs(interval time.Duration, names ...string) []*warmer.Spec {
 	var out []*warmer.Spec
 	for _, n := range names {
-		tp, _ := warmer.ParseTemplate(n)
+		tp, _ := keytmpl.Parse(n)
 		out = append(out, &warmer.Spec{Name: n, Template: tp, Interval: interval})
 	}
 	return out

@@ -93,7 +93,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		return out, out.LastError
 	}
 	var (
-		entries  []warmer.Entry
+		entries  []store.Entry
 		negative []bool
 		fallback []string
 	)
@@ -138,7 +138,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		if j := spec.Jitter; j > 0 && j < 1 {
 			ttl -= time.Duration(float64(ttl) * j / 2 * rand.Float64())
 		}
-		e := warmer.Entry{Key: spec.Template.Key(c.member), Value: v, TTL: max(time.Millisecond, ttl)}
+		e := store.Entry{Key: spec.Template.Key(c.member), Value: v, TTL: max(time.Millisecond, ttl)}
 		if warmer.Stamped(spec) {
 			// warmer.Stamped: written through the version check, which orders the
 			// copy (epoch, 0) before every load of the target leader's term.
@@ -181,16 +181,16 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		} else {
 			for i, o := range res {
 				switch o {
-				case warmer.SetWritten:
+				case store.SetWritten:
 					out.Copied++
 					if negative[i] {
 						out.Negative++
 					} else {
 						out.Written++
 					}
-				case warmer.SetPresent:
+				case store.SetPresent:
 					out.Present++
-				case warmer.SetFenced:
+				case store.SetFenced:
 					out.Failed++
 					out.Fenced++
 					out.LastError = fmt.Errorf("write %s: %w", spec.Name, warmer.ErrPrewarmFenced)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -46,7 +47,7 @@ func FuzzPrewarmClassify(f *testing.F) {
 }
 
 func fuzzSingle(f *testing.F, key string) *warmer.Spec {
-	tp, err := warmer.ParseTemplate(key)
+	tp, err := keytmpl.Parse(key)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func fuzzSingle(f *testing.F, key string) *warmer.Spec {
 }
 
 func fuzzFamily(f *testing.F, name, key, pattern string) *warmer.Spec {
-	tp, err := warmer.ParseTemplate(key)
+	tp, err := keytmpl.Parse(key)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -12,7 +12,9 @@ import (
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/prewarm"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -41,7 +43,7 @@ func TestPrewarmNeverWritesNamespaceKeys(t *testing.T) {
 	ctx := context.Background()
 	ns := rd.Prefix + "ns"
 	spec := func(name, key string) *warmer.Spec {
-		tpl, err := warmer.ParseTemplate(key)
+		tpl, err := keytmpl.Parse(key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +53,7 @@ func TestPrewarmNeverWritesNamespaceKeys(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"s": staticSource()},
+		Store: &store.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"s": staticSource()},
 		Specs:              []*warmer.Spec{spec("inside", ns+"{id}"), spec("app", rd.Prefix+"app:{id}")},
 		MaxConcurrentLoads: 4, Registerer: reg, Logger: zerolog.Nop(),
 	})

@@ -25,6 +25,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
+	"github.com/hearth-dev/hearth/hotset"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -61,11 +63,11 @@ type Options struct {
 }
 
 // Reasons an access-log key is skipped, never loaded: the hot set's three
-// (see warmer.SkipTooLong and the next two), and three of its own.
+// (see hotset.SkipTooLong and the next two), and three of its own.
 const (
-	SkipTooLong       = warmer.SkipTooLong
-	SkipNamespace     = warmer.SkipNamespace
-	SkipInvalidMember = warmer.SkipInvalidMember
+	SkipTooLong       = hotset.SkipTooLong
+	SkipNamespace     = hotset.SkipNamespace
+	SkipInvalidMember = hotset.SkipInvalidMember
 	// SkipMalformed: invalid UTF-8, whitespace or control characters.
 	SkipMalformed = "malformed"
 	// SkipUnknown: no declaration's template matches the key.
@@ -77,7 +79,7 @@ const (
 )
 
 // MaxLogKeyBytes bounds an access-log key before it is matched at all.
-const MaxLogKeyBytes = warmer.MaxLogKeyBytes
+const MaxLogKeyBytes = hotset.MaxLogKeyBytes
 
 // Report is what a pre-warm did. Wanted = Written + Negative + Present + Failed.
 type Report struct {
@@ -689,7 +691,7 @@ func classify(specs []*warmer.Spec, key string) (*warmer.Spec, string, string) {
 		return nil, "", SkipTooLong
 	}
 	for _, s := range specs {
-		if ns := s.Template.Namespace(); ns != "" && warmer.InNamespace(key, ns) {
+		if ns := s.Template.Namespace(); ns != "" && keytmpl.InNamespace(key, ns) {
 			return nil, "", SkipNamespace
 		}
 	}

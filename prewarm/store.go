@@ -27,7 +27,7 @@ type StoreOptions struct {
 	// Overwrite replaces present values; the default fills absent keys only.
 	Overwrite bool
 	// Versioned, when set, writes the entries the leader version-checks
-	// (stamped: warmer.Entry.Seq > 0) whenever the writes are fenced, so that the
+	// (stamped: store.Entry.Seq > 0) whenever the writes are fenced, so that the
 	// pre-warm never replaces a newer version the leader wrote and leaves a
 	// version record its next write compares with (fence.PrewarmVersioned).
 	// Without it they are written as the others are.
@@ -40,7 +40,7 @@ type StoreOptions struct {
 // decides whether the entry is older than what Redis holds. fenceKey names the
 // fence guarding a key. Outcomes as for warmer.EachStore.
 type VersionedWriter interface {
-	SetVersioned(ctx context.Context, epoch int64, overwrite bool, fenceKey func(string) string, entries []warmer.Entry) ([]warmer.SetOutcome, error)
+	SetVersioned(ctx context.Context, epoch int64, overwrite bool, fenceKey func(string) string, entries []store.Entry) ([]store.SetOutcome, error)
 }
 
 // Store is the warmer.Store of `hearth prewarm`, a one-shot writer into a
@@ -184,13 +184,13 @@ func (s *Store) fenceKey(key string) string { return s.fences.For(key) }
 
 // Set implements warmer.Store: present keys are left alone (unless Overwrite) and
 // fenced writes are an error wrapping warmer.ErrPrewarmFenced.
-func (s *Store) Set(ctx context.Context, entries []warmer.Entry) error {
+func (s *Store) Set(ctx context.Context, entries []store.Entry) error {
 	res, err := s.SetEach(ctx, entries)
 	if err != nil {
 		return err
 	}
 	for _, r := range res {
-		if r == warmer.SetFenced {
+		if r == store.SetFenced {
 			return fmt.Errorf("write %d keys with epoch %d: %w", len(entries), s.epoch, warmer.ErrPrewarmFenced)
 		}
 	}
@@ -198,11 +198,11 @@ func (s *Store) Set(ctx context.Context, entries []warmer.Entry) error {
 }
 
 // SetEach implements warmer.EachStore.
-func (s *Store) SetEach(ctx context.Context, entries []warmer.Entry) ([]warmer.SetOutcome, error) {
+func (s *Store) SetEach(ctx context.Context, entries []store.Entry) ([]store.SetOutcome, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	out := make([]warmer.SetOutcome, len(entries))
+	out := make([]store.SetOutcome, len(entries))
 	if !s.fenced {
 		if s.versioned != nil {
 			// No leader here yet (a green Redis): entries that carry an
@@ -241,9 +241,9 @@ func (s *Store) SetEach(ctx context.Context, entries []warmer.Entry) ([]warmer.S
 
 // setSplit writes the stamped entries (indexes into entries) through the
 // version check and the others through the fence script.
-func (s *Store) setSplit(ctx context.Context, entries []warmer.Entry, out []warmer.SetOutcome, stamped, plain []int) ([]warmer.SetOutcome, error) {
-	pick := func(idx []int) []warmer.Entry {
-		es := make([]warmer.Entry, len(idx))
+func (s *Store) setSplit(ctx context.Context, entries []store.Entry, out []store.SetOutcome, stamped, plain []int) ([]store.SetOutcome, error) {
+	pick := func(idx []int) []store.Entry {
+		es := make([]store.Entry, len(idx))
 		for j, i := range idx {
 			es[j] = entries[i]
 		}
@@ -257,7 +257,7 @@ func (s *Store) setSplit(ctx context.Context, entries []warmer.Entry, out []warm
 		out[i] = res[j]
 	}
 	if len(plain) > 0 {
-		rest := make([]warmer.SetOutcome, len(plain))
+		rest := make([]store.SetOutcome, len(plain))
 		write := s.setFenced
 		if !s.fenced {
 			write = s.setPlain
@@ -274,7 +274,7 @@ func (s *Store) setSplit(ctx context.Context, entries []warmer.Entry, out []warm
 
 // setFenced writes entries through store.PrewarmSet, each refused if a newer
 // epoch holds its fence.
-func (s *Store) setFenced(ctx context.Context, entries []warmer.Entry, out []warmer.SetOutcome) error {
+func (s *Store) setFenced(ctx context.Context, entries []store.Entry, out []store.SetOutcome) error {
 	epoch := strconv.FormatInt(s.epoch, 10)
 	overwrite := "0"
 	if s.overwrite {
@@ -298,11 +298,11 @@ func (s *Store) setFenced(ctx context.Context, entries []warmer.Entry, out []war
 		}
 		switch code {
 		case 1:
-			out[i] = warmer.SetWritten
+			out[i] = store.SetWritten
 		case 2:
-			out[i] = warmer.SetPresent
+			out[i] = store.SetPresent
 		case 0:
-			out[i] = warmer.SetFenced
+			out[i] = store.SetFenced
 		default:
 			return fmt.Errorf("write %s: unexpected script reply %d", quoteKey(entries[i].Key), code)
 		}
@@ -311,7 +311,7 @@ func (s *Store) setFenced(ctx context.Context, entries []warmer.Entry, out []war
 }
 
 // setPlain writes with pipelined SET … [NX] PX: no leader state to fence against.
-func (s *Store) setPlain(ctx context.Context, entries []warmer.Entry, out []warmer.SetOutcome) error {
+func (s *Store) setPlain(ctx context.Context, entries []store.Entry, out []store.SetOutcome) error {
 	pipe := s.client.Pipeline()
 	var cmds []*redis.BoolCmd
 	if !s.overwrite {
@@ -330,14 +330,14 @@ func (s *Store) setPlain(ctx context.Context, entries []warmer.Entry, out []warm
 	}
 	for i, c := range cmds {
 		if !c.Val() {
-			out[i] = warmer.SetPresent
+			out[i] = store.SetPresent
 		}
 	}
 	return nil
 }
 
-// Extend implements warmer.Store like warmer.RedisStore (PEXPIRE … GT never shortens a TTL
+// Extend implements warmer.Store like store.RedisStore (PEXPIRE … GT never shortens a TTL
 // and never creates a key); a pre-warm extends only keys it failed to load.
 func (s *Store) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {
-	return (&warmer.RedisStore{Client: s.client}).Extend(ctx, keys, ttls)
+	return (&store.RedisStore{Client: s.client}).Extend(ctx, keys, ttls)
 }

@@ -12,16 +12,19 @@ import (
 
 	"github.com/hearth-dev/hearth/fence"
 	"github.com/hearth-dev/hearth/internal/promtest"
+	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/prewarm"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
-func entries(prefix, value string, keys ...string) []warmer.Entry {
-	out := make([]warmer.Entry, len(keys))
+func entries(prefix, value string, keys ...string) []store.Entry {
+	out := make([]store.Entry, len(keys))
 	for i, k := range keys {
-		out[i] = warmer.Entry{Key: prefix + k, Value: []byte(value), TTL: time.Minute}
+		out[i] = store.Entry{Key: prefix + k, Value: []byte(value), TTL: time.Minute}
 	}
 	return out
 }
@@ -50,7 +53,7 @@ func TestPrewarmStoreFillsAbsentOnly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := fmt.Sprint(res), fmt.Sprint([]warmer.SetOutcome{warmer.SetPresent, warmer.SetWritten}); got != want {
+			if got, want := fmt.Sprint(res), fmt.Sprint([]store.SetOutcome{store.SetPresent, store.SetWritten}); got != want {
 				t.Errorf("outcomes %s, want %s", got, want)
 			}
 			if got := rd.Client.Get(ctx, p+"a").Val(); got != "fresh" {
@@ -109,9 +112,9 @@ func TestPrewarmStoreFencedByLeader(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := []warmer.SetOutcome{warmer.SetPresent, warmer.SetWritten}
+				want := []store.SetOutcome{store.SetPresent, store.SetWritten}
 				if overwrite {
-					want[0] = warmer.SetWritten
+					want[0] = store.SetWritten
 				}
 				if got := fmt.Sprint(res); got != fmt.Sprint(want) {
 					t.Errorf("overwrite %v under leader %d: outcomes %s, want %s", overwrite, ta.Epoch, got, fmt.Sprint(want))
@@ -144,7 +147,7 @@ func TestPrewarmStoreFencedByLeader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := fmt.Sprint(res), fmt.Sprint([]warmer.SetOutcome{warmer.SetFenced, warmer.SetFenced}); got != want {
+			if got, want := fmt.Sprint(res), fmt.Sprint([]store.SetOutcome{store.SetFenced, store.SetFenced}); got != want {
 				t.Errorf("older epoch after a takeover: outcomes %s, want %s", got, want)
 			}
 			if got := rd.Client.Get(ctx, rd.Prefix+"fresh").Val(); got != "new leader's" {
@@ -178,7 +181,7 @@ func TestStoreBoundToTerm(t *testing.T) {
 	s := prewarm.NewStore(prewarm.StoreOptions{Client: rd.Client, Namespace: ns})
 	s.Bind(ta.Epoch)
 	res, err := s.SetEach(ctx, entries(rd.Prefix, "copy", "fresh", "absent"))
-	if got, want := fmt.Sprint(res), fmt.Sprint([]warmer.SetOutcome{warmer.SetPresent, warmer.SetWritten}); err != nil || got != want {
+	if got, want := fmt.Sprint(res), fmt.Sprint([]store.SetOutcome{store.SetPresent, store.SetWritten}); err != nil || got != want {
 		t.Errorf("bound to the leader's term: outcomes %s (%v), want %s", got, err, want)
 	}
 	if err := ta.Release(ctx); err != nil {
@@ -188,7 +191,7 @@ func TestStoreBoundToTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err = s.SetEach(ctx, entries(rd.Prefix, "copy", "later"))
-	if got, want := fmt.Sprint(res), fmt.Sprint([]warmer.SetOutcome{warmer.SetFenced}); err != nil || got != want {
+	if got, want := fmt.Sprint(res), fmt.Sprint([]store.SetOutcome{store.SetFenced}); err != nil || got != want {
 		t.Errorf("after a takeover: outcomes %s (%v), want %s", got, err, want)
 	}
 	if got := rd.Client.Get(ctx, rd.Prefix+"fresh").Val(); got != "leader's" {
@@ -223,23 +226,23 @@ func TestPrewarmStoreForeignState(t *testing.T) {
 
 	// Only a fence: refused.
 	set(ns+":fence", "1700000000000")
-	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k1")); err != nil || res[0] != warmer.SetFenced {
+	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k1")); err != nil || res[0] != store.SetFenced {
 		t.Errorf("fence without a counter: %v %v, want fenced", res, err)
 	}
 	// A foreign counter and lease: still refused, the fence is not passed.
 	set(ns+":{lease}:epoch", "nan")
 	set(ns+":{lease}", "9e999:x/1")
-	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k2")); err != nil || res[0] != warmer.SetFenced {
+	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k2")); err != nil || res[0] != store.SetFenced {
 		t.Errorf("foreign counter and lease: %v %v, want fenced", res, err)
 	}
 	// A valid counter at the fence's epoch: written.
 	set(ns+":{lease}:epoch", "1700000000000")
-	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k3")); err != nil || res[0] != warmer.SetWritten {
+	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k3")); err != nil || res[0] != store.SetWritten {
 		t.Errorf("counter at the fence: %v %v, want written", res, err)
 	}
 	// A fence holding nan counts as absent.
 	set(ns+":fence", "nan")
-	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k4")); err != nil || res[0] != warmer.SetWritten {
+	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k4")); err != nil || res[0] != store.SetWritten {
 		t.Errorf("nan fence: %v %v, want written", res, err)
 	}
 	if got := rd.Client.Get(ctx, ns+":fence").Val(); got != "nan" {
@@ -252,7 +255,7 @@ func TestPrewarmStoreForeignState(t *testing.T) {
 	if err := rd.Client.LPush(ctx, ns+":fence", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k5")); err != nil || res[0] != warmer.SetWritten {
+	if res, err := open().SetEach(ctx, entries(rd.Prefix, "v", "k5")); err != nil || res[0] != store.SetWritten {
 		t.Errorf("list fence: %v %v, want written", res, err)
 	}
 }
@@ -274,7 +277,7 @@ func newLeader(t *testing.T, c *redis.Client, ns string, perSlot bool) *leader.L
 func TestPrewarmReportsPresent(t *testing.T) {
 	rd := testenv.Redis(t)
 	ctx := context.Background()
-	tp, err := warmer.ParseTemplate(rd.Prefix + "p:{id}")
+	tp, err := keytmpl.Parse(rd.Prefix + "p:{id}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,10 +344,10 @@ func TestPrewarmStoreFindsASlotFence(t *testing.T) {
 		t.Fatalf("no leader state at all: %+v, want unfenced", pf)
 	}
 	guarded, other := rd.Prefix+"a", rd.Prefix+"b"
-	if warmer.HashSlot(guarded) == warmer.HashSlot(other) {
+	if slot.Of(guarded) == slot.Of(other) {
 		t.Fatal("test keys share a slot")
 	}
-	fence := ns + ":fence:{" + warmer.SlotTag(warmer.HashSlot(guarded)) + "}"
+	fence := ns + ":fence:{" + slot.Tag(slot.Of(guarded)) + "}"
 	if err := rd.Client.Set(ctx, fence, "1700000000000", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +359,7 @@ func TestPrewarmStoreFindsASlotFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0] != warmer.SetFenced || res[1] != warmer.SetWritten {
+	if res[0] != store.SetFenced || res[1] != store.SetWritten {
 		t.Errorf("outcomes = %v, want fenced in the fence's slot, written in the other", res)
 	}
 	if n := rd.Client.Exists(ctx, guarded).Val(); n != 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/rewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -53,7 +55,7 @@ keys:
 	rdb := daemon.NewRedis(config.Redis{Addrs: cl.Addrs()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	reg := prometheus.NewRegistry()
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"db": src},
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"db": src},
 		Specs: cfg.Specs(), MaxConcurrentLoads: 4, Registerer: reg, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -178,4 +180,102 @@ func waitClusterTracking(t *testing.T, cl *testenv.Cluster) {
 		}
 		return true
 	})
+}
+
+// TestRewarmClusterReshard: a reshard of 2,000 slots from the master with the
+// lowest slots to another, with the watch running (push on, a 100 ms poll),
+// moves the source's marker with its slots and gives the target a lower
+// lowest slot, whose marker the source's run_id was the baseline of: no loss
+// is reported and nothing is re-warmed (the checks that meet MOVED or ASK
+// meanwhile change no baseline). Afterwards a FLUSHALL of the target is still
+// seen and re-warms its slots alone, the moved ones included.
+func TestRewarmClusterReshard(t *testing.T) {
+	cl := testenv.RedisCluster(t)
+	rdb := daemon.NewRedis(config.Redis{Addrs: cl.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	ref := &recordingRefresher{}
+	rw, err := rewarm.New(rewarm.Options{Client: rdb, Namespace: "rwr", Interval: 100 * time.Millisecond,
+		MinGap: time.Millisecond, Warmer: ref, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, rw)
+	waitClusterTracking(t, cl)
+
+	from := cl.MasterOf(t, 0)
+	var to, other *testenv.RedisServer
+	for _, m := range cl.Masters(t) {
+		switch {
+		case m == from:
+		case to == nil:
+			to = m
+		default:
+			other = m
+		}
+	}
+	cl.Reshard(t, from, to, 2000)
+	if got := cl.MasterOf(t, 0); got != to {
+		t.Fatalf("after the reshard slot 0 is on %s, want %s", got.Addr, to.Addr)
+	}
+	// The slot map settles: a check gets through every master.
+	testenv.Eventually(t, 20*time.Second, "a check after the reshard", func() bool {
+		_, err := rw.CheckOnce(ctx)
+		return err == nil
+	})
+	for _, reason := range []string{rewarm.Restart, rewarm.Flush} {
+		if got := promtest.Value(t, reg, "hearth_prewarm_rewarms_total", "reason", reason); got != 0 {
+			t.Errorf("rewarms{reason=%s} = %g after a reshard, want 0", reason, got)
+		}
+		if got := promtest.Value(t, reg, "hearth_prewarm_rewarms_suppressed_total", "reason", reason); got != 0 {
+			t.Errorf("rewarms_suppressed{reason=%s} = %g after a reshard, want 0", reason, got)
+		}
+	}
+	if n := ref.calls(); n != 0 {
+		t.Fatalf("%d re-warms during and after a reshard, want none", n)
+	}
+
+	// The watch still works: the target's flush re-warms the target's slots.
+	if err := to.Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the flush of the target re-warmed", func() bool { return ref.calls() > 0 })
+	keep := ref.last()
+	owners := cl.SlotOwners(t)
+	for _, s := range []int{0, 1999, 16383, 8000, 12000} {
+		key := "k:{" + slot.Tag(s) + "}"
+		if want := owners[s] == to; keep == nil || keep(key) != want {
+			t.Errorf("after the target's flush, re-warm of slot %d (on %s; target %s, other %s): keep nil %v, want %v",
+				s, owners[s].Addr, to.Addr, other.Addr, keep == nil, want)
+		}
+	}
+	if got := promtest.Value(t, reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush); got != 1 {
+		t.Errorf("rewarms{reason=flush} = %g after the target's flush, want 1", got)
+	}
+}
+
+// recordingRefresher is a Refresher that records each re-warm's keep.
+type recordingRefresher struct {
+	mu    sync.Mutex
+	keeps []func(string) bool
+}
+
+func (f *recordingRefresher) RefreshWhere(_ context.Context, keep func(string) bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keeps = append(f.keeps, keep)
+	return nil
+}
+
+func (f *recordingRefresher) calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.keeps)
+}
+
+func (f *recordingRefresher) last() func(string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.keeps[len(f.keeps)-1]
 }

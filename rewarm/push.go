@@ -227,6 +227,12 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 		}
 		return end, fmt.Errorf("subscribe %s: %w", invalidateChannel, err)
 	}
+	if kick {
+		// Reconnected: whatever dropped the connection may have lost data,
+		// and Redis answers again: check now, not after the tracking's
+		// round trips (a restarted Redis's keys wait for this check).
+		p.r.kickNow()
+	}
 	id, err := subscriberID(ctx, cl, name)
 	if err != nil {
 		return endSetup, err
@@ -266,7 +272,8 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 		return endSetup, err
 	}
 	if kick {
-		// Reconnected: whatever dropped the connection may have lost data.
+		// Again once tracked: a flush between that check and the tracking
+		// was pushed to nobody.
 		p.r.kickNow()
 	}
 	for {

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/hearth-dev/hearth/internal/neterr"
 	"github.com/hearth-dev/hearth/store"
 )
 
@@ -27,10 +28,13 @@ import (
 // are counted as suppressed, and one re-warm runs once the gap has passed.
 const DefaultMinGap = 10 * time.Second
 
-// MinCheckGap is the least time between the starts of two checks, whatever
-// asks for them (the poll, a push, a reconnection): at most 10 checks a
-// second. A trigger that comes sooner is covered by one check once the gap
-// has passed.
+// MinCheckGap is the least time between the starts of two checks that
+// reached Redis, whatever asks for them (the poll, a push, a reconnection):
+// at most 10 checks a second. A trigger that comes sooner is covered by one
+// check once the gap has passed. A check that no Redis answered does not
+// count: while Redis is down, the push watch's own backoff paces them. After
+// checks that met MOVED or ASK (a reshard moving a marker's slot) the gap
+// doubles, up to a second.
 const MinCheckGap = 100 * time.Millisecond
 
 // Reasons for a re-warm.
@@ -202,31 +206,37 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 	detected := ""
 	var lost []site
 	ids := make(map[string]string, len(sites))
-	for _, st := range sites {
-		known, ok := r.runIDs[st.marker]
-		if !ok {
-			// A new master, or the master's lowest slot moved (a reshard):
-			// arm it, there is no baseline to compare with.
-			if _, err := r.setMarker(ctx, st, true); err != nil {
-				return "", err
-			}
-			ids[st.marker] = st.runID
-			continue
-		}
+	watched := make(map[string]bool, len(r.runIDs))
+	for _, id := range r.runIDs {
+		watched[id] = true
+	}
+	for i := range sites {
+		st := &sites[i]
 		present, err := r.setMarker(ctx, st, false)
 		if err != nil {
 			return "", err
 		}
 		ids[st.marker] = st.runID
+		known, ok := r.runIDs[st.marker]
+		if !ok || (st.runID != known && watched[st.runID]) {
+			// A new master, or the master's lowest slot moved (a reshard):
+			// armed now (the script wrote the marker back), there is no
+			// baseline to compare with. A marker now served by another
+			// master that was watched under the same run_id is a slot that
+			// moved between two live masters with its keys (the reshard's
+			// target gained a lower slot): no loss. A restart or a failover
+			// shows a run_id never watched.
+			continue
+		}
 		switch {
 		case st.runID != known:
 			detected = Restart
-			lost = append(lost, st)
+			lost = append(lost, *st)
 		case !present:
 			if detected == "" {
 				detected = Flush
 			}
-			lost = append(lost, st)
+			lost = append(lost, *st)
 		}
 	}
 	r.runIDs = ids
@@ -283,11 +293,11 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 // arm writes every master's marker and takes the run_ids as the baseline.
 func (r *Rewarmer) arm(ctx context.Context, sites []site) error {
 	ids := make(map[string]string, len(sites))
-	for _, st := range sites {
-		if _, err := r.setMarker(ctx, st, true); err != nil {
+	for i := range sites {
+		if _, err := r.setMarker(ctx, &sites[i], true); err != nil {
 			return err
 		}
-		ids[st.marker] = st.runID
+		ids[sites[i].marker] = sites[i].runID
 	}
 	r.runIDs = ids
 	r.log.Debug().Int("masters", len(sites)).Str("marker", store.MarkerKey(r.opts.Namespace)).Msg("re-warm watch armed")
@@ -310,21 +320,47 @@ func (r *Rewarmer) Mark(ctx context.Context) error {
 }
 
 // setMarker writes the marker back if it is absent or foreign (always, with
-// force) and reports whether a valid one was there. A foreign marker is
-// logged and counted, and reported absent: Hearth cannot tell what happened
-// to Redis's data, so it re-warms.
-func (r *Rewarmer) setMarker(ctx context.Context, st site, force bool) (present bool, err error) {
+// force), reports whether a valid one was there, and sets st.runID. A foreign
+// marker is logged and counted, and reported absent: Hearth cannot tell what
+// happened to Redis's data, so it re-warms. The script and INFO go in one
+// pipeline, on one connection: both answers come from the same server, so a
+// restart between them cannot pass for a flush under the old run_id (the
+// connection breaks, and a retried pipeline runs both on the new server).
+func (r *Rewarmer) setMarker(ctx context.Context, st *site, force bool) (present bool, err error) {
 	marker := st.marker
 	arg := "0"
 	if force {
 		arg = "1"
 	}
-	reply, err := store.Marker.Run(ctx, st.node, []string{marker}, arg).StringSlice()
+	var (
+		mark *redis.Cmd
+		info *redis.StringCmd
+	)
+	_, err = st.node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		mark = store.Marker.Eval(ctx, p, []string{marker}, arg)
+		info = p.Info(ctx, "server")
+		return nil
+	})
+	if st.addr == "" && neterr.Is(err) {
+		err = unreachedError{err}
+	}
+	var reply []string
+	if err == nil {
+		reply, err = mark.StringSlice()
+	}
 	if err == nil && len(reply) != 2 {
 		err = fmt.Errorf("unexpected reply %q", reply)
 	}
+	if err == nil {
+		st.runID, err = runID(info.Val())
+	}
 	if err != nil {
 		r.errors.Inc()
+		if cc, ok := r.opts.Client.(*redis.ClusterClient); ok && topologyError(err) {
+			// The script goes to the master itself, whose redirections
+			// the Cluster client never sees: have it reload its map.
+			cc.ReloadState(ctx)
+		}
 		return false, fmt.Errorf("rewarm: check and set %s: %w", marker, err)
 	}
 	switch reply[0] {
@@ -357,11 +393,8 @@ func (r *Rewarmer) rewarm(ctx context.Context, reason string, scope *slotScope) 
 	return rerr
 }
 
-func nodeRunID(ctx context.Context, c redis.Cmdable) (string, error) {
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return "", fmt.Errorf("info server: %w", err)
-	}
+// runID is the run_id an INFO server reply names.
+func runID(info string) (string, error) {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok && v != "" {
 			return v, nil
@@ -394,7 +427,8 @@ func (r *Rewarmer) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(r.opts.Interval)
 	defer t.Stop()
-	var last time.Time
+	var last time.Time // start of the last check that counts for the gap
+	gap := MinCheckGap // the gap before the next check
 	for {
 		via := DetectPoll
 		select {
@@ -405,7 +439,7 @@ func (r *Rewarmer) Run(ctx context.Context) error {
 		}
 		// Paced whatever arrives: what asks for a check during the gap
 		// is covered by the one that follows it.
-		if wait := MinCheckGap - time.Since(last); wait > 0 {
+		if wait := gap - time.Since(last); wait > 0 {
 			select {
 			case <-ctx.Done():
 				return nil
@@ -417,11 +451,72 @@ func (r *Rewarmer) Run(ctx context.Context) error {
 			default:
 			}
 		}
-		last = time.Now()
-		if _, err := r.check(ctx, via); err != nil && ctx.Err() == nil {
+		start := time.Now()
+		_, err := r.check(ctx, via)
+		next := MinCheckGap
+		switch {
+		case ctx.Err() != nil:
+		case topologyError(err):
+			if redirected(err) {
+				// A marker's slot is moving (a reshard moves a master's
+				// lowest slots first): the watch asks for a check each
+				// time the marker moves, and each would fail the same
+				// way until the move is over. A failover's CLUSTERDOWN
+				// keeps MinCheckGap: its re-warm waits for that check.
+				next = min(2*gap, maxRedirectGap)
+			}
+			r.log.Debug().Err(err).Str("via", via).Dur("next_in_ms", next).Msg("rewarm check met a changing Cluster: no baseline changed")
+		case err != nil:
 			r.log.Warn().Err(err).Str("via", via).Msg("rewarm check failed")
 		}
+		gap = next
+		if reachedRedis(err) {
+			last = start
+		}
 	}
+}
+
+// maxRedirectGap bounds the gap between checks that fail with MOVED or ASK
+// (a marker's slot moving): from MinCheckGap it doubles with each, up to
+// this, and is back to MinCheckGap after any other outcome.
+const maxRedirectGap = time.Second
+
+// reachedRedis reports whether a check that ended with err reached Redis,
+// and so counts for the gap between checks. One that no Redis answered
+// (unreachedError: a single node or Sentinel master refusing connections, a
+// Cluster none of whose nodes answers) cost Redis nothing: the push watch's
+// reconnection, which follows Redis accepting connections again, is then
+// checked at once, not up to MinCheckGap after the last failed one (while
+// Redis is down, the watch asks for a check every 100 ms to 2 s). A Cluster
+// check that one master failed (down, or MOVED during a reshard) reached the
+// others, and counts.
+func reachedRedis(err error) bool {
+	var u unreachedError
+	return !errors.As(err, &u)
+}
+
+// unreachedError is the error of a check whose first command, the one
+// every check starts with (INFO on a single node or Sentinel master,
+// CLUSTER SLOTS on a Cluster), failed to connect.
+type unreachedError struct{ err error }
+
+func (e unreachedError) Error() string { return e.err.Error() }
+func (e unreachedError) Unwrap() error { return e.err }
+
+// topologyError reports a check that failed on a Cluster's moving slot map
+// rather than on a connection or an answer: a redirection (MOVED, ASK), a
+// reply CLUSTERDOWN, TRYAGAIN, MASTERDOWN or LOADING (neterr.IsTopology's
+// replies). None of them says anything about the data: such a check
+// changes no baseline and reports no loss.
+func topologyError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && (movedError(rerr) || (!neterr.Is(rerr) && neterr.IsTopology(rerr)))
+}
+
+// redirected reports a check that failed with MOVED or ASK.
+func redirected(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && movedError(rerr)
 }
 
 // stop ends Run: the push watch's sessions are stopped and waited for.

@@ -11,12 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hearth-dev/hearth/internal/neterr"
 	"github.com/hearth-dev/hearth/internal/slot"
 	"github.com/hearth-dev/hearth/store"
 )
 
 // site is one master the Rewarmer watches: its marker key (in one of the
-// master's slots), the master itself and its run_id now.
+// master's slots), the master itself and its run_id (read with the marker, in setMarker).
 type site struct {
 	marker string
 	node   redis.UniversalClient // the master: the marker script and INFO go to it
@@ -30,13 +31,12 @@ type site struct {
 func (r *Rewarmer) sites(ctx context.Context) ([]site, error) {
 	cc, ok := r.opts.Client.(*redis.ClusterClient)
 	if !ok {
-		id, err := nodeRunID(ctx, r.opts.Client)
-		if err != nil {
-			return nil, err
-		}
-		return []site{{marker: store.MarkerKey(r.opts.Namespace), node: r.opts.Client, runID: id}}, nil
+		return []site{{marker: store.MarkerKey(r.opts.Namespace), node: r.opts.Client}}, nil
 	}
 	slots, err := cc.ClusterSlots(ctx).Result()
+	if neterr.Is(err) {
+		return nil, unreachedError{fmt.Errorf("cluster slots: %w", err)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cluster slots: %w", err)
 	}
@@ -70,12 +70,8 @@ func (r *Rewarmer) sites(ctx context.Context) ([]site, error) {
 			if err != nil {
 				return fmt.Errorf("master of %s: %w", out[i].marker, err)
 			}
-			id, err := nodeRunID(ctx, node)
-			if err != nil {
-				return fmt.Errorf("%s: %w", out[i].addr, err)
-			}
 			mu.Lock()
-			out[i].node, out[i].runID = node, id
+			out[i].node = node
 			mu.Unlock()
 			return nil
 		})

@@ -3,7 +3,9 @@
 // records, re-warm markers, access-log buckets and their roll-up keys), every
 // Lua script Hearth runs (embedded from lua/*.lua), the formats those keys
 // hold (epochs, lease values, version records), and the counter and log of
-// the foreign values found in them and repaired.
+// the foreign values found in them and repaired; and the warmer's writes
+// themselves: the Entry it writes and RedisStore, the unfenced store of a
+// Hearth without leader election (SET … PX, PEXPIRE … GT, PTTL).
 //
 // The leader package keeps the lease mechanism and its policy (when to
 // campaign, renew, step down), the warmer keeps what it writes and when; both

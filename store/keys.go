@@ -10,7 +10,7 @@ import (
 )
 
 // Every key of Hearth's own lives under the namespace (redis.namespace), as
-// <ns>:…, so that no declaration can name one (warmer.InNamespace) and an
+// <ns>:…, so that no declaration can name one (keytmpl.InNamespace) and an
 // ACL can grant them together.
 
 // LeaseKey is the leader lease: <ns>:{lease}, holding <epoch>:<id>/<attempt>.
@@ -124,4 +124,14 @@ func (f *Fences) At(i int) string {
 		return f.one
 	}
 	return f.slots[i]
+}
+
+// AppendVersionKey appends VersionKey(ns, key) to dst: a batch builds its
+// records' names in one buffer rather than one string each.
+func AppendVersionKey(dst []byte, ns, key string) []byte {
+	dst = append(dst, ns...)
+	dst = append(dst, ":ver:{"...)
+	dst = append(dst, slot.Tag(slot.Of(key))...)
+	dst = append(dst, "}:"...)
+	return append(dst, key...)
 }

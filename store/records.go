@@ -3,7 +3,6 @@ package store
 import (
 	"crypto/sha1"
 	"encoding/hex"
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -40,16 +39,28 @@ func ParseLease(s string) (epoch int64, id string, ok bool) {
 // EncodeVersion maps an int64 origin version to the 20-digit decimal string
 // the version scripts compare: order-preserving over the whole int64 range,
 // negative versions included (the sign bit is flipped).
-func EncodeVersion(v int64) string {
-	return fmt.Sprintf("%020d", uint64(v)^(1<<63))
+func EncodeVersion(v int64) string { return string(AppendVersion(nil, v)) }
+
+// AppendVersion appends EncodeVersion(v) to dst.
+func AppendVersion(dst []byte, v int64) []byte {
+	u := uint64(v) ^ (1 << 63)
+	var digits [20]byte
+	for i := len(digits) - 1; i >= 0; i-- {
+		digits[i] = byte('0' + u%10)
+		u /= 10
+	}
+	return append(dst, digits[:]...)
 }
 
 // ValueHash is what a version record remembers of a value: its SHA-1 in
 // lowercase hex, as the script's redis.sha1hex computes it, so that the script
 // can tell whether the value in Redis is the one a record was written with.
-func ValueHash(v []byte) string {
+func ValueHash(v []byte) string { return string(AppendValueHash(nil, v)) }
+
+// AppendValueHash appends ValueHash(v) to dst.
+func AppendValueHash(dst []byte, v []byte) []byte {
 	h := sha1.Sum(v) // a content check, not a security boundary
-	return hex.EncodeToString(h[:])
+	return hex.AppendEncode(dst, h[:])
 }
 
 // ParseVersionRecord parses a version record as the script writes it, for

@@ -27,7 +27,7 @@ type KeyReply struct {
 	// Record describes a foreign version record repaired ("" when none).
 	Record string
 	// Why is the reason of what the check found wrong ("" when nothing):
-	// record_malformed, record_unconfirmed, value_mismatch, value_absent.
+	// one of the Repair… reasons.
 	Why string
 	// Detail is, with CodeUnbacked, the record that refused the write, else
 	// a description of a foreign value found at the key.
@@ -35,7 +35,8 @@ type KeyReply struct {
 }
 
 // VersionedManyReply splits {0, fence found} (fenced: replies nil) or {1,
-// fence found, code, record found, reason, info, …} for n keys.
+// fence found, codes, then i, record found, reason, info for each key i
+// (from 1) with any of those} for n keys, codes one digit per key.
 func VersionedManyReply(c *redis.Cmd, n int) (replies []KeyReply, fence string, err error) {
 	v, err := c.Result()
 	if err != nil {
@@ -52,16 +53,33 @@ func VersionedManyReply(c *redis.Cmd, n int) (replies []KeyReply, fence string, 
 		return nil, "", fmt.Errorf("unexpected script reply %v", v)
 	case head == 0 && len(a) == 2:
 		return nil, fence, nil
-	case head != 1 || len(a) != 2+4*n:
+	case head != 1 || len(a) < 3 || (len(a)-3)%4 != 0:
 		return nil, "", fmt.Errorf("unexpected script reply for %d keys: %d elements", n, len(a))
+	}
+	codes, ok := a[2].(string)
+	if !ok || len(codes) != n {
+		return nil, "", fmt.Errorf("unexpected script reply for %d keys: codes %v", n, a[2])
 	}
 	replies = make([]KeyReply, n)
 	for i := range n {
-		r, ok := keyReplyOf(a[2+4*i : 6+4*i])
-		if !ok || r.Code < CodeWritten {
-			return nil, "", fmt.Errorf("unexpected script reply for key %d: %v", i, a[2+4*i:6+4*i])
+		code := int64(codes[i]) - '0'
+		if code < CodeWritten || code > CodeUnbacked {
+			return nil, "", fmt.Errorf("unexpected script reply for key %d: code %q", i, codes[i])
 		}
-		replies[i] = r
+		replies[i].Code = code
+	}
+	last := int64(0)
+	for d := a[3:]; len(d) > 0; d = d[4:] {
+		i, ok := d[0].(int64)
+		if !ok || i <= last || i > int64(n) {
+			return nil, "", fmt.Errorf("unexpected script reply for %d keys: key %v", n, d[0])
+		}
+		last = i
+		r, ok := keyReplyOf(append([]any{replies[i-1].Code}, d[1:4]...))
+		if !ok {
+			return nil, "", fmt.Errorf("unexpected script reply for key %d: %v", i-1, d[1:4])
+		}
+		replies[i-1] = r
 	}
 	return replies, fence, nil
 }

@@ -43,16 +43,23 @@ func TestVersionedReplies(t *testing.T) {
 			t.Errorf("VersionedReply(%#v) accepted", v)
 		}
 	}
-	rs, fence, err := store.VersionedManyReply(cmd([]any{int64(1), "", int64(1), "", "", "", int64(3), "x", "record_malformed", ""}), 2)
-	if err != nil || fence != "" || len(rs) != 2 || rs[0].Code != store.CodeWritten || rs[1].Code != store.CodeOlder || rs[1].Record != "x" {
+	// Only the keys with something to say carry more than their code.
+	rs, fence, err := store.VersionedManyReply(cmd([]any{int64(1), "", "132", int64(2), "x", "record_malformed", ""}), 3)
+	if err != nil || fence != "" || len(rs) != 3 || rs[0] != (store.KeyReply{Code: store.CodeWritten}) ||
+		rs[1] != (store.KeyReply{Code: store.CodeOlder, Record: "x", Why: "record_malformed"}) || rs[2] != (store.KeyReply{Code: store.CodeExtended}) {
 		t.Errorf("VersionedManyReply = %+v, %q, %v", rs, fence, err)
 	}
 	if rs, fence, err := store.VersionedManyReply(cmd([]any{int64(0), "nan"}), 3); err != nil || rs != nil || fence != "nan" {
 		t.Errorf("fenced VersionedManyReply = %+v, %q, %v", rs, fence, err)
 	}
 	for _, v := range []any{
-		[]any{int64(1), "", int64(1), "", "", ""},                       // one key short
-		[]any{int64(1), "", int64(0), "", "", "", int64(1), "", "", ""}, // fenced inside a passed chunk
+		[]any{int64(1), "", "1"},                                               // one key short
+		[]any{int64(1), "", "01"},                                              // fenced inside a passed chunk
+		[]any{int64(1), "", "15"},                                              // the pre-warm's code
+		[]any{int64(1), "", "11", int64(3), "", "", "x"},                       // details of a third key
+		[]any{int64(1), "", "11", int64(1), "", ""},                            // details cut short
+		[]any{int64(1), "", "11", int64(2), "", "", "", int64(1), "", "", "x"}, // out of order
+		[]any{int64(1), "", int64(11)},
 		[]any{int64(2), ""},
 	} {
 		if _, _, err := store.VersionedManyReply(cmd(v), 2); err == nil {

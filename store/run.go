@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -43,6 +44,57 @@ const PipelineMax = 1024
 // those runs are sent again by SHA; a run still refused is sent in full
 // (EVAL). It returns the commands, or the first error other than NOSCRIPT.
 func RunScript(ctx context.Context, client redis.UniversalClient, script *redis.Script, n int, args func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
+	return runScript(ctx, client, script, n, func(pipe redis.Pipeliner, i int, full bool) *redis.Cmd {
+		keys, argv := args(i)
+		if full {
+			return script.Eval(ctx, pipe, keys, argv...)
+		}
+		return script.EvalSha(ctx, pipe, keys, argv...)
+	})
+}
+
+// ScriptHead is how many leading slots RunPacked's runs leave free for the
+// command, the script and the key count.
+const ScriptHead = 3
+
+// RunPacked is RunScript for runs of many keys each, whose keys and
+// arguments args(i) packs into one slice: ScriptHead free slots, then the
+// keys (string or *string), then the arguments, nkeys the number of keys.
+// Pointers (*string, *int64, *Bytes) let a batch pass every key's keys and
+// arguments from arrays of its own, without an allocation per argument.
+func RunPacked(ctx context.Context, client redis.UniversalClient, script *redis.Script, n int, args func(i int) (cmd []any, nkeys int)) ([]*redis.Cmd, error) {
+	return runScript(ctx, client, script, n, func(pipe redis.Pipeliner, i int, full bool) *redis.Cmd {
+		cmd, nkeys := args(i)
+		if full {
+			keys := make([]string, nkeys)
+			for j, k := range cmd[ScriptHead : ScriptHead+nkeys] {
+				switch k := k.(type) {
+				case string:
+					keys[j] = k
+				case *string:
+					keys[j] = *k
+				}
+			}
+			return script.Eval(ctx, pipe, keys, cmd[ScriptHead+nkeys:]...)
+		}
+		cmd[0], cmd[1], cmd[2] = "evalsha", script.Hash(), strconv.Itoa(nkeys)
+		c := pipe.Do(ctx, cmd...)
+		if nkeys > 0 {
+			c.SetFirstKeyPos(ScriptHead) // as EvalSha's: a Cluster routes by it
+		}
+		return c
+	})
+}
+
+// Bytes is a value argument passed by pointer (RunPacked): go-redis writes a
+// BinaryMarshaler's bytes as they are, and a pointer in an interface costs
+// no allocation where a slice does.
+type Bytes []byte
+
+// MarshalBinary returns the bytes themselves.
+func (b *Bytes) MarshalBinary() ([]byte, error) { return *b, nil }
+
+func runScript(ctx context.Context, client redis.UniversalClient, script *redis.Script, n int, queue func(pipe redis.Pipeliner, i int, full bool) *redis.Cmd) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, n)
 	all := make([]int, n)
 	for i := range all {
@@ -54,12 +106,7 @@ func RunScript(ctx context.Context, client redis.UniversalClient, script *redis.
 			runs = runs[len(chunk):]
 			pipe := client.Pipeline()
 			for _, i := range chunk {
-				keys, argv := args(i)
-				if full {
-					cmds[i] = script.Eval(ctx, pipe, keys, argv...)
-				} else {
-					cmds[i] = script.EvalSha(ctx, pipe, keys, argv...)
-				}
+				cmds[i] = queue(pipe, i, full)
 			}
 			_, _ = pipe.Exec(ctx)
 		}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/hearth-dev/hearth/keytmpl"
 )
 
 // Changes lists, by name, what one Apply did to the declarations.
@@ -138,7 +140,6 @@ func (w *Warmer) Use(d *Declarations) Changes {
 	w.cur.Store(&view{decl: next, state: state})
 	for _, name := range slices.Concat(ch.Added, ch.Changed) {
 		w.decl.set(next.index[name])
-		w.hot.declare(next.index[name])
 	}
 	for _, name := range ch.Removed {
 		w.forget(name)
@@ -165,25 +166,16 @@ func (w *Warmer) forget(name string) {
 	w.decl.ttl.DeletePartialMatch(family)
 	w.stm.members.DeletePartialMatch(family)
 	w.stm.pruned.DeletePartialMatch(family)
-	w.hot.forget(name)
 }
 
 // sameSpec reports whether two declarations would refresh identically.
 func sameSpec(a, b *Spec) bool {
-	if a.Template.raw != b.Template.raw || a.Template.maxLen != b.Template.maxLen ||
-		patternOf(a.Template) != patternOf(b.Template) {
+	if !a.Template.Same(b.Template) {
 		return false
 	}
 	ac, bc := *a, *b
-	ac.Template, bc.Template = Template{}, Template{}
+	ac.Template, bc.Template = keytmpl.Template{}, keytmpl.Template{}
 	return reflect.DeepEqual(ac, bc)
-}
-
-func patternOf(t Template) string {
-	if t.pattern == nil {
-		return ""
-	}
-	return t.pattern.String()
 }
 
 // lookup returns a declaration and its state, from the current view.

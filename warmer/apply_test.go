@@ -19,6 +19,7 @@ import (
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -58,7 +59,7 @@ func TestApply(t *testing.T) {
 `, p))
 	reg := prometheus.NewRegistry()
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"up": src},
+		Store: &store.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"up": src},
 		Specs: first, Registerer: reg,
 	})
 	if err != nil {

@@ -10,14 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// A run that cannot keep up (an origin slowed, a machine short of CPU) must
-// not let keys expire silently in member order. Two things follow:
-//   - oldestFirst orders a run's batches by their members' last write, oldest
-//     (and never written) first, so that what capacity there is goes to the
-//     keys closest to expiry;
-//   - runWatch projects, while the run goes, from its progress rate, whether
-//     every key still to be written will be written before its TTL runs out,
-//     and logs, counts and publishes the shortfall (docs/operations.md).
+// A run that cannot keep up writes the oldest writes first (oldestFirst) and
+// projects, logs and counts its shortfall (runWatch; docs/operations.md).
 
 // ordered is a run's batches in the order they start, and for each the
 // earliest TTL end among its members (unix nanoseconds: last write plus the
@@ -25,24 +19,39 @@ import (
 type ordered struct {
 	batches [][]string
 	due     []int64
+	// at is where each batch starts in the members list.
+	at []int
 }
 
-// oldestFirst cuts members into batches (in member order, as batches does)
-// and orders the batches by the oldest last write among their members, never
-// written first, ties in member order. It costs one state lookup per member
-// and a sort of the batches, not of the members: a batch's members were
-// written together by the previous run, so ordering batches orders writes.
+// oldestFirst cuts members into batches and orders the batches by the oldest
+// last write among their members, never written first, ties in member order:
+// a sort of the batches, not of the members, whose batches were written
+// together by the previous run.
 func (w *Warmer) oldestFirst(spec *Spec, st *declState, members []string) ordered {
-	batches := w.batches(spec, members)
+	batches := spec.Batches(members)
 	oldest := make([]int64, len(batches)) // 0: a member never written
 	due := make([]int64, len(batches))
+	at := make([]int, len(batches))
 	ttl := int64(spec.MinTTL())
 	sorted := true
+	next := 0
 	for i, b := range batches {
+		at[i] = next
+		next += len(b)
 		o, d := int64(-1), int64(0)
 		st.mu.Lock() // per batch: writers of other batches are not held for long
-		for _, m := range b {
-			t := st.lastSuccess(m)
+		// The members just declared (the usual case) are read by position.
+		okAt := []int64(nil)
+		if sameSlice(st.declared, members) {
+			okAt = st.okAt[at[i] : at[i]+len(b)]
+		}
+		for j, m := range b {
+			var t int64
+			if okAt != nil {
+				t = okAt[j]
+			} else {
+				t = st.lastSuccess(m)
+			}
 			if o < 0 || t < o {
 				o = t
 			}
@@ -57,7 +66,7 @@ func (w *Warmer) oldestFirst(spec *Spec, st *declState, members []string) ordere
 		}
 	}
 	if sorted {
-		return ordered{batches: batches, due: due}
+		return ordered{batches: batches, due: due, at: at}
 	}
 	idx := make([]int, len(batches))
 	for i := range idx {
@@ -66,9 +75,9 @@ func (w *Warmer) oldestFirst(spec *Spec, st *declState, members []string) ordere
 	slices.SortFunc(idx, func(a, b int) int {
 		return cmp.Or(cmp.Compare(oldest[a], oldest[b]), cmp.Compare(a, b))
 	})
-	out := ordered{batches: make([][]string, len(batches)), due: make([]int64, len(batches))}
+	out := ordered{batches: make([][]string, len(batches)), due: make([]int64, len(batches)), at: make([]int, len(batches))}
 	for j, i := range idx {
-		out.batches[j], out.due[j] = batches[i], due[i]
+		out.batches[j], out.due[j], out.at[j] = batches[i], due[i], at[i]
 	}
 	return out
 }

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/hearth-dev/hearth/keytmpl"
 )
 
 // BenchmarkOldestFirst is what ordering a run's batches by last write adds to
@@ -13,25 +15,25 @@ import (
 // finished slightly out of order, so the sort has work to do.
 func BenchmarkOldestFirst(b *testing.B) {
 	const n, size = 1_000_000, 500
-	tp, err := ParseTemplate("m:{id}")
+	tp, err := keytmpl.Parse("m:{id}")
 	if err != nil {
 		b.Fatal(err)
 	}
 	spec := &Spec{Name: "m", Template: tp, TTL: time.Minute, BatchSize: size}
 	members := make([]string, n)
-	st := &declState{lastOK: make(map[string]int64, n)}
+	st := &declState{lastOK: make(map[string]int32, n), okAt: make([]int64, n), declared: members}
 	t0 := time.Now().UnixNano()
 	for i := range members {
 		members[i] = strconv.Itoa(i)
 		batch := i / size
 		// Batches of four loads in flight finish in a shuffled order.
-		st.lastOK[members[i]] = t0 + int64((batch^3)*int(time.Millisecond))
+		st.lastOK[members[i]], st.okAt[i] = int32(i), t0+int64((batch^3)*int(time.Millisecond))
 	}
 	w := &Warmer{}
 	b.Run("member order (before)", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if got := w.batches(spec, members); len(got) != n/size {
+			if got := spec.Batches(members); len(got) != n/size {
 				b.Fatal(len(got))
 			}
 		}

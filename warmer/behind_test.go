@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -64,7 +65,7 @@ func serialWarmer(t *testing.T, env *testenv.RedisEnv, src warmer.Source, now fu
 		logger = zerolog.New(log)
 	}
 	w, err := warmer.New(warmer.Options{
-		Store:   &warmer.RedisStore{Client: env.Client},
+		Store:   &store.RedisStore{Client: env.Client},
 		Sources: map[string]warmer.Source{"o": src}, Specs: []*warmer.Spec{spec},
 		MaxConcurrentLoads: 1, Registerer: reg, Logger: logger, Now: now,
 	})

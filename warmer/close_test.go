@@ -12,6 +12,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -47,8 +48,8 @@ func TestCloseEndsOwnWork(t *testing.T) {
 	ctx := context.Background()
 	src := &recovering{Fake: sourcetest.New("origin")}
 	src.Answer(func(m string) (warmer.Result, bool) { return warmer.Result{Value: []byte("v-" + m)}, true })
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"origin": src},
-		Specs: []*warmer.Spec{familySpec(t, rd.Prefix, "a", "b")}, Registerer: prometheus.NewRegistry()})
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"o": src},
+		Specs: []*warmer.Spec{family(t, rd.Prefix, "product", 2)}, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hearth-dev/hearth/jobs"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/sources/protect"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -33,7 +34,7 @@ type rig struct {
 func newRig(t *testing.T, rdb *redis.Client, prefix string, sources map[string]warmer.Source, specs ...*warmer.Spec) *rig {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rdb}, Sources: sources, Specs: specs,
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rdb}, Sources: sources, Specs: specs,
 		Registerer: reg, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package warmer
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -24,9 +25,9 @@ type oneOffState = simplelru.LRU[string, int64]
 // single key's one member is declared from the start, a family's members at
 // its first run.
 func newDeclState(s *Spec) *declState {
-	st := &declState{lastOK: map[string]int64{}}
+	st := &declState{lastOK: map[string]int32{}}
 	if !s.Template.IsFamily() {
-		st.lastOK[""] = 0
+		st.lastOK[""], st.okAt, st.declared = 0, []int64{0}, []string{""}
 	}
 	return st
 }
@@ -47,8 +48,8 @@ func oneOffHorizon(s *Spec) time.Duration {
 // lastSuccess is m's last successful load (unix nanoseconds), 0 if none is
 // remembered. Call with st.mu held.
 func (st *declState) lastSuccess(m string) int64 {
-	if v, ok := st.lastOK[m]; ok {
-		return v
+	if i, ok := st.lastOK[m]; ok {
+		return st.okAt[i]
 	}
 	if st.oneOff != nil {
 		if v, ok := st.oneOff.Peek(m); ok {
@@ -61,11 +62,22 @@ func (st *declState) lastSuccess(m string) int64 {
 // setLastOK records m's last success (or, for a member never loaded, the
 // failure its stale budget starts from). Call with st.mu held.
 func (st *declState) setLastOK(spec *Spec, m string, t int64) {
-	if _, ok := st.lastOK[m]; ok {
-		st.lastOK[m] = t
+	if i, ok := st.lastOK[m]; ok {
+		st.okAt[i] = t
 		return
 	}
 	st.addOneOff(spec, m, t)
+}
+
+// setLastOKAt is setLastOK for a member a run found at position i of the
+// declared list (-1: unknown): written in place while it is still there,
+// with no lookup in a map of every member. Call with st.mu held.
+func (st *declState) setLastOKAt(spec *Spec, i int, m string, t int64) {
+	if i >= 0 && i < len(st.declared) && st.declared[i] == m {
+		st.okAt[i] = t
+		return
+	}
+	st.setLastOK(spec, m, t)
 }
 
 // addOneOff remembers a member outside the declaration, if its state can
@@ -100,11 +112,27 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 	now := w.now().UnixNano()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !sameSlice(st.declared, members) && !sameMembers(st.lastOK, members) {
-		next := make(map[string]int64, len(members))
-		for _, m := range members {
-			v, ok := st.lastOK[m]
-			if ok {
+	switch {
+	case sameSlice(st.declared, members):
+	case sameMembers(st.lastOK, members):
+		if !slices.Equal(st.declared, members) {
+			// The same members in another order: their slots follow them.
+			okAt := make([]int64, len(members))
+			for i, m := range members {
+				okAt[i] = st.okAt[st.lastOK[m]]
+			}
+			for i, m := range members {
+				st.lastOK[m] = int32(i)
+			}
+			st.okAt = okAt
+		}
+	default:
+		next := make(map[string]int32, len(members))
+		okAt := make([]int64, len(members))
+		for i, m := range members {
+			var v int64
+			if j, ok := st.lastOK[m]; ok {
+				v = st.okAt[j]
 				delete(st.lastOK, m)
 			} else if st.oneOff != nil {
 				if ov, found := st.oneOff.Peek(m); found {
@@ -112,14 +140,14 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 					st.oneOff.Remove(m)
 				}
 			}
-			next[m] = v
+			next[m], okAt[i] = int32(i), v
 		}
-		for m, v := range st.lastOK { // left the declaration
-			if v != 0 {
+		for m, j := range st.lastOK { // left the declaration
+			if v := st.okAt[j]; v != 0 {
 				st.addOneOff(spec, m, v)
 			}
 		}
-		st.lastOK = next
+		st.lastOK, st.okAt = next, okAt
 	}
 	st.declared = members
 	w.pruneOneOffs(spec, st, now)
@@ -132,7 +160,7 @@ func sameSlice(a, b []string) bool {
 	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
-func sameMembers(declared map[string]int64, members []string) bool {
+func sameMembers(declared map[string]int32, members []string) bool {
 	if len(declared) != len(members) {
 		return false
 	}

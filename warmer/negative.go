@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/hearth-dev/hearth/store"
 )
 
 // NegativeInterval is how often the members a declaration found missing are
@@ -25,8 +27,10 @@ func (w *Warmer) negativeTTL(spec *Spec) time.Duration {
 	return time.Duration(float64(spec.NegativeTTL) * (1 + spec.Jitter*(w.rand()-0.5)))
 }
 
-func (w *Warmer) negative(spec *Spec, member string) Entry {
-	return Entry{Key: spec.Template.Key(member), Value: spec.NegativeValue, TTL: w.negativeTTL(spec)}
+// negative is the sentinel entry of a member; its key is set with the
+// batch's (keysOf).
+func (w *Warmer) negative(spec *Spec) store.Entry {
+	return store.Entry{Value: spec.NegativeValue, TTL: w.negativeTTL(spec)}
 }
 
 // noteNegatives records which written members are now sentinels. Call with st.mu held.
@@ -94,14 +98,14 @@ func (w *Warmer) RefreshNegatives(ctx context.Context, name string) (Outcome, er
 		return out, nil
 	}
 	start := w.now()
-	for _, batch := range w.batches(spec, members) {
+	for _, batch := range spec.Batches(members) {
 		if err := w.loads.Acquire(ctx, 1); err != nil {
 			out.LastError = err
 			break
 		}
-		o := w.refreshBatch(ctx, spec, st, batch)
+		o := w.refreshBatch(ctx, spec, st, batch, -1)
 		w.loads.Release(1)
-		out.add(o)
+		out.Add(o)
 	}
 	out.Duration = w.now().Sub(start)
 	return out, out.LastError

@@ -17,11 +17,8 @@ const RateHeadroom = 0.8
 
 // paceGap is the gap between a paced run's batches: the spread left divided
 // among them, but never less than the origin admits between two calls (with
-// RateHeadroom to catch up). A plan
-// faster than the origin's rate bound cannot be kept: every batch would wait
-// for the limiter longer than the last, and the lag would grow through the
-// whole run (2,000 batches of a million members planned over 15 s against
-// 100 calls/s: seconds late by the end).
+// RateHeadroom to catch up): a plan faster than the origin's rate bound makes
+// every batch later than the last (docs/performance.md).
 func (w *Warmer) paceGap(spec *Spec, left time.Duration, batches int) time.Duration {
 	if batches <= 1 || left <= 0 {
 		return 0

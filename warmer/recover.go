@@ -16,10 +16,8 @@ const recoverTimeout = 5 * time.Minute
 
 // watchRecoveries refreshes, when a source's origin comes back, the
 // declarations of that source whose last run failed, at once rather than at
-// their next scheduled run: their values were kept alive stale during the
-// outage, and are fresh again within the probe interval of the origin's return.
-// The refresh runs on the source's goroutine, as the warmer's own work: Close
-// ends it and waits for it.
+// their next scheduled run (docs/faults.md). The refresh runs on the source's
+// goroutine, as the warmer's own work: Close ends it and waits for it.
 func (w *Warmer) watchRecoveries(sources map[string]Source) {
 	for name, src := range sources {
 		if r, ok := src.(recoverer); ok {

@@ -17,6 +17,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/testenv"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/sources/protect"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -48,7 +49,7 @@ func TestBreakerProbeRecovers(t *testing.T) {
 
 	s := origintest.Spec(t, "p", rd.Prefix+"p:{id}", "/v/{id}")
 	s.Members, s.MaxStale, s.TTL = []string{"a", "b"}, time.Hour, time.Hour
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": guard},
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": guard},
 		Specs: []*warmer.Spec{s}, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestBreakerProbeFalseRecovery(t *testing.T) {
 	t.Cleanup(guard.(interface{ Close() }).Close)
 	s := origintest.Spec(t, "p", rd.Prefix+"p:{id}", "/v/{id}")
 	s.Members = []string{"a"}
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": guard},
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": guard},
 		Specs: []*warmer.Spec{s}, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/hearth-dev/hearth/keytmpl"
 )
 
 // Spec is one validated key declaration: a single key or a family of keys, where
@@ -14,7 +16,7 @@ type Spec struct {
 	// Name identifies the declaration in logs, metrics and the admin API.
 	Name string
 	// Template is the key (single) or key template (family).
-	Template Template
+	Template keytmpl.Template
 	// Source names the origin the values are loaded from.
 	Source string
 
@@ -36,7 +38,7 @@ type Spec struct {
 	// BatchSize is how many members one load asks the origin for.
 	BatchSize int
 	// HotSet, when set, adds the family's hottest keys in the access log to
-	// its members (see RankHotSet).
+	// its members (package hotset ranks it).
 	HotSet *HotSet
 
 	// Query is the SQL a postgres source runs: no parameter for a single key,

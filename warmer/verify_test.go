@@ -13,6 +13,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -22,25 +23,25 @@ import (
 // (the record changed meanwhile: every write of the key is refused). It
 // remembers what each write carried.
 type recheckStore struct {
-	warmer.RedisStore
+	store.RedisStore
 	refused, record string
 	stubborn        bool
 	mu              sync.Mutex
-	writes          [][]warmer.Entry
+	writes          [][]store.Entry
 }
 
-func (s *recheckStore) SetChecked(ctx context.Context, entries []warmer.Entry) ([]warmer.VersionCheck, error) {
+func (s *recheckStore) SetChecked(ctx context.Context, entries []store.Entry) ([]store.VersionCheck, error) {
 	s.mu.Lock()
 	s.writes = append(s.writes, slices.Clone(entries))
 	s.mu.Unlock()
-	checks := make([]warmer.VersionCheck, len(entries))
-	var land []warmer.Entry
+	checks := make([]store.VersionCheck, len(entries))
+	var land []store.Entry
 	for i, e := range entries {
 		switch {
 		case e.Key == s.refused && (s.stubborn || e.Unconfirmed != s.record):
-			checks[i] = warmer.VersionCheck{Reason: warmer.RepairValueAbsent, Found: "absent", Recheck: true, Record: s.record}
+			checks[i] = store.VersionCheck{Reason: store.RepairValueAbsent, Found: "absent", Recheck: true, Record: s.record}
 		case e.Key == s.refused:
-			checks[i] = warmer.VersionCheck{Reason: warmer.RepairRecordUnconfirmed, Found: "unconfirmed"}
+			checks[i] = store.VersionCheck{Reason: store.RepairRecordUnconfirmed, Found: "unconfirmed"}
 			land = append(land, e)
 		default:
 			land = append(land, e)
@@ -71,11 +72,11 @@ func TestRefusedUnbackedWriteIsReReadOnce(t *testing.T) {
 		t.Run("stubborn "+strconv.FormatBool(stubborn), func(t *testing.T) {
 			spec := family(t, env.Prefix+strconv.FormatBool(stubborn)+":", "product", 5)
 			spec.VersionColumn = "version"
-			store := &recheckStore{RedisStore: warmer.RedisStore{Client: env.Client},
+			rs := &recheckStore{RedisStore: store.RedisStore{Client: env.Client},
 				refused: spec.Template.Key("3"), record: "1:1:rec:h", stubborn: stubborn}
 			o := memberOrigin()
 			reg := prometheus.NewRegistry()
-			w, err := warmer.New(warmer.Options{Store: store, Sources: map[string]warmer.Source{"o": o}, Specs: []*warmer.Spec{spec},
+			w, err := warmer.New(warmer.Options{Store: rs, Sources: map[string]warmer.Source{"o": o}, Specs: []*warmer.Spec{spec},
 				Registerer: reg, Logger: zerolog.Nop()})
 			if err != nil {
 				t.Fatal(err)
@@ -84,11 +85,11 @@ func TestRefusedUnbackedWriteIsReReadOnce(t *testing.T) {
 			if loads := o.Loads(); len(loads) != 2 || !slices.Equal(loads[1], []string{"3"}) {
 				t.Fatalf("loads %v, want the batch, then member 3 alone, once", loads)
 			}
-			if len(store.writes) != 2 || len(store.writes[1]) != 1 || store.writes[1][0].Unconfirmed != store.record {
-				t.Fatalf("writes %+v, want the re-read's one entry naming the record", store.writes)
+			if len(rs.writes) != 2 || len(rs.writes[1]) != 1 || rs.writes[1][0].Unconfirmed != rs.record {
+				t.Fatalf("writes %+v, want the re-read's one entry naming the record", rs.writes)
 			}
-			if store.writes[1][0].Seq <= store.writes[0][0].Seq {
-				t.Errorf("re-read stamped %d, not after the first load's %d", store.writes[1][0].Seq, store.writes[0][0].Seq)
+			if rs.writes[1][0].Seq <= rs.writes[0][0].Seq {
+				t.Errorf("re-read stamped %d, not after the first load's %d", rs.writes[1][0].Seq, rs.writes[0][0].Seq)
 			}
 			want, absent, unconfirmed := 5, 1.0, 1.0
 			if stubborn {

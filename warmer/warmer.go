@@ -17,6 +17,9 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/hearth-dev/hearth/keytmpl"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // Options configures a Warmer. Store, Sources and Specs are required.
@@ -58,9 +61,7 @@ type Warmer struct {
 	cur     atomic.Pointer[view]
 	applyMu sync.Mutex
 
-	stm *stateMetrics
-
-	hot     *hotMetrics
+	stm     *stateMetrics
 	oneShot bool
 
 	// seq numbers loads in the order they start; writes carry it so that the
@@ -79,11 +80,12 @@ type Warmer struct {
 // declState is what the warmer remembers about a declaration between runs.
 type declState struct {
 	mu sync.Mutex
-	// lastOK holds each declared member's last successful load (unix
-	// nanoseconds, 0 for none yet); a failing member's value is kept alive for
-	// at most MaxStale past it. Its keys are the declared members, as of the
-	// last run that listed them (see declare in memberstate.go).
-	lastOK map[string]int64
+	// lastOK holds each declared member's slot in okAt, its last successful
+	// load (unix nanoseconds, 0 for none yet), which bounds its stale
+	// extension (MaxStale). The slots are the members' positions in declared
+	// (see declare), so that a run's batches write them in place.
+	lastOK map[string]int32
+	okAt   []int64
 	// oneOff is lastOK for members loaded outside the declaration (admin
 	// refreshes, access-log pre-warms, members that left): kept only while a
 	// value of theirs can still be alive, and at most MaxOneOffMembers of them.
@@ -105,8 +107,8 @@ type declState struct {
 	// negative holds the members last written as the not-found sentinel,
 	// re-checked every NegativeInterval (see negative.go).
 	negative map[string]bool
-	// hot is the family's hot set (see hotset.go), nil until ranked.
-	hot hotState
+	// hot is the family's hot set, sorted (package hotset ranks it).
+	hot []string
 	// failing is true while the last run did not end ok (see recover.go).
 	failing bool
 }
@@ -139,7 +141,6 @@ func New(opts Options) (*Warmer, error) {
 		now:     opts.Now,
 		rand:    opts.Rand,
 		stm:     newStateMetrics(opts.Registerer),
-		hot:     newHotMetrics(opts.Registerer),
 		oneShot: opts.OneShot,
 	}
 	d, err := w.Declare(opts.Specs)
@@ -150,7 +151,6 @@ func New(opts Options) (*Warmer, error) {
 	for _, s := range d.specs {
 		st[s.Name] = newDeclState(s)
 		w.decl.set(s)
-		w.hot.declare(s)
 	}
 	w.cur.Store(&view{decl: d, state: st})
 	w.life, w.end = context.WithCancel(context.Background())
@@ -205,6 +205,12 @@ type RunOptions struct {
 	// Drain, when closed, stops the run from starting further batches; the
 	// batches already started finish (their context still bounds them).
 	Drain <-chan struct{}
+	// KnownMembers runs a members_query family on the members of its last
+	// listing, when there is one, without listing them again: a re-warm,
+	// where Redis lost its data and the origin did not lose its rows, and
+	// the listing's round trip would only delay every key (the next
+	// scheduled run lists again).
+	KnownMembers bool
 }
 
 // Outcome counts what one run did.
@@ -239,7 +245,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	if !ro.Planned.IsZero() {
 		w.metrics.lag.WithLabelValues(name).Observe(max(0, start.Sub(ro.Planned)).Seconds())
 	}
-	members, skipped, err := w.members(ctx, spec, st)
+	members, skipped, err := w.members(ctx, spec, st, ro.KnownMembers)
 	out := Outcome{Members: len(members), Skipped: skipped}
 	if err != nil {
 		out.LastError = err
@@ -294,10 +300,10 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		watch.begun(i)
 		g.Go(func() error {
 			defer w.loads.Release(1)
-			o := w.refreshBatch(ctx, spec, st, batch)
+			o := w.refreshBatch(ctx, spec, st, batch, order.at[i])
 			watch.completed(i, len(batch), o.Written+o.Negative > 0)
 			mu.Lock()
-			out.add(o)
+			out.Add(o)
 			mu.Unlock()
 			return nil
 		})
@@ -322,7 +328,8 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	return out, out.LastError
 }
 
-func (o *Outcome) add(b Outcome) {
+// Add adds b's counts to o's, and b's error if it has one.
+func (o *Outcome) Add(b Outcome) {
 	o.Written += b.Written
 	o.Negative += b.Negative
 	o.Failed += b.Failed
@@ -389,13 +396,23 @@ func (w *Warmer) finishRun(spec *Spec, st *declState, out *Outcome) {
 }
 
 // members returns the validated, de-duplicated members of a declaration (nil
-// slice with one nil batch for a single key) and how many were skipped.
-func (w *Warmer) members(ctx context.Context, spec *Spec, st *declState) ([]string, int, error) {
+// slice with one nil batch for a single key) and how many were skipped. With
+// known, a members_query family that was listed before gets that listing's
+// members without a query (RunOptions.KnownMembers).
+func (w *Warmer) members(ctx context.Context, spec *Spec, st *declState, known bool) ([]string, int, error) {
 	if !spec.Template.IsFamily() {
 		return []string{""}, 0, nil
 	}
 	raw := spec.Members
 	var listErr error
+	if known && spec.MembersQuery != "" {
+		st.mu.Lock()
+		prev := st.members
+		st.mu.Unlock()
+		if prev != nil {
+			return w.withHot(spec, st, prev, nil), 0, nil
+		}
+	}
 	if spec.MembersQuery != "" {
 		lister, ok := w.sources[spec.Source].(MemberLister)
 		if !ok {
@@ -485,8 +502,9 @@ func (w *Warmer) withHot(spec *Spec, st *declState, out []string, seen map[strin
 	return out
 }
 
-func (w *Warmer) batches(spec *Spec, members []string) [][]string {
-	size := spec.BatchSize
+// Batches cuts members into the declaration's batches, in order.
+func (s *Spec) Batches(members []string) [][]string {
+	size := s.BatchSize
 	if size <= 0 {
 		size = len(members)
 	}
@@ -511,15 +529,16 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 		return Outcome{}, err
 	}
 	defer w.loads.Release(1)
-	o := w.refreshBatch(ctx, spec, st, members)
+	o := w.refreshBatch(ctx, spec, st, members, -1)
 	// As a run's: the wall time, waiting for a load slot included.
 	o.Duration = w.now().Sub(start)
 	return o, o.LastError
 }
 
-// refreshBatch loads one batch and writes the outcome. It never returns early
+// refreshBatch loads one batch, which starts at position at of the members a
+// run declared (-1: not known), and writes the outcome. It never returns early
 // on a bad member: each member's fate is decided alone.
-func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string) Outcome {
+func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string, at int) Outcome {
 	ws := w.store
 	if w.gate != nil {
 		admitted, err := w.gate.Admit(ctx)
@@ -528,16 +547,15 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 		}
 		ws = admitted
 	}
-	return w.loadAndWrite(ctx, ws, spec, st, batch, nil)
+	return w.loadAndWrite(ctx, ws, spec, st, batch, nil, at)
 }
 
-// loadAndWrite loads one admitted batch and writes the outcome through ws
-// (the admitted store). Members whose
-// write a version record refused although their values did not back it are
-// re-read once, at once: unconfirmed, in that re-read, holds those records by
-// key (the store replaces one the re-read does not confirm), and nothing is
-// re-read again.
-func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string) Outcome {
+// loadAndWrite loads one admitted batch (at as refreshBatch's) and writes the
+// outcome through ws. Members whose write a version record refused although
+// their values did not back it are re-read once, at once: unconfirmed, in
+// that re-read, holds those records by key (the store replaces one the
+// re-read does not confirm).
+func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string, at int) Outcome {
 	out := Outcome{}
 	var req []string
 	if spec.Template.IsFamily() {
@@ -550,8 +568,9 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 
 	now := w.now()
 	var (
-		entries []Entry
+		entries []store.Entry
 		okm     []string
+		okPos   []int32
 		negm    []string
 		failed  []string
 	)
@@ -562,26 +581,28 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		out.LastError = err
 		failed = batch
 	} else {
-		entries, okm = make([]Entry, 0, len(batch)), make([]string, 0, len(batch))
-		// pending[m] is true until m is answered; a member not in it was not
-		// asked for.
-		pending := make(map[string]bool, len(batch))
-		for _, m := range batch {
-			pending[m] = true
+		entries, okm = make([]store.Entry, 0, len(batch)), make([]string, 0, len(batch))
+		// pending[m] is m's position in the batch until m is answered, then
+		// -1; a member not in it was not asked for. okPos[i] is okm[i]'s.
+		pending := make(map[string]int32, len(batch))
+		for i, m := range batch {
+			pending[m] = int32(i)
 		}
+		okPos = make([]int32, 0, len(batch))
 		foreign := false
 		for _, r := range results {
-			if !pending[r.Member] {
+			pos, asked := pending[r.Member]
+			if !asked || pos < 0 {
 				// Not asked for, or already answered: never written.
 				w.metrics.failures.WithLabelValues(spec.Name, "unexpected_member").Inc()
-				if _, asked := pending[r.Member]; !asked && !foreign {
+				if !asked && !foreign {
 					foreign = true
 					w.log.Debug().Str("family", spec.Name).Str("answered", r.Member).
 						Msg("the origin answered for a member not asked for (does the query rewrite its member?); members without an answer are not written as not found")
 				}
 				continue
 			}
-			pending[r.Member] = false
+			pending[r.Member] = -1
 			if r.Err == nil && !r.Missing && spec.MaxValueBytes > 0 && len(r.Value) > spec.MaxValueBytes {
 				r.Err = fmt.Errorf("%w: %d bytes, max_value_bytes is %d", ErrTooLarge, len(r.Value), spec.MaxValueBytes)
 			}
@@ -593,33 +614,37 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 				w.log.Debug().Str("family", spec.Name).Str("reason", reason(r.Err)).Err(out.LastError).Msg("member not refreshed")
 				failed = append(failed, r.Member)
 			case r.Missing:
-				entries = append(entries, w.negative(spec, r.Member))
+				entries = append(entries, w.negative(spec))
 				out.Negative++
-				okm = append(okm, r.Member)
+				okm, okPos = append(okm, r.Member), append(okPos, pos)
 				negm = append(negm, r.Member)
 			default:
-				entries = append(entries, Entry{Key: spec.Template.Key(r.Member), Value: r.Value, TTL: spec.JitteredTTL(w.rand())})
+				e := store.Entry{Value: r.Value, TTL: spec.JitteredTTL(w.rand())}
+				if spec.VersionColumn != "" && r.HasVersion {
+					e.Versioned, e.Version = true, r.Version
+				}
+				entries = append(entries, e)
 				out.Written++
-				okm = append(okm, r.Member)
+				okm, okPos = append(okm, r.Member), append(okPos, pos)
 			}
 		}
-		for _, m := range batch {
-			if pending[m] && foreign {
+		for i, m := range batch {
+			if pending[m] >= 0 && foreign {
 				// The origin answered under a name nobody asked for (a query
 				// that rewrites its member: 01 answered as 1): the answer may
 				// be this member's, so it is not written as not found.
-				pending[m] = false
+				pending[m] = -1
 				w.metrics.failures.WithLabelValues(spec.Name, "ambiguous").Inc()
 				out.Failed++
 				out.LastError = fmt.Errorf("load %s from %s: no answer, and the origin answered for members not asked for: not written as not found", spec.Template.Key(m), spec.Source)
 				failed = append(failed, m)
 				continue
 			}
-			if pending[m] {
-				pending[m] = false
-				entries = append(entries, w.negative(spec, m))
+			if pending[m] >= 0 {
+				pending[m] = -1
+				entries = append(entries, w.negative(spec))
 				out.Negative++
-				okm = append(okm, m)
+				okm, okPos = append(okm, m), append(okPos, int32(i))
 				negm = append(negm, m)
 			}
 		}
@@ -628,7 +653,8 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 	var recheck []string
 	var records map[string]string
 	if len(entries) > 0 {
-		w.stamp(spec, entries, seq, results)
+		keysOf(spec.Template, entries, okm)
+		w.stamp(spec, entries, seq)
 		for i := range entries {
 			entries[i].Unconfirmed = unconfirmed[entries[i].Key]
 		}
@@ -657,11 +683,17 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		}
 	}
 	st.mu.Lock()
-	for _, m := range okm {
+	// okPos still says where okm's members are unless okm was filtered.
+	positional := at >= 0 && len(okPos) == len(okm)
+	for i, m := range okm {
 		if w.oneShot {
 			break
 		}
-		st.setLastOK(spec, m, now.UnixNano())
+		if positional {
+			st.setLastOKAt(spec, at+int(okPos[i]), m, now.UnixNano())
+		} else {
+			st.setLastOK(spec, m, now.UnixNano())
+		}
 	}
 	st.noteNegatives(okm, negm)
 	w.noteState(spec.Name, st)
@@ -670,16 +702,42 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		out.Extended = w.extendStale(ctx, ws, spec, st, failed, now)
 	}
 	if len(recheck) > 0 {
-		out.add(w.loadAndWrite(ctx, ws, spec, st, recheck, records))
+		out.Add(w.loadAndWrite(ctx, ws, spec, st, recheck, records, -1))
 	}
 	return out
+}
+
+// keysOf sets entries[i].Key to t's key of members[i], all of them cut from
+// one string: a batch's keys cost one allocation, not one each.
+func keysOf(t keytmpl.Template, entries []store.Entry, members []string) {
+	if !t.IsFamily() {
+		for i := range entries {
+			entries[i].Key = t.String()
+		}
+		return
+	}
+	prefix, suffix := t.Literals()
+	size := 0
+	for _, m := range members {
+		size += len(prefix) + len(m) + len(suffix)
+	}
+	buf := make([]byte, 0, size)
+	for _, m := range members {
+		buf = append(append(append(buf, prefix...), m...), suffix...)
+	}
+	all, at := string(buf), 0
+	for i, m := range members {
+		n := len(prefix) + len(m) + len(suffix)
+		entries[i].Key = all[at : at+n]
+		at += n
+	}
 }
 
 // noteChecks counts what a version-checked write found wrong at its keys
 // (entries[i] is members[i]'s), logs it once per reason with the first key and
 // how many, and returns the members to re-read (reread) or left refused, with
 // the records that refused them.
-func (w *Warmer) noteChecks(spec *Spec, entries []Entry, members []string, checks []VersionCheck, reread bool) ([]string, map[string]string) {
+func (w *Warmer) noteChecks(spec *Spec, entries []store.Entry, members []string, checks []store.VersionCheck, reread bool) ([]string, map[string]string) {
 	type found struct {
 		n          int
 		key, found string
@@ -712,7 +770,7 @@ func (w *Warmer) noteChecks(spec *Spec, entries []Entry, members []string, check
 			records[entries[i].Key] = c.Record
 		}
 	}
-	for _, reason := range []string{RepairValueMismatch, RepairValueAbsent, RepairRecordUnconfirmed, RepairRecordMalformed} {
+	for _, reason := range []string{store.RepairValueMismatch, store.RepairValueAbsent, store.RepairRecordUnconfirmed, store.RepairRecordMalformed} {
 		f := by[reason]
 		if f == nil {
 			continue
@@ -723,9 +781,9 @@ func (w *Warmer) noteChecks(spec *Spec, entries []Entry, members []string, check
 			msg = "a version record refused the write but its value does not back it: re-reading the origin"
 		case f.recheck:
 			msg = "a version record refused the re-read's write but its value does not back it: left to the next run"
-		case reason == RepairValueMismatch:
+		case reason == store.RepairValueMismatch:
 			msg = "the value was not the bytes hearth wrote: replaced with the origin's"
-		case reason == RepairRecordUnconfirmed:
+		case reason == store.RepairRecordUnconfirmed:
 			msg = "a version record the origin does not confirm (its version is above the origin's, read after it): replaced"
 		}
 		w.log.Warn().Str("family", spec.Name).Str("reason", reason).Str("key", f.key).Str("found", f.found).
@@ -745,16 +803,8 @@ func withoutRechecked(out *Outcome, okm, negm, recheck []string) (ok, neg []stri
 	for _, m := range recheck {
 		drop[m] = true
 	}
-	keep := func(ms []string) []string {
-		kept := ms[:0:0]
-		for _, m := range ms {
-			if !drop[m] {
-				kept = append(kept, m)
-			}
-		}
-		return kept
-	}
-	ok, neg = keep(okm), keep(negm)
+	isDropped := func(m string) bool { return drop[m] }
+	ok, neg = without(okm, isDropped), without(negm, isDropped)
 	out.Negative -= len(negm) - len(neg)
 	out.Written -= (len(okm) - len(ok)) - (len(negm) - len(neg))
 	return ok, neg
@@ -838,25 +888,29 @@ func (w *Warmer) RefreshAll(ctx context.Context) error {
 
 // RefreshWhere refreshes, once and unpaced, the members of every declaration
 // whose key keep accepts (a re-warm of one Cluster master's slots); a nil keep
-// is RefreshAll. Members come from the declaration's list or query, as a
-// scheduled refresh's do.
+// refreshes every member. It is the re-warm's: members come from the
+// declaration's list, or from its query's last listing (RunOptions.KnownMembers;
+// the query when it has not run yet).
 func (w *Warmer) RefreshWhere(ctx context.Context, keep func(key string) bool) error {
 	if keep == nil {
-		return w.RefreshAll(ctx)
+		return each(w.names(), func(name string) error {
+			_, err := w.Refresh(ctx, name, RunOptions{KnownMembers: true})
+			return err
+		})
 	}
 	return each(w.names(), func(name string) error {
 		spec, st, ok := w.lookup(name)
 		if !ok {
 			return nil
 		}
-		members, _, err := w.members(ctx, spec, st)
+		members, _, err := w.members(ctx, spec, st, true)
 		var mine []string
 		for _, m := range members {
 			if keep(spec.Template.Key(m)) {
 				mine = append(mine, m)
 			}
 		}
-		return errors.Join(err, each(w.batches(spec, mine), func(batch []string) error {
+		return errors.Join(err, each(spec.Batches(mine), func(batch []string) error {
 			_, err := w.RefreshMembers(ctx, name, batch)
 			return err
 		}))

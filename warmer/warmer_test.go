@@ -15,6 +15,8 @@ import (
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -56,7 +58,7 @@ func (c *clock) Add(d time.Duration) {
 
 func family(t *testing.T, prefix, name string, members int) *warmer.Spec {
 	t.Helper()
-	tp, err := warmer.ParseTemplate(prefix + name + ":{id}")
+	tp, err := keytmpl.Parse(prefix + name + ":{id}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func newFixture(t *testing.T, src warmer.Source, specs ...*warmer.Spec) *fixture
 	t.Helper()
 	f := &fixture{env: testenv.Redis(t), reg: prometheus.NewRegistry(), now: &clock{t: time.Now()}}
 	w, err := warmer.New(warmer.Options{
-		Store:   &warmer.RedisStore{Client: f.env.Client},
+		Store:   &store.RedisStore{Client: f.env.Client},
 		Sources: map[string]warmer.Source{"o": src}, Specs: specs,
 		MaxConcurrentLoads: 4, Registerer: f.reg, Logger: zerolog.Nop(), Now: f.now.Now,
 	})
@@ -246,7 +248,7 @@ func TestFailedDeclarationDoesNotStopOthers(t *testing.T) {
 	bad.setFail(errors.New("boom"))
 	reg := prometheus.NewRegistry()
 	w, err := warmer.New(warmer.Options{
-		Store:   &warmer.RedisStore{Client: env.Client},
+		Store:   &store.RedisStore{Client: env.Client},
 		Sources: map[string]warmer.Source{"o": good, "bad": bad}, Specs: []*warmer.Spec{a, b},
 		Registerer: reg, Logger: zerolog.Nop(),
 	})
@@ -305,7 +307,7 @@ func TestSpreadPacesBatches(t *testing.T) {
 		o.set(m, []byte("v"))
 	}
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: env.Client}, Sources: map[string]warmer.Source{"o": o},
+		Store: &store.RedisStore{Client: env.Client}, Sources: map[string]warmer.Source{"o": o},
 		Specs: []*warmer.Spec{spec}, Logger: zerolog.Nop(),
 	})
 	if err != nil {
@@ -362,7 +364,7 @@ func TestPanickingSourceFailsItsBatchNotTheDaemon(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	w, err := warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: env.Client}, Sources: map[string]warmer.Source{"o": panicker{}},
+		Store: &store.RedisStore{Client: env.Client}, Sources: map[string]warmer.Source{"o": panicker{}},
 		Specs: []*warmer.Spec{spec}, Registerer: reg, Logger: zerolog.Nop(),
 	})
 	if err != nil {

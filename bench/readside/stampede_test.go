@@ -67,12 +67,16 @@ type origin struct {
 	lmu         [keys]sync.Mutex
 	episodeFrom [keys]time.Time
 	episodes    [keys]int64
+	// starts holds every load's start time per key, for the steady-state
+	// rate (see steadyWindow).
+	starts [keys][]time.Time
 }
 
 func (o *origin) load(ctx context.Context, i int) ([]byte, error) {
 	o.loads[i].Add(1)
 	now := time.Now()
 	o.lmu[i].Lock()
+	o.starts[i] = append(o.starts[i], now)
 	if o.episodes[i] == 0 || now.Sub(o.episodeFrom[i]) > episodeGap {
 		o.episodes[i]++
 		o.episodeFrom[i] = now
@@ -354,6 +358,19 @@ func duration(b *testing.B) time.Duration {
 type result struct {
 	loads, ideal, episodes, misses, errors, reads int64
 	p99, max, wall                                time.Duration
+	// intervals and span are the steady-state sample: per key and per
+	// segment of the run (start to FLUSHDB, FLUSHDB to end), the gaps
+	// between consecutive loads counted, and the time from the segment's
+	// first load to its last, summed over keys and segments.
+	intervals int64
+	span      time.Duration
+	// repeats counts the gaps of that sample shorter than episodeGap: a
+	// second load of one expiry within a segment (a load just before the
+	// FLUSHDB and the one after it are two segments' and not counted).
+	repeats int64
+	// repeatAt is when each repeat started, from the FLUSHDB (from the
+	// start without one).
+	repeatAt []time.Duration
 }
 
 // perWindow is the origin's cost: loads per key per TTL window of wall
@@ -362,9 +379,58 @@ type result struct {
 // is. A cache that loads each key once per TTL scores about 1 (the loads
 // at the start are counted, so a run of n windows holds n loads per key,
 // and a FLUSHDB adds up to one more); a run of a few TTLs or less
-// overstates it, since every key's first load is counted.
+// overstates it, since every key's first load is counted, and with jittered
+// TTLs whether a segment's jittered windows fit once more into it adds up
+// to one load per key per segment: steadyWindow is the rate without that.
 func (r result) perWindow() float64 {
 	return float64(r.loads) / (keys * r.wall.Seconds() / ttl.Seconds())
+}
+
+// steadyWindow is the origin's cost rate without the run's edges: loads
+// per key per TTL window measured between loads, intervals × TTL / span.
+// Every load after a segment's first is counted against the time since
+// that first load, so an early refresh that shortens every window still
+// counts as its extra load (a shorter gap), and so does any second load of
+// one expiry (a gap of a few milliseconds); what is left out is the first
+// load after the start and after the FLUSHDB, which every cache must do,
+// and the part of each segment after its last load, whose length (0 to a
+// whole TTL) decides whether a run counts one load more or fewer.
+func (r result) steadyWindow() float64 {
+	if r.span <= 0 {
+		return 0
+	}
+	return float64(r.intervals) * ttl.Seconds() / r.span.Seconds()
+}
+
+// gaps adds to r the steady-state sample of starts (one key's load start
+// times, in order), cut into segments at flushAt (zero: none).
+func (r *result) gaps(starts []time.Time, flushAt time.Time) {
+	from := flushAt
+	if from.IsZero() && len(starts) > 0 {
+		from = starts[0]
+	}
+	seg := func(ts []time.Time) {
+		if len(ts) < 2 {
+			return
+		}
+		r.intervals += int64(len(ts) - 1)
+		r.span += ts[len(ts)-1].Sub(ts[0])
+		for k := 1; k < len(ts); k++ {
+			if ts[k].Sub(ts[k-1]) <= episodeGap {
+				r.repeats++
+				r.repeatAt = append(r.repeatAt, ts[k].Sub(from))
+			}
+		}
+	}
+	// Loads append their start under the key's lock after reading the
+	// clock, so two that start together may be out of order.
+	slices.SortFunc(starts, time.Time.Compare)
+	cut := len(starts)
+	if !flushAt.IsZero() {
+		cut, _ = slices.BinarySearchFunc(starts, flushAt, func(t, f time.Time) int { return t.Compare(f) })
+	}
+	seg(starts[:cut])
+	seg(starts[cut:])
 }
 
 // run drives one contender for d: 4 instances × 50 readers, Zipf(1.1) over
@@ -415,10 +481,12 @@ func run(b *testing.B, srv *testenv.RedisServer, c contender, d time.Duration, f
 			})
 		}
 	}
+	var flushAt time.Time
 	if flush {
 		// Each instance flushes at d/2, as an operator's FLUSHDB run from
 		// every application host would: four FLUSHDBs within a millisecond.
 		time.Sleep(time.Until(start.Add(d / 2)))
+		flushAt = time.Now() // loads from here on are the flush's segment
 		var fwg sync.WaitGroup
 		for _, rdb := range clients {
 			fwg.Go(func() {
@@ -441,6 +509,7 @@ func run(b *testing.B, srv *testenv.RedisServer, c contender, d time.Duration, f
 		res.ideal += o.ideal[i]
 		o.lmu[i].Lock()
 		res.episodes += o.episodes[i]
+		res.gaps(o.starts[i], flushAt)
 		o.lmu[i].Unlock()
 	}
 	for _, m := range misses {
@@ -456,7 +525,9 @@ func run(b *testing.B, srv *testenv.RedisServer, c contender, d time.Duration, f
 }
 
 // BenchmarkStampede prints, per contender and scenario: origin loads; loads
-// per key per TTL window of wall time (the cost figure, see perWindow); the
+// per key per TTL window of wall time (the cost figure, see perWindow) and
+// the same rate without the run's edges (steady, see steadyWindow) and the
+// second loads of one expiry it holds (repeats); the
 // load episodes the origin saw (one per key per expiry or flush) and loads per
 // episode — 1.000 is one load per key per expiry across the fleet, blind to
 // early refreshes that shorten every window —; the loads a perfect fleet-wide
@@ -479,17 +550,21 @@ func BenchmarkStampede(b *testing.B) {
 		}
 		fmt.Printf("\n%d instances × %d readers, Zipf(%.1f) over %d keys, origin %s, TTL %s, %s, %s\n",
 			instances, readersEach, zipfS, keys, originDelay, ttl, d, scenario)
-		fmt.Printf("%-24s %6s %15s %8s %16s %6s %10s %7s %9s %9s %7s %6s\n", "contender", "loads", "loads/key/window", "episodes",
+		fmt.Printf("%-24s %6s %15s %8s %7s %8s %16s %6s %10s %7s %9s %9s %7s %6s\n", "contender", "loads", "loads/key/window", "steady", "repeats", "episodes",
 			"loads/key/expiry", "ideal", "loads/ideal", "misses", "p99", "max", "reads", "errors")
 		for _, c := range contenders {
 			b.Run(c.name+"/"+map[bool]string{false: "steady", true: "flush"}[flush], func(b *testing.B) {
 				for range b.N {
 					r := run(b, srv, c, d, flush)
 					ratio := float64(r.loads) / float64(max(r.episodes, 1))
-					fmt.Printf("%-24s %6d %15.3f %8d %16.3f %6d %10.3f %7d %9s %9s %7d %6d\n", c.name, r.loads, r.perWindow(), r.episodes, ratio,
+					fmt.Printf("%-24s %6d %15.3f %8.3f %7d %8d %16.3f %6d %10.3f %7d %9s %9s %7d %6d\n", c.name, r.loads, r.perWindow(), r.steadyWindow(), r.repeats, r.episodes, ratio,
 						r.ideal, float64(r.loads)/float64(max(r.ideal, 1)), r.misses,
 						r.p99.Round(10*time.Microsecond), r.max.Round(10*time.Microsecond), r.reads, r.errors)
+					if len(r.repeatAt) > 0 {
+						fmt.Printf("%-24s repeats started at %v from the FLUSHDB (or the start)\n", "", r.repeatAt)
+					}
 					b.ReportMetric(r.perWindow(), "loads/key/window")
+					b.ReportMetric(r.steadyWindow(), "loads/key/window-steady")
 					b.ReportMetric(ratio, "loads/key/expiry")
 					b.ReportMetric(float64(r.p99.Microseconds()), "p99-µs")
 				}

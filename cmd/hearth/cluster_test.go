@@ -161,8 +161,15 @@ keys:
 
 func startNode(t *testing.T, name, config string) *node {
 	t.Helper()
+	return startNodeBinary(t, e2e.Binary(t), name, config)
+}
+
+// startNodeBinary is startNode with the binary bin (e2e.PlainBinary for a
+// test that bounds time from outside).
+func startNodeBinary(t *testing.T, bin, name, config string) *node {
+	t.Helper()
 	addr := e2e.FreeAddr(t)
-	n := &node{name: name, proc: e2e.Start(t, []string{"run", "--config", config, "--listen", addr}), url: "http://" + addr}
+	n := &node{name: name, proc: e2e.StartBinary(t, bin, []string{"run", "--config", config, "--listen", addr}), url: "http://" + addr}
 	e2e.WaitHTTP(t, n.url+"/healthz", http.StatusOK, 30*time.Second)
 	return n
 }

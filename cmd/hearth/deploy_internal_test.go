@@ -34,6 +34,7 @@ import (
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/rewarm"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -78,7 +79,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	rec := fresh()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer rdb.Close()
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rdb}, Registerer: rec})
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rdb}, Registerer: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

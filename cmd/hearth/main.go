@@ -110,12 +110,8 @@ func notifyReload() (reload <-chan struct{}, stop func()) {
 	return out, func() { signal.Stop(sig); close(done) }
 }
 
-// run executes the command line and returns the process exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runWith(ctx, nil, args, stdout, stderr)
-}
-
-// runWith is run where closing abort (nil for none) abandons a command's drain.
+// runWith executes the command line and returns the process exit code;
+// closing abort (nil for none) abandons a command's drain.
 func runWith(ctx context.Context, abort <-chan struct{}, args []string, stdout, stderr io.Writer) int {
 	root := newRootOf(&globals{stdout: stdout, stderr: stderr, abort: abort})
 	started := markStarts(root)
@@ -168,10 +164,6 @@ type globals struct {
 	stderr     io.Writer
 	// abort is closed on the second SIGTERM/SIGINT (nil for none).
 	abort <-chan struct{}
-}
-
-func newRoot(stdout, stderr io.Writer) *cobra.Command {
-	return newRootOf(&globals{stdout: stdout, stderr: stderr})
 }
 
 func newRootOf(g *globals) *cobra.Command {
@@ -250,7 +242,6 @@ one, 1 when a source is unreachable or a query could not be explained.`,
 			return explainPlans(cmd.Context(), g, cfg, minRows)
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
 	cmd.Flags().Float64Var(&capacity, "capacity", config.DefaultWriteCapacity, "key writes per second this machine sustains; a declaration (or all of them) needing more than half of it draws a warning")
 	cmd.Flags().BoolVar(&explain, "explain", false, "check every postgres query's plan for sequential scans of large tables")
 	cmd.Flags().Int64Var(&minRows, "explain-min-rows", postgres.DefaultExplainMinRows, "with --explain, the table size (rows) from which a sequential scan is reported")

@@ -60,7 +60,6 @@ run one after the other (advisory lock).`,
 			return migrate(cmd.Context(), g.stdout, dsn, args[0])
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
 	cmd.Flags().StringVar(&source, "source", "", "postgres source to migrate (default access_log.source)")
 	return cmd
 }

@@ -70,7 +70,6 @@ Exit codes: 0 printed, 2 a bad config, declaration or flag.`,
 			return fail(exitConfig, fmt.Errorf("notify-sql: no declaration named %q", args[0]))
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
 	cmd.Flags().StringVar(&table, "table", "", "table (or schema.table) whose changes notify the declaration")
 	cmd.Flags().StringVar(&column, "column", "", "column holding the member (default the key template's parameter)")
 	return cmd

@@ -107,7 +107,6 @@ access log unreadable); 2 for a bad config or flag.`,
 			return prewarmOnce(cmd.Context(), g, cfg, redisURL, minCoverage, timeout, overwrite, ranking, fromURL, fromOnly)
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail(exitConfig, err) })
 	cmd.Flags().StringVar(&redisURL, "redis", "", "target Redis: host:port or a URL (redis://[user:password@]host:port/db, rediss:// for TLS; a Cluster: redis+cluster://host:port,host:port; Sentinels: redis+sentinel://host:port,host:port/<master>[/db]); default: the config's redis")
 	cmd.Flags().IntVar(&top, "top", 0, "access-log keys to load (default prewarm.top_n)")
 	cmd.Flags().Float64Var(&minCoverage, "min-coverage", 0.99, "exit 3 unless at least this share of the wanted keys was loaded")
@@ -134,7 +133,7 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 		// batch. A larger target trades a few tens of megabytes for that.
 		debug.SetGCPercent(prewarmGCPercent)
 	}
-	rdb, target, err := daemon.RedisURL(cfg.Redis, redisURL)
+	rdb, target, err := daemon.RedisURL(cfg.Redis, redisURL, "--redis")
 	if err != nil {
 		return fail(exitConfig, err)
 	}
@@ -145,7 +144,7 @@ func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL s
 	var from redis.UniversalClient
 	fromName := ""
 	if fromURL != "" {
-		from, fromName, err = daemon.RedisURLFlag(cfg.Redis, fromURL, "--from")
+		from, fromName, err = daemon.RedisURL(cfg.Redis, fromURL, "--from")
 		if err != nil {
 			return fail(exitConfig, err)
 		}
@@ -259,16 +258,9 @@ func (p *progress) finish() {
 }
 
 func printSummary(w io.Writer, target, from string, r prewarm.Report, rk accesslog.Ranking, minCoverage float64, fence prewarm.Fence, overwrite bool) {
-	reasons := make([]string, 0, len(r.Skipped))
-	for k, n := range r.Skipped {
-		if n > 0 {
-			reasons = append(reasons, fmt.Sprintf("%s %d", k, n))
-		}
-	}
-	sort.Strings(reasons)
 	skipped := fmt.Sprint(r.SkippedTotal())
-	if len(reasons) > 0 {
-		skipped += " (" + strings.Join(reasons, ", ") + ")"
+	if reasons := countList(r.Skipped); reasons != "" {
+		skipped += " (" + reasons + ")"
 	}
 	fmt.Fprintf(w, "pre-warm of %s\n", target)
 	mode := "fill absent keys only"

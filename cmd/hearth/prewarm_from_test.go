@@ -20,7 +20,6 @@ import (
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // blueGreen is a serving ("blue") Redis written by a Hearth leader and an
@@ -87,17 +86,17 @@ func newBlueGreen(t *testing.T) *blueGreen {
 	in := leadertest.On(t, b.blue, b.ns).Instance(time.Minute, 50*time.Millisecond, false)
 	term := leadertest.Campaign(t, in.Lease, 5*time.Second)
 	lw := in.Store.Writer(term)
-	var entries []warmer.Entry
+	var entries []store.Entry
 	for i, k := range b.itemKeys {
 		// TTLs spread over 5..9 minutes, as a leader's jittered writes are.
 		ttl := 5*time.Minute + time.Duration(i)*12*time.Second
-		entries = append(entries, warmer.Entry{Key: k, Value: []byte(fmt.Sprintf("v50-%d-%s", i+1, strings.Repeat("x", i))), TTL: ttl,
+		entries = append(entries, store.Entry{Key: k, Value: []byte(fmt.Sprintf("v50-%d-%s", i+1, strings.Repeat("x", i))), TTL: ttl,
 			Seq: int64(100 + i), Versioned: true, Version: 50, VersionTTL: b.itemVTTL, Family: "item"})
 		b.blueVersions[k] = 50
 	}
 	entries = append(entries,
-		warmer.Entry{Key: b.sentinelKey, Value: []byte{}, TTL: 40 * time.Second, Seq: 200, VersionTTL: b.itemVTTL, Family: "item"},
-		warmer.Entry{Key: "bg:top", Value: []byte("top-blue"), TTL: 7 * time.Minute})
+		store.Entry{Key: b.sentinelKey, Value: []byte{}, TTL: 40 * time.Second, Seq: 200, VersionTTL: b.itemVTTL, Family: "item"},
+		store.Entry{Key: "bg:top", Value: []byte("top-blue"), TTL: 7 * time.Minute})
 	if err := lw.Set(ctx, entries); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +234,7 @@ func TestPrewarmFromOnlyOriginDown(t *testing.T) {
 	in := leadertest.On(t, b.green, b.ns).Instance(time.Minute, 50*time.Millisecond, false)
 	term := leadertest.Campaign(t, in.Lease, 5*time.Second)
 	before := b.green.Get(ctx, b.itemKeys[0]).Val()
-	if err := in.Store.Writer(term).Set(ctx, []warmer.Entry{{Key: b.itemKeys[0], Value: []byte("old1"), TTL: 10 * time.Minute,
+	if err := in.Store.Writer(term).Set(ctx, []store.Entry{{Key: b.itemKeys[0], Value: []byte("old1"), TTL: 10 * time.Minute,
 		Seq: 1, Versioned: true, Version: 10, VersionTTL: b.itemVTTL, Family: "item"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/rewarm"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // catalogue is what a new user sets up: a products table, a config naming it,
@@ -476,9 +476,9 @@ keys:
 	in := leadertest.On(t, rdb, ns).Instance(time.Minute, 50*time.Millisecond, false)
 	term := leadertest.Campaign(t, in.Lease, 5*time.Second)
 	lw := in.Store.Writer(term)
-	var entries []warmer.Entry
+	var entries []store.Entry
 	for i, ver := range []int64{20, 20, 5} {
-		entries = append(entries, warmer.Entry{Key: keys[i], Value: []byte(fmt.Sprintf("v%d-%d", ver, i+1)), TTL: 10 * time.Minute,
+		entries = append(entries, store.Entry{Key: keys[i], Value: []byte(fmt.Sprintf("v%d-%d", ver, i+1)), TTL: 10 * time.Minute,
 			Seq: int64(100 + i), Versioned: true, Version: ver, VersionTTL: 20 * time.Minute, Family: "item"})
 	}
 	if err := lw.Set(ctx, entries); err != nil {
@@ -501,11 +501,11 @@ keys:
 	}
 	// The leader's next write of the version the pre-warm wrote, with the
 	// same bytes, only extends it; an older one is refused.
-	for _, e := range []warmer.Entry{
+	for _, e := range []store.Entry{
 		{Key: keys[3], Value: []byte("old4"), TTL: 10 * time.Minute, Seq: 200, Versioned: true, Version: 10, VersionTTL: 20 * time.Minute, Family: "item"},
 		{Key: keys[3], Value: []byte("v9-4"), TTL: 10 * time.Minute, Seq: 201, Versioned: true, Version: 9, VersionTTL: 20 * time.Minute, Family: "item"},
 	} {
-		if err := lw.Set(ctx, []warmer.Entry{e}); err != nil {
+		if err := lw.Set(ctx, []store.Entry{e}); err != nil {
 			t.Fatal(err)
 		}
 	}

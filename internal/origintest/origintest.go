@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/hearth-dev/hearth/keytmpl"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -157,7 +158,7 @@ func (u *Upstream) Source(t testing.TB, concurrency int) *httpsrc.Source {
 // path, TTL 4 s, interval 2 s, load timeout 1 s, batches of 100.
 func Spec(t testing.TB, name, key, path string) *warmer.Spec {
 	t.Helper()
-	tp, err := warmer.ParseTemplate(key)
+	tp, err := keytmpl.Parse(key)
 	if err != nil {
 		t.Fatal(err)
 	}

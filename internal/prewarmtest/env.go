@@ -23,6 +23,7 @@ import (
 	"github.com/hearth-dev/hearth/migrations"
 	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -107,7 +108,7 @@ keys:
 	e.Src = &Counting{sourcetest.Record(src)}
 	e.Log = accesslog.New(e.PG.Pool)
 	e.W, err = warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"catalog": e.Src},
+		Store: &store.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"catalog": e.Src},
 		Specs: cfg.Specs(), MaxConcurrentLoads: 8, Registerer: e.Reg, Logger: zerolog.Nop(),
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ func TestOf(t *testing.T) {
 		"123456789":            0x31C3, // the spec's CRC16 check value
 		"foo":                  12182,
 		"{user1000}.following": slot.Of("user1000"),
+		"user1000":             3443,
 		"foo{{bar}}zap":        slot.Of("{bar"),
 		"foo{bar}{zap}":        slot.Of("bar"),
 	} {

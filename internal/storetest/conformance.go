@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -22,7 +23,7 @@ func Run(t *testing.T, st warmer.Store, prefix string, read Reader) {
 	k := func(s string) string { return prefix + s }
 
 	t.Run("SetWritesValueAndTTL", func(t *testing.T) {
-		if err := st.Set(ctx, []warmer.Entry{
+		if err := st.Set(ctx, []store.Entry{
 			{Key: k("a"), Value: []byte("1"), TTL: time.Minute},
 			{Key: k("b"), Value: []byte("2"), TTL: 2 * time.Minute},
 		}); err != nil {
@@ -44,7 +45,7 @@ func Run(t *testing.T, st warmer.Store, prefix string, read Reader) {
 
 	t.Run("SetOverwrites", func(t *testing.T) {
 		for _, v := range []string{"old", "new"} {
-			if err := st.Set(ctx, []warmer.Entry{{Key: k("o"), Value: []byte(v), TTL: time.Minute}}); err != nil {
+			if err := st.Set(ctx, []store.Entry{{Key: k("o"), Value: []byte(v), TTL: time.Minute}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -54,7 +55,7 @@ func Run(t *testing.T, st warmer.Store, prefix string, read Reader) {
 	})
 
 	t.Run("ExtendLengthensNeverShortens", func(t *testing.T) {
-		if err := st.Set(ctx, []warmer.Entry{
+		if err := st.Set(ctx, []store.Entry{
 			{Key: k("short"), Value: []byte("s"), TTL: 10 * time.Second},
 			{Key: k("long"), Value: []byte("l"), TTL: 10 * time.Minute},
 		}); err != nil {

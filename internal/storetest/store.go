@@ -1,6 +1,6 @@
 // Package storetest is the one in-memory warmer.Store of the tests (Store)
 // and the conformance suite every Store passes (Run: the fake here, the
-// warmer's RedisStore against a real Redis). Its clock is time.Now, so that
+// store.RedisStore against a real Redis). Its clock is time.Now, so that
 // inside a testing/synctest bubble keys expire on the bubble's fake time and
 // the warmer's pure logic (pacing, falling-behind projection, stale
 // extension) runs without a server and without waiting. It is test harness:
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -27,7 +28,7 @@ type Store struct {
 	writes []Write
 	extend int
 	err    error
-	onSet  func(entries []warmer.Entry)
+	onSet  func(entries []store.Entry)
 }
 
 type item struct {
@@ -49,7 +50,7 @@ var _ warmer.Store = (*Store)(nil)
 func New() *Store { return &Store{keys: map[string]item{}} }
 
 // Set writes every entry, or none when Fail set an error.
-func (s *Store) Set(ctx context.Context, entries []warmer.Entry) error {
+func (s *Store) Set(ctx context.Context, entries []store.Entry) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -181,7 +182,7 @@ func (s *Store) Fail(err error) {
 
 // OnSet calls fn after every successful Set, outside the store's lock; nil
 // removes it.
-func (s *Store) OnSet(fn func(entries []warmer.Entry)) {
+func (s *Store) OnSet(fn func(entries []store.Entry)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.onSet = fn

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hearth-dev/hearth/internal/storetest"
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/store"
 )
 
 // The fake passes the suite every Store passes (the RedisStore's run is in
@@ -28,7 +28,7 @@ func TestFakeExpiresOnFakeTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := storetest.New()
 		ctx := context.Background()
-		if err := st.Set(ctx, []warmer.Entry{{Key: "k", Value: []byte("v"), TTL: time.Hour}, {Key: "p", Value: []byte("v")}}); err != nil {
+		if err := st.Set(ctx, []store.Entry{{Key: "k", Value: []byte("v"), TTL: time.Hour}, {Key: "p", Value: []byte("v")}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(59 * time.Minute)
@@ -64,7 +64,7 @@ func TestFakeFail(t *testing.T) {
 	ctx := context.Background()
 	down := errors.New("connection refused")
 	st.Fail(down)
-	if err := st.Set(ctx, []warmer.Entry{{Key: "k", Value: []byte("v"), TTL: time.Minute}}); !errors.Is(err, down) {
+	if err := st.Set(ctx, []store.Entry{{Key: "k", Value: []byte("v"), TTL: time.Minute}}); !errors.Is(err, down) {
 		t.Fatalf("Set while failing = %v, want %v", err, down)
 	}
 	if _, err := st.Extend(ctx, []string{"k"}, []time.Duration{time.Minute}); !errors.Is(err, down) {
@@ -74,7 +74,7 @@ func TestFakeFail(t *testing.T) {
 		t.Fatalf("a failing store wrote %v", st.Writes())
 	}
 	st.Fail(nil)
-	if err := st.Set(ctx, []warmer.Entry{{Key: "k", Value: []byte("v"), TTL: time.Minute}}); err != nil {
+	if err := st.Set(ctx, []store.Entry{{Key: "k", Value: []byte("v"), TTL: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	if w := st.Writes(); len(w) != 1 || w[0].Key != "k" || w[0].TTL != time.Minute {

@@ -413,6 +413,16 @@ func (s *RedisServer) RestartTimed(t testing.TB, down time.Duration) time.Time {
 	return <-up
 }
 
+// StartTimed starts a stopped server like [RedisServer.Start] and returns
+// when it accepted connections again, as [RedisServer.RestartTimed] times it.
+func (s *RedisServer) StartTimed(t testing.TB) time.Time {
+	t.Helper()
+	up, addr := make(chan time.Time, 1), s.Addr
+	go func() { up <- firstPong(addr, time.Minute) }()
+	s.Start(t)
+	return <-up
+}
+
 // firstPong dials addr every millisecond, each time on a new connection,
 // until a PING is answered or timeout passes, and returns when that was.
 func firstPong(addr string, timeout time.Duration) time.Time {

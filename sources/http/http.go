@@ -5,7 +5,6 @@
 package http
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -556,11 +555,6 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 		b.err = err
 	}
 	return n, err
-}
-
-// Pointer resolves an RFC 6901 JSON pointer in doc; see PointerReader.
-func Pointer(doc []byte, ptr string) ([]byte, error) {
-	return PointerReader(bytes.NewReader(doc), ptr)
 }
 
 // PointerReader resolves an RFC 6901 JSON pointer in the JSON document r, read

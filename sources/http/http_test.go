@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/keytmpl"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
 func spec(t *testing.T, key, path, ptr string) *warmer.Spec {
 	t.Helper()
-	tp, err := warmer.ParseTemplate(key)
+	tp, err := keytmpl.Parse(key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -42,7 +43,7 @@ keys: [`+decl+`]
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
-	w, err = warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
+	w, err = warmer.New(warmer.Options{Store: &store.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
 		Specs: cfg.Specs(), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +189,7 @@ keys: [{name: p, key: "`+rd.Prefix+`p:{id}", source: api, ttl: 1h, path: "/v/{id
 		t.Fatal(err)
 	}
 	defer src.Close()
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"api": src},
 		Specs: decl("/v"), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)

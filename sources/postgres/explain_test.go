@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -42,7 +43,7 @@ func TestExplainFlagsTheCast(t *testing.T) {
 		{"tiny cast", "SELECT id::text, payload FROM tiny WHERE id::text = ANY($1)", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tp, err := warmer.ParseTemplate("p:{id}")
+			tp, err := keytmpl.Parse("p:{id}")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +85,7 @@ func TestExplainFlagsTheCast(t *testing.T) {
 			INSERT INTO fresh SELECT i::text, repeat('y', 200) FROM generate_series(1, 60000) i`); err != nil {
 			t.Fatal(err)
 		}
-		tp, _ := warmer.ParseTemplate("f:{id}")
+		tp, _ := keytmpl.Parse("f:{id}")
 		s := &warmer.Spec{Name: "fresh", Template: tp, Query: "SELECT id, payload FROM fresh WHERE id = ANY($1)", BatchSize: 10, Members: []string{"1", "2"}}
 		fs, err := src.Explain(ctx, s, postgres.ExplainSample(s), 0)
 		if err != nil {
@@ -99,7 +100,7 @@ func TestExplainFlagsTheCast(t *testing.T) {
 	})
 
 	t.Run("a query that does not plan", func(t *testing.T) {
-		tp, _ := warmer.ParseTemplate("p:{id}")
+		tp, _ := keytmpl.Parse("p:{id}")
 		s := &warmer.Spec{Name: "bad", Template: tp, Query: "SELECT id, payload FROM nowhere WHERE id = ANY($1)"}
 		if _, err := src.Explain(ctx, s, []string{"1"}, 0); err == nil || !strings.Contains(err.Error(), "keys[bad].query") {
 			t.Errorf("err = %v, want one naming keys[bad].query", err)

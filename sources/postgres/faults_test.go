@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
@@ -16,7 +17,7 @@ import (
 
 func family(t *testing.T, query string) *warmer.Spec {
 	t.Helper()
-	tp, err := warmer.ParseTemplate("item:{id}")
+	tp, err := keytmpl.Parse("item:{id}")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hearth-dev/hearth/config"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -69,7 +70,7 @@ keys:
 	}
 	defer src.Close()
 	reg := prometheus.NewRegistry()
-	w, err := warmer.New(warmer.Options{Store: &warmer.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"db": src},
+	w, err := warmer.New(warmer.Options{Store: &store.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"db": src},
 		Specs: cfg.Specs(), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)

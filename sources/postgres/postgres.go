@@ -142,7 +142,20 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		return nil, s.queryError(spec, err)
 	}
 	defer rows.Close()
-	seen := make(map[string]bool, len(members))
+	// A text member column is read from its raw bytes and answered with the
+	// asked member's own string (found in asked without a copy): no string
+	// per row. Only an answer for a member not asked for is copied.
+	fds := rows.FieldDescriptions()
+	rawMember := len(fds) > 0 && (fds[0].DataTypeOID == pgtype.TextOID || fds[0].DataTypeOID == pgtype.VarcharOID)
+	var asked map[string]int
+	if rawMember {
+		asked = make(map[string]int, len(members))
+		for i, m := range members {
+			asked[m] = i
+		}
+	}
+	answered := make([]bool, len(members))
+	var seen map[string]bool // the other members answered
 	var (
 		// Scanned into values, not pointers, through one destination list:
 		// no allocation per row for them. Each scan gives value a new slice.
@@ -150,9 +163,23 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		size    pgtype.Int8
 		value   []byte
 		version any
+		ver8    pgtype.Int8
 	)
 	dest := []any{&member, &value, &size}
-	if sh.versioned {
+	if rawMember {
+		dest[0] = nil // read from RawValues
+	}
+	// A text value is copied from its raw bytes into a buffer shared by the
+	// batch's values, not into a slice of its own per row.
+	rawValue := len(fds) > 1 && (fds[1].DataTypeOID == pgtype.TextOID || fds[1].DataTypeOID == pgtype.VarcharOID)
+	var arena []byte
+	if rawValue {
+		dest[1] = nil
+	}
+	int8Version := sh.versioned && len(fds) == 4 && fds[3].DataTypeOID == pgtype.Int8OID
+	if int8Version {
+		dest = append(dest, &ver8) // no boxing of each row's version
+	} else if sh.versioned {
 		dest = append(dest, &version)
 	}
 	for rows.Next() {
@@ -160,18 +187,55 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
-		if !member.Valid {
-			continue
+		if rawValue {
+			if raw := rows.RawValues()[1]; raw != nil {
+				if cap(arena)-len(arena) < len(raw) {
+					arena = make([]byte, 0, max(32<<10, len(raw)))
+				}
+				at := len(arena)
+				arena = append(arena, raw...)
+				value = arena[at:len(arena):len(arena)]
+			}
 		}
-		m := member.String
+		var m string
+		dup := false
+		if rawMember {
+			raw := rows.RawValues()[0]
+			if raw == nil {
+				continue
+			}
+			if i, ok := asked[string(raw)]; ok {
+				m, dup = members[i], answered[i]
+				answered[i] = true
+			} else {
+				m, dup = string(raw), seen[string(raw)]
+			}
+		} else {
+			if !member.Valid {
+				continue
+			}
+			m, dup = member.String, seen[member.String]
+		}
+		if _, ok := asked[m]; !ok {
+			if seen == nil {
+				seen = make(map[string]bool)
+			}
+			seen[m] = true
+		}
 		r := warmer.Result{Member: m, Value: value}
-		if sh.versioned {
+		if int8Version {
+			if ver8.Valid {
+				r.Version, r.HasVersion = ver8.Int64, true
+			} else {
+				_, r.Err = versionOf(spec, nil)
+			}
+		} else if sh.versioned {
 			r.Version, r.Err = versionOf(spec, version)
 			r.HasVersion = r.Err == nil
 		}
 		switch {
 		case r.Err != nil:
-		case seen[m]:
+		case dup:
 			r.Err = fmt.Errorf("%w: query returned member %q twice", warmer.ErrDuplicate, m)
 		case size.Valid && size.Int64 > valueBound(spec):
 			r.Value = nil
@@ -181,7 +245,6 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		case value == nil:
 			r.Err = fmt.Errorf("%w: query returned NULL for member %q", warmer.ErrNullValue, m)
 		}
-		seen[m] = true
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -244,9 +307,16 @@ func bindMembers(kind paramKind, members []string) (any, []warmer.Result) {
 		} else if kind == paramInt2 {
 			bits, typ = 16, "smallint"
 		}
-		// Bound as int64s, pgx sends the array without trying (and failing)
-		// to encode each string as an integer first.
-		ids := make([]int64, 0, len(members))
+		// Bound as the array's text, {1,2,3}, of the members that are the
+		// type's own text: pgx sends a string as it is (text format) and the
+		// server parses it, where a []int64 was boxed an element at a time
+		// to be encoded (an allocation per member).
+		size := 2
+		for _, m := range members {
+			size += len(m) + 1
+		}
+		arr := make([]byte, 0, size)
+		arr = append(arr, '{')
 		var buf [20]byte
 		for _, m := range members {
 			n, err := strconv.ParseInt(m, 10, bits)
@@ -254,10 +324,13 @@ func bindMembers(kind paramKind, members []string) (any, []warmer.Result) {
 				refuse(m, typ)
 				continue
 			}
-			ids = append(ids, n)
+			if len(arr) > 1 {
+				arr = append(arr, ',')
+			}
+			arr = append(arr, m...)
 		}
-		if len(ids) > 0 {
-			param = ids
+		if len(arr) > 1 {
+			param = string(append(arr, '}'))
 		}
 	case paramUUID:
 		ok := make([]string, 0, len(members))

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/sources/postgres"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -38,7 +39,7 @@ func setup(t *testing.T) (*postgres.Source, *testenv.PostgresEnv) {
 
 func spec(t *testing.T, key, query string) *warmer.Spec {
 	t.Helper()
-	tp, err := warmer.ParseTemplate(key)
+	tp, err := keytmpl.Parse(key)
 	if err != nil {
 		t.Fatal(err)
 	}

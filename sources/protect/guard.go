@@ -101,14 +101,6 @@ var (
 // Guard wraps src in origin protection. The result is a warmer.MemberLister exactly
 // when src is one, with member listing protected like loads.
 func Guard(src warmer.Source, cfg GuardConfig) warmer.Source {
-	g := newGuarded(src, cfg)
-	if _, ok := src.(warmer.MemberLister); ok {
-		return guardedLister{g}
-	}
-	return g
-}
-
-func newGuarded(src warmer.Source, cfg GuardConfig) *Guarded {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewGuardMetrics(nil)
 	}
@@ -132,6 +124,9 @@ func newGuarded(src warmer.Source, cfg GuardConfig) *Guarded {
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	if cfg.BreakerFailures > 0 {
 		g.breaker.Store(g.newBreaker(false))
+	}
+	if _, ok := src.(warmer.MemberLister); ok {
+		return guardedLister{g}
 	}
 	return g
 }

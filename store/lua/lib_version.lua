@@ -42,17 +42,32 @@ local function hearth_versioned_set(e, es, vk, rk, value, ttl, seqs, ver, hash, 
       ce, cs, cv, ch, ca = tonumber(a), tonumber(b), c, d, a
     end
   end
-  local older = false
+  local older, moved = false, false
   if ce then
     if ver ~= '' and cv ~= '' then
-      older = hearth_vcmp(ver, cv) < 0
+      older = ver ~= cv and hearth_vcmp(ver, cv) < 0
     else
       older = ce > e or (ce == e and cs > seq)
     end
     -- A record that would refuse or spare this write must be Hearth's: its TTL
     -- within what the declaration sets, its epoch not beyond TIME. One this
     -- write overwrites anyway is not looked at further.
-    if older or (ch == hash and cv == ver) then
+    if not older and ch == hash and cv == ver and ver ~= '' and ce <= e then
+      -- The common case, a record sparing a write of the same bytes: one
+      -- PEXPIRE GT both checks its TTL and moves it (it sets the TTL only
+      -- below vttl; a record without one, or with a longer one, is not
+      -- Hearth's). No epoch to check: it is not beyond this writer's.
+      if redis.call('PEXPIRE', rk, vttl, 'GT') == 1 then
+        moved = true
+      else
+        local pt = redis.call('PTTL', rk)
+        if pt < 0 or pt > vttl then
+          vbad = 'ttl ' .. pt .. ': ' .. string.sub(cur, 1, 48)
+        end
+        moved = pt == vttl -- written this very millisecond
+      end
+      if vbad ~= '' then ce = nil end
+    elseif older or (ch == hash and cv == ver) then
       local pt = redis.call('PTTL', rk)
       if pt < 0 or pt > vttl then
         vbad = 'ttl ' .. pt .. ': ' .. string.sub(cur, 1, 48)
@@ -79,7 +94,6 @@ local function hearth_versioned_set(e, es, vk, rk, value, ttl, seqs, ver, hash, 
     vbad, why = 'unconfirmed: ' .. string.sub(cur, 1, 52), 'record_unconfirmed'
     ce = nil
   end
-  local rec = es .. ':' .. seqs .. ':' .. ver .. ':' .. hash
   local info = ''
   if ce and ch == hash and cv == ver then
     -- The record says Redis holds these bytes: extend only if it does, byte
@@ -91,10 +105,10 @@ local function hearth_versioned_set(e, es, vk, rk, value, ttl, seqs, ver, hash, 
       -- its epoch:seq need not move either: it keeps the write that set the
       -- version, and costs Redis an expiry instead of a new string. One with
       -- none orders by epoch:seq, which must move to this load's.
-      if ver ~= '' then
+      if ver == '' then
+        redis.call('SET', rk, es .. ':' .. seqs .. ':' .. ver .. ':' .. hash, 'PX', vttl)
+      elseif not moved then
         redis.call('PEXPIRE', rk, vttl)
-      else
-        redis.call('SET', rk, rec, 'PX', vttl)
       end
       return 2, vbad, why, ''
     end
@@ -103,6 +117,6 @@ local function hearth_versioned_set(e, es, vk, rk, value, ttl, seqs, ver, hash, 
     end
   end
   redis.call('SET', vk, value, 'PX', ttl)
-  redis.call('SET', rk, rec, 'PX', vttl)
+  redis.call('SET', rk, es .. ':' .. seqs .. ':' .. ver .. ':' .. hash, 'PX', vttl)
   return 1, vbad, why, info
 end

@@ -1,19 +1,26 @@
 -- versioned_set.lua for many keys under one fence key (a single node): KEYS
 -- fence, then value and record for each key; ARGV epoch, then value, ttl ms,
 -- seq, version, hash, record ttl ms and suspect record for each key. Replies
--- {0, fence found} when fenced (no key written), else {1, fence found, then
--- code, record found, reason, info for each key}.
+-- {0, fence found} when fenced (no key written), else {1, fence found, codes,
+-- then i, record found, reason, info for each key i (from 1) where one of
+-- those is not empty}, codes one digit per key: most keys need nothing but
+-- their code, so the reply carries nothing else for them.
 local ok, bad = hearth_fence(KEYS[1], ARGV[1])
 bad = bad or ''
 if not ok then return {0, bad} end
 local e = tonumber(ARGV[1])
-local out = {1, bad}
+local codes = {}
+local out = {1, bad, ''}
 for i = 1, (#KEYS - 1) / 2 do
   local b = 1 + 7 * (i - 1)
   local code, vbad, why, info = hearth_versioned_set(e, ARGV[1], KEYS[2*i], KEYS[2*i+1], ARGV[b+1], ARGV[b+2], ARGV[b+3], ARGV[b+4], ARGV[b+5], ARGV[b+6], ARGV[b+7])
-  out[#out+1] = code
-  out[#out+1] = vbad
-  out[#out+1] = why
-  out[#out+1] = info
+  codes[i] = code
+  if vbad ~= '' or why ~= '' or info ~= '' then
+    out[#out+1] = i
+    out[#out+1] = vbad
+    out[#out+1] = why
+    out[#out+1] = info
+  end
 end
+out[3] = table.concat(codes)
 return out

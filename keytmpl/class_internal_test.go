@@ -1,4 +1,4 @@
-package warmer
+package keytmpl
 
 import (
 	"regexp"
@@ -43,7 +43,7 @@ func TestMemberClassMatchesRegexp(t *testing.T) {
 // A template with a class pattern validates members as one with the regexp
 // alone would, errors included.
 func TestValidateMemberWithClassPattern(t *testing.T) {
-	tpl, err := ParseTemplate("item:{id}")
+	tpl, err := Parse("item:{id}")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,9 @@
-package warmer
+// Package keytmpl owns key templates: a declaration's key ("top-products:global")
+// or family ("product:{id}"), the rules a member must pass before it becomes part
+// of a key, and what config, the warmer, the pre-warm and the sources ask of a
+// template (its key for a member, the member a key names, overlaps, Hearth's
+// namespace).
+package keytmpl
 
 import (
 	"errors"
@@ -34,9 +39,9 @@ type Template struct {
 	namespace string
 }
 
-// ParseTemplate parses a key template. Literal parts may not contain braces,
+// Parse parses a key template. Literal parts may not contain braces,
 // whitespace or control characters; a family has exactly one {param}.
-func ParseTemplate(s string) (Template, error) {
+func Parse(s string) (Template, error) {
 	if s == "" {
 		return Template{}, errors.New("must not be empty")
 	}
@@ -102,6 +107,19 @@ func (t Template) WithMemberRules(pattern string, maxLen int) (Template, error) 
 		t.pattern, t.class = re, compileMemberClass(re.String())
 	}
 	return t, nil
+}
+
+// Same reports whether t and o name and accept the same keys: the same
+// template, member length bound and pattern (the namespace is not compared).
+func (t Template) Same(o Template) bool {
+	return t.raw == o.raw && t.maxLen == o.maxLen && patternOf(t) == patternOf(o)
+}
+
+func patternOf(t Template) string {
+	if t.pattern == nil {
+		return ""
+	}
+	return t.pattern.String()
 }
 
 // String returns the template as declared.

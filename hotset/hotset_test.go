@@ -1,4 +1,4 @@
-package warmer_test
+package hotset_test
 
 import (
 	"context"
@@ -16,12 +16,14 @@ import (
 
 	"github.com/hearth-dev/hearth/accesslog"
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/hotset"
 	"github.com/hearth-dev/hearth/internal/prewarmtest"
 	"github.com/hearth-dev/hearth/internal/promtest"
 	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/internal/testenv"
 	"github.com/hearth-dev/hearth/migrations"
 	"github.com/hearth-dev/hearth/sources/postgres"
+	"github.com/hearth-dev/hearth/store"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -36,6 +38,7 @@ type hotEnv struct {
 	src    *prewarmtest.Counting
 	reg    *prometheus.Registry
 	w      *warmer.Warmer
+	sets   *hotset.Sets
 	cfg    *config.Config
 }
 
@@ -72,12 +75,14 @@ func newHotEnv(t *testing.T, hotSet string) *hotEnv {
 	e.src = &prewarmtest.Counting{Recorder: sourcetest.Record(src)}
 	e.log = accesslog.New(e.pg.Pool)
 	e.w, err = warmer.New(warmer.Options{
-		Store: &warmer.RedisStore{Client: e.rdb}, Sources: map[string]warmer.Source{"catalog": e.src},
+		Store: &store.RedisStore{Client: e.rdb}, Sources: map[string]warmer.Source{"catalog": e.src},
 		Specs: e.cfg.Specs(), MaxConcurrentLoads: 4, Registerer: e.reg, Logger: zerolog.Nop(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.sets = hotset.New(e.w, e.reg, zerolog.Nop())
+	e.sets.Declare(e.cfg.Specs())
 	return e
 }
 
@@ -137,9 +142,9 @@ func (e *hotEnv) trafficKeys(t *testing.T, keys ...string) {
 	}
 }
 
-func (e *hotEnv) rank(t *testing.T) warmer.HotSetChange {
+func (e *hotEnv) rank(t *testing.T) hotset.Change {
 	t.Helper()
-	ch, err := e.w.RankHotSet(context.Background(), "product", e.log)
+	ch, err := e.sets.Rank(context.Background(), "product", e.log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +356,7 @@ func TestHotSetSkipsBadKeys(t *testing.T) {
 	if got, want := sorted(ch.Promoted), []string{"7", "8", "9"}; !slices.Equal(got, want) {
 		t.Errorf("promoted %v, want %v", got, want)
 	}
-	if got, want := promtest.Value(t, e.reg, "hearth_hotset_skipped_keys_total", "family", "product", "reason", warmer.SkipInvalidMember), 4.0; got != want {
+	if got, want := promtest.Value(t, e.reg, "hearth_hotset_skipped_keys_total", "family", "product", "reason", hotset.SkipInvalidMember), 4.0; got != want {
 		t.Errorf("skipped invalid members = %g, want %g", got, want)
 	}
 	for _, k := range bad {
@@ -366,12 +371,12 @@ func TestHotSetSkipsBadKeys(t *testing.T) {
 	}
 
 	// A ranker is untrusted too: a key of another family or a huge one.
-	forged := forgedRanker{keys: []string{"other:1", e.key(strings.Repeat("1", warmer.MaxLogKeyBytes)), e.key("5")}}
-	ch, err := e.w.RankHotSet(ctx, "product", forged)
+	forged := forgedRanker{keys: []string{"other:1", e.key(strings.Repeat("1", hotset.MaxLogKeyBytes)), e.key("5")}}
+	ch, err := e.sets.Rank(ctx, "product", forged)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := ch.Skipped, map[string]int{warmer.SkipNoMatch: 1, warmer.SkipTooLong: 1}; !mapsEqual(got, want) {
+	if got, want := ch.Skipped, map[string]int{hotset.SkipNoMatch: 1, hotset.SkipTooLong: 1}; !mapsEqual(got, want) {
 		t.Errorf("skipped %v, want %v", got, want)
 	}
 	if got, want := e.w.HotMembers("product"), []string{"5"}; !slices.Equal(got, want) {
@@ -466,7 +471,7 @@ func TestHotSetSurvivesReload(t *testing.T) {
 	if got, want := e.src.Sorted(), []string{"1"}; !slices.Equal(got, want) {
 		t.Errorf("refresh without members_from asked %v, want %v", got, want)
 	}
-	if _, err := e.w.RankHotSet(ctx, "product", e.log); err == nil {
-		t.Error("RankHotSet of a family without a hot set succeeded")
+	if _, err := e.sets.Rank(ctx, "product", e.log); err == nil {
+		t.Error("Rank of a family without a hot set succeeded")
 	}
 }

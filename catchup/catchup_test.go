@@ -1,4 +1,4 @@
-package warmer_test
+package catchup_test
 
 import (
 	"context"
@@ -10,8 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/hearth-dev/hearth/catchup"
 	"github.com/hearth-dev/hearth/internal/leadertest"
 	"github.com/hearth-dev/hearth/internal/sourcetest"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/leader"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -34,7 +36,7 @@ func (o *catchOrigin) loaded() []string {
 
 func familySpec(t *testing.T, prefix string, members ...string) *warmer.Spec {
 	t.Helper()
-	tpl, err := warmer.ParseTemplate(prefix + "product:{id}")
+	tpl, err := keytmpl.Parse(prefix + "product:{id}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,7 @@ func TestCatchUp(t *testing.T) {
 	env.Client.Set(ctx, key("persistent"), "old", 0)
 
 	t.Run("a standby catches nothing up", func(t *testing.T) {
-		res, err := w.CatchUp(ctx, warmer.CatchUpOptions{})
+		res, err := catchup.Run(ctx, w, catchup.Options{})
 		if !errors.Is(err, leader.ErrNotLeader) {
 			t.Errorf("err = %v, want ErrNotLeader", err)
 		}
@@ -79,7 +81,7 @@ func TestCatchUp(t *testing.T) {
 
 	// The next run is 2s away: keys with less than 2s + the 1s load timeout
 	// (+ slack) left would expire before it, and only those.
-	res, err := w.CatchUp(ctx, warmer.CatchUpOptions{Schedule: schedule{"product": time.Now().Add(2 * time.Second)}})
+	res, err := catchup.Run(ctx, w, catchup.Options{Schedule: schedule{"product": time.Now().Add(2 * time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func TestCatchUp(t *testing.T) {
 	}
 }
 
-// schedule is a fixed warmer.Schedule: a declaration absent from it is not
+// schedule is a fixed catchup.Schedule: a declaration absent from it is not
 // scheduled.
 type schedule map[string]time.Time
 
@@ -136,7 +138,7 @@ func TestHorizon(t *testing.T) {
 		{"next run passed", now.Add(-time.Second), true, 0.5, 0, 4, 500*time.Millisecond + time.Second + slack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := warmer.Horizon(spec, now, tc.next, tc.known, tc.spread, tc.batch, tc.batches); got != tc.want {
+			if got := catchup.Horizon(spec, now, tc.next, tc.known, tc.spread, tc.batch, tc.batches); got != tc.want {
 				t.Errorf("Horizon = %s, want %s", got, tc.want)
 			}
 		})
@@ -196,7 +198,7 @@ func TestCatchUpHorizon(t *testing.T) {
 			"c0": 3500 * time.Millisecond, // batch 2: the same TTL is due here
 			"c1": 7 * time.Second,
 		})
-		res, err := e.w.CatchUp(ctx, warmer.CatchUpOptions{Schedule: schedule{"product": time.Now().Add(time.Second)}, Spread: 0.5})
+		res, err := catchup.Run(ctx, e.w, catchup.Options{Schedule: schedule{"product": time.Now().Add(time.Second)}, Spread: 0.5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +215,7 @@ func TestCatchUpHorizon(t *testing.T) {
 		// reaches it, one with 7.8s left may not.
 		e := newCatchUpEnv(t, 2, "a0", "a1", "b0")
 		e.set(t, map[string]time.Duration{"a0": 6 * time.Second, "a1": 7800 * time.Millisecond})
-		res, err := e.w.CatchUp(ctx, warmer.CatchUpOptions{Spread: 0.5})
+		res, err := catchup.Run(ctx, e.w, catchup.Options{Spread: 0.5})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +257,7 @@ func TestCatchUpHottestFirst(t *testing.T) {
 		env.Client.Set(ctx, env.Prefix+k, "old", ttl)
 	}
 	// p2 is missing. Every key is due: the schedule is unknown.
-	if _, err := w.CatchUp(ctx, warmer.CatchUpOptions{}); err != nil {
+	if _, err := catchup.Run(ctx, w, catchup.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := src.Asked(), []string{"p2", "p3", "q1", "p1", "q2"}; !slices.Equal(got, want) {

@@ -1,4 +1,4 @@
-package warmer
+package keytmpl
 
 import (
 	"regexp/syntax"

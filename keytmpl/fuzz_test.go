@@ -1,10 +1,10 @@
-package warmer_test
+package keytmpl_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/keytmpl"
 )
 
 // FuzzParseTemplate: parsing never panics; a parsed template round-trips, and
@@ -30,7 +30,7 @@ func FuzzParseTemplate(f *testing.F) {
 		f.Add(seed[0], seed[1])
 	}
 	f.Fuzz(func(t *testing.T, tmpl, member string) {
-		tp, err := warmer.ParseTemplate(tmpl)
+		tp, err := keytmpl.Parse(tmpl)
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("empty error message")

@@ -1,14 +1,14 @@
-package warmer_test
+package keytmpl_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/hearth-dev/hearth/warmer"
+	"github.com/hearth-dev/hearth/keytmpl"
 )
 
-func TestParseTemplate(t *testing.T) {
+func TestParse(t *testing.T) {
 	good := []struct {
 		in, param, key string
 	}{
@@ -19,7 +19,7 @@ func TestParseTemplate(t *testing.T) {
 	}
 	for _, c := range good {
 		t.Run(c.in, func(t *testing.T) {
-			tp, err := warmer.ParseTemplate(c.in)
+			tp, err := keytmpl.Parse(c.in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,28 +49,28 @@ func TestParseTemplate(t *testing.T) {
 	}
 	for in, want := range bad {
 		t.Run("bad", func(t *testing.T) {
-			_, err := warmer.ParseTemplate(in)
+			_, err := keytmpl.Parse(in)
 			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Errorf("ParseTemplate(%q) = %v, want error containing %q", in, err, want)
+				t.Errorf("Parse(%q) = %v, want error containing %q", in, err, want)
 			}
 		})
 	}
 }
 
 func TestValidateMember(t *testing.T) {
-	tp, err := warmer.ParseTemplate("user:{id}")
+	tp, err := keytmpl.Parse("user:{id}")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for m, want := range map[string]error{
 		"42":                     nil,
 		"é-ß_~.":                 nil,
-		"":                       warmer.ErrMemberEmpty,
-		"a b":                    warmer.ErrMemberChars,
-		"a\nb":                   warmer.ErrMemberChars,
-		"{x}":                    warmer.ErrMemberChars,
-		"\xff":                   warmer.ErrMemberChars,
-		strings.Repeat("9", 129): warmer.ErrMemberTooLong,
+		"":                       keytmpl.ErrMemberEmpty,
+		"a b":                    keytmpl.ErrMemberChars,
+		"a\nb":                   keytmpl.ErrMemberChars,
+		"{x}":                    keytmpl.ErrMemberChars,
+		"\xff":                   keytmpl.ErrMemberChars,
+		strings.Repeat("9", 129): keytmpl.ErrMemberTooLong,
 	} {
 		if got := tp.ValidateMember(m); !errors.Is(got, want) && !(got == nil && want == nil) {
 			t.Errorf("ValidateMember(%q) = %v, want %v", m, got, want)
@@ -106,8 +106,8 @@ func TestOverlaps(t *testing.T) {
 		{"{id}:x", "a:{id}", true},
 	}
 	for _, c := range cases {
-		a, _ := warmer.ParseTemplate(c.a)
-		b, _ := warmer.ParseTemplate(c.b)
+		a, _ := keytmpl.Parse(c.a)
+		b, _ := keytmpl.Parse(c.b)
 		if got := a.Overlaps(b); got != c.want {
 			t.Errorf("%q overlaps %q = %v, want %v", c.a, c.b, got, c.want)
 		}
