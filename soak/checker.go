@@ -138,6 +138,9 @@ type Event struct {
 	// Promoted is when a failover's replica became master (kill -9 and
 	// CLUSTER FAILOVER).
 	Promoted time.Time
+	// Up is when a restarted Redis accepted connections again (redis
+	// stopped + started): the first PING answered on a new connection.
+	Up time.Time
 }
 
 // Read is one pass of the observer over every key: version per key index, -1
@@ -278,6 +281,11 @@ type KindStat struct {
 	Kind      Kind
 	Count     int           // executed (not skipped for want of a target)
 	MaxAbsent time.Duration // the longest key absence overlapping the fault's window
+	// MaxFromUp is, over the runs that know when Redis accepted connections
+	// again (Event.Up: a Redis restart), the longest time from that moment
+	// to every key back (BackAfter); FromUp lists each run's.
+	MaxFromUp time.Duration
+	FromUp    []time.Duration
 }
 
 // OK reports whether there was no violation.
@@ -594,7 +602,7 @@ func Judge(in Input) Report {
 			}
 		}
 	}
-	r.Kinds = kindStats(p, in.Events, absences)
+	r.Kinds = kindStats(p, in.Events, absences, in.Reads, len(in.Keys))
 	for j := range fos {
 		for i := range foKeys[j] {
 			if inSlots(fos[j].slots, slots[i]) {
@@ -757,8 +765,10 @@ func judgeWriters(in Input, r *Report, flag func(Rule, string, time.Time, string
 }
 
 // kindStats counts the faults of each kind that ran, and the longest absence
-// that overlapped one of them, from its start to its end plus its recovery.
-func kindStats(p Params, evs []Event, absences []window) []KindStat {
+// that overlapped one of them, from its start to its end plus its recovery;
+// for a run that knows when Redis accepted connections again, how long after
+// that every key was back (BackAfter).
+func kindStats(p Params, evs []Event, absences []window, reads []Read, keys int) []KindStat {
 	idx := map[Kind]int{}
 	var out []KindStat
 	for _, k := range p.Kinds() {
@@ -776,6 +786,11 @@ func kindStats(p Params, evs []Event, absences []window) []KindStat {
 			i = len(out) - 1
 		}
 		out[i].Count++
+		if !e.Up.IsZero() {
+			d := BackAfter(e.Up, reads, keys)
+			out[i].FromUp = append(out[i].FromUp, d)
+			out[i].MaxFromUp = max(out[i].MaxFromUp, d)
+		}
 		w := window{e.Start, e.End.Add(recovery(p, e.Kind))}
 		for _, a := range absences {
 			if w.overlaps(a.start, a.end) {
@@ -784,6 +799,37 @@ func kindStats(p Params, evs []Event, absences []window) []KindStat {
 		}
 	}
 	return out
+}
+
+// BackAfter is how long after up (a restarted Redis accepting connections
+// again) every key was back: from up to the end of the first read, sent at
+// or after up, by which each key had been found holding a value the origin
+// produces, once. The absence figure counts from the first read that found a
+// key gone, which a restart's window makes the moment Redis went down; this
+// one is what the re-warm alone took. Reads are in the order they were sent;
+// a key a read could not reach (a Cluster master down) waits for the next.
+// A key never back is counted to the last read.
+func BackAfter(up time.Time, reads []Read, keys int) time.Duration {
+	back := make([]bool, keys)
+	left := keys
+	var last time.Time
+	for i := sort.Search(len(reads), func(i int) bool { return !reads[i].Sent.Before(up) }); i < len(reads); i++ {
+		rd := &reads[i]
+		last = rd.Recv
+		for k, v := range rd.Versions {
+			if k < keys && !back[k] && v >= 0 && !rd.unread(k) {
+				back[k] = true
+				left--
+			}
+		}
+		if left == 0 {
+			break
+		}
+	}
+	if last.IsZero() {
+		return 0
+	}
+	return last.Sub(up)
 }
 
 // judgeRecords applies TWO-WRITERS and LEASE to what is in Redis: the version
@@ -985,9 +1031,17 @@ func Format(in Input, r Report, seed uint64) string {
 	fmt.Fprintf(&b, "  reads %d (one read = every key), absences inside windows %d, commits %d, epochs %d, leading processes %d, max value age %s (%s)\n",
 		r.Reads, r.Absent, r.Commits, r.Epochs, r.Leaders, r.MaxAge.Round(time.Millisecond), r.MaxAgeKey)
 	fmt.Fprintf(&b, "  longest absence %s, scrape intervals with landed writes judged %d, writes seen in version records %d\n", r.MaxAbsent.Round(time.Millisecond), r.WriterChecks, r.RecordWrites)
-	fmt.Fprintf(&b, "  faults by kind (runs, longest absence overlapping one):\n")
+	fmt.Fprintf(&b, "  faults by kind (runs, longest absence overlapping one; for a Redis restart, every key back after Redis accepted connections again, longest and each run):\n")
 	for _, k := range r.Kinds {
-		fmt.Fprintf(&b, "    %-30s %3d  %s\n", k.Kind, k.Count, k.MaxAbsent.Round(time.Millisecond))
+		fmt.Fprintf(&b, "    %-30s %3d  %s", k.Kind, k.Count, k.MaxAbsent.Round(time.Millisecond))
+		if len(k.FromUp) > 0 {
+			each := make([]string, len(k.FromUp))
+			for i, d := range k.FromUp {
+				each[i] = d.Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(&b, "  from accepting connections %s (%s)", k.MaxFromUp.Round(time.Millisecond), strings.Join(each, ", "))
+		}
+		fmt.Fprintf(&b, "\n")
 	}
 	if len(r.Failovers) > 0 {
 		fmt.Fprintf(&b, "  failovers (fault to promotion + takeover %s, lengthened by the faults overlapping it): absent key-reads (distinct keys) on the failed master | on the surviving masters, unreadable key-reads:\n", in.Params.Takeover())

@@ -357,3 +357,41 @@ func TestKindStats(t *testing.T) {
 		t.Errorf("%d kinds in the verdict, want every one of %d", len(r.Kinds), len(soak.AllKinds()))
 	}
 }
+
+// TestBackAfter: a Redis restart's line in the verdict also counts from the
+// moment Redis accepted connections again (Event.Up) to the end of the read by
+// which every key had been found back; the absence figure counts from the
+// first read that found a key gone.
+func TestBackAfter(t *testing.T) {
+	up := at(21*time.Second + 50*time.Millisecond)
+	evs := []soak.Event{{Kind: soak.RedisDown, Start: at(19 * time.Second), End: up, Up: up}}
+	r := judge(evs, reads(0, 40*time.Second, absentBetween(20*time.Second, 22*time.Second)), nil, nil)
+	var k soak.KindStat
+	for _, s := range r.Kinds {
+		if s.Kind == soak.RedisDown {
+			k = s
+		}
+	}
+	want := 955 * time.Millisecond // from 21.05 s to the end of the read sent at 22 s
+	if k.Count != 1 || k.MaxAbsent != 2*time.Second || k.MaxFromUp != want || !slices.Equal(k.FromUp, []time.Duration{want}) {
+		t.Errorf("redis restart: %+v, want 1 run, 2s absence, %s from accepting connections", k, want)
+	}
+	if out := soak.Format(soak.Input{Params: params, Start: t0, End: at(time.Minute)}, r, 1); !strings.Contains(out, "from accepting connections 955ms (955ms)") {
+		t.Errorf("the verdict does not print the figure:\n%s", out)
+	}
+
+	// Two keys: the later one decides; a key found once is back, whatever
+	// the reads after it find; reads before up do not count.
+	rds := []soak.Read{
+		{Sent: at(0), Recv: at(time.Millisecond), Versions: []int64{1, 1}},
+		{Sent: at(time.Second), Recv: at(time.Second + time.Millisecond), Versions: []int64{1, -1}},
+		{Sent: at(2 * time.Second), Recv: at(2*time.Second + time.Millisecond), Versions: []int64{-1, 1}},
+		{Sent: at(3 * time.Second), Recv: at(3*time.Second + time.Millisecond), Versions: []int64{-2, -1}},
+	}
+	if got := soak.BackAfter(at(500*time.Millisecond), rds, 2); got != 1501*time.Millisecond {
+		t.Errorf("BackAfter = %s, want 1.501s (key 0 at the read of 1 s, key 1 at 2 s)", got)
+	}
+	if got := soak.BackAfter(at(2500*time.Millisecond), rds, 2); got != 501*time.Millisecond {
+		t.Errorf("BackAfter with keys never back = %s, want 501ms (to the last read)", got)
+	}
+}

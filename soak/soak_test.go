@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -417,7 +418,17 @@ func run(t *testing.T, p soak.Params, total time.Duration, seed uint64, plan []s
 	if p.Cluster {
 		wg.Go(func() { rec.observeCluster(bg, cobs) })
 	} else {
-		wg.Go(func() { rec.observe(bg, obs) })
+		addr := rs.Addr // the same port after a restart; Start rewrites the field
+		wg.Go(func() {
+			rec.observe(bg, func() *redis.Client {
+				// One dial per read: a read while Redis is down fails at
+				// once, and a new client (after a failed read) has no
+				// memory of the failed dials (go-redis's pool stops
+				// dialling after PoolSize of them, for up to a second).
+				return redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 300 * time.Millisecond,
+					ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
+			})
+		})
 	}
 	wg.Go(func() { rec.update(bg, pool, seed) })
 	for _, in := range insts {
@@ -526,6 +537,7 @@ func run(t *testing.T, p soak.Params, total time.Duration, seed uint64, plan []s
 				ev.Target, ev.Note = "all", fmt.Sprintf("jitter %g", jitter)
 			case soak.RedisDown:
 				ev.Target = "redis"
+				rec.fastFor(time.Until(a.until) + restartReads) // the first read after the restart comes at once
 				rs.Stop(t)
 			case soak.RedisFlush:
 				ev.Target = "redis"
@@ -588,7 +600,8 @@ func run(t *testing.T, p soak.Params, total time.Duration, seed uint64, plan []s
 					_ = p.Cmd.Process.Signal(syscall.SIGCONT)
 				}
 			case soak.RedisDown:
-				rs.Start(t)
+				rec.fastFor(restartReads)
+				events[a.ev].Up = rs.StartTimed(t)
 			case soak.RedisPause:
 				rs.Resume(t)
 			case soak.PGDown:
@@ -675,7 +688,22 @@ type recorder struct {
 	reads   []soak.Read
 	commits [][]soak.Commit
 	samples []soak.Sample
+
+	// fastUntil (Unix ns): until then the observer reads every
+	// fastReadEvery, not every 100 ms (after a Redis restart).
+	fastUntil atomic.Int64
 }
+
+// After a Redis restart the observer reads every key every fastReadEvery for
+// restartReads, so that the time to every key back after Redis accepted
+// connections again (soak.BackAfter) is measured to about 10 ms, not 100.
+const (
+	fastReadEvery = 10 * time.Millisecond
+	restartReads  = 5 * time.Second
+)
+
+// fastFor makes the observer read every fastReadEvery for d from now.
+func (r *recorder) fastFor(d time.Duration) { r.fastUntil.Store(time.Now().Add(d).UnixNano()) }
 
 func (r *recorder) input() soak.Input {
 	r.mu.Lock()
@@ -715,10 +743,13 @@ func recordKeys(t *testing.T, c *redis.Client, keys []string) []string {
 	return out
 }
 
-// observe reads every key every 100 ms with one MGET, with the version
-// records, the fence and the lease. A read that fails (Redis down or paused)
-// judges nothing.
-func (r *recorder) observe(ctx context.Context, c *redis.Client) {
+// observe reads every key every 100 ms (fastReadEvery after a restart) with
+// one MGET, with the version records, the fence and the lease, on a client
+// from dial, replaced after a failed read. A read that fails (Redis down or
+// paused) judges nothing.
+func (r *recorder) observe(ctx context.Context, dial func() *redis.Client) {
+	c := dial()
+	defer func() { _ = c.Close() }()
 	names := append([]string(nil), r.keys...)
 	var withRecord []int
 	for i, rk := range r.records {
@@ -728,18 +759,27 @@ func (r *recorder) observe(ctx context.Context, c *redis.Client) {
 		}
 	}
 	names = append(names, fenceKey, leaseKey)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+	next := time.Now()
 	for {
+		every := 100 * time.Millisecond
+		if time.Now().UnixNano() < r.fastUntil.Load() {
+			every = fastReadEvery
+		}
+		next = next.Add(every)
+		if now := time.Now(); next.Before(now) {
+			next = now
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-time.After(time.Until(next)):
 		}
 		sent := time.Now()
 		all, err := c.MGet(ctx, names...).Result()
 		recv := time.Now()
 		if err != nil {
+			_ = c.Close()
+			c = dial()
 			continue
 		}
 		vals := all[:len(r.keys)]
