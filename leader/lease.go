@@ -449,8 +449,6 @@ func (l *Lease) tryAcquire(ctx context.Context, watch *holderWatch) (*Term, erro
 // outlive the deadline while the lease's master does not answer (see grace).
 func (l *Lease) renewLoop(t *Term) {
 	defer l.wg.Done()
-	timer := time.NewTimer(l.opts.RenewInterval)
-	defer timer.Stop()
 	type result struct {
 		n   int64
 		err error
@@ -458,6 +456,12 @@ func (l *Lease) renewLoop(t *Term) {
 	// lastOK is the start of the last successful renewal (or of the
 	// acquisition): the grace is counted from the deadline it set.
 	lastOK := time.Duration(t.deadline.Load()) - l.opts.Duration + l.safety
+	// The first renewal is due a renew interval after the acquisition
+	// began, not after this loop starts: raising a Cluster's 16,384 fences
+	// can take most of a short lease, and a term that waited a whole
+	// interval more would reach its deadline unrenewed.
+	timer := time.NewTimer(max(0, lastOK+l.opts.RenewInterval-l.since()))
+	defer timer.Stop()
 	unreachable := false // the last renewal failed because Redis did not answer
 	for {
 		select {

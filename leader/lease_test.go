@@ -184,3 +184,43 @@ func TestCampaignAgainstDeadRedisIsCounted(t *testing.T) {
 		t.Fatal("no leadership after Redis came back")
 	}
 }
+
+// slowFence raises nothing and takes its time, as raising a Cluster's
+// 16,384 per-slot fences does on a loaded machine.
+type slowFence time.Duration
+
+func (f slowFence) Raise(ctx context.Context, _ int64) error {
+	select {
+	case <-time.After(time.Duration(f)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A term whose fence raise took longer than a renew interval is renewed at
+// once, not a whole interval after the raise: otherwise a short lease
+// reaches its renew deadline unrenewed and the new leader steps down in its
+// first second (seen on a Cluster under load).
+func TestLeaseSlowFenceRaiseStillRenews(t *testing.T) {
+	env := leadertest.New(t)
+	const lease = time.Second // renew interval 333ms, deadline 900ms after the acquisition began
+	l, err := leader.NewLease(leader.LeaseOptions{
+		Client: env.Client, Namespace: env.NS, Duration: lease, RetryPeriod: 50 * time.Millisecond,
+		Fence: slowFence(700 * time.Millisecond), Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	term := leadertest.Campaign(t, l, 5*time.Second)
+	// Three leases on: only renewals that began on time keep it.
+	select {
+	case <-term.Done():
+		t.Fatalf("the term ended %v after a slow fence raise: %v", lease, term.Err())
+	case <-time.After(3 * lease):
+	}
+	if !term.Valid() {
+		t.Fatalf("term invalid after three leases: %v", term.Err())
+	}
+}
