@@ -179,10 +179,17 @@ func TestNotifyFloodOneMember(t *testing.T) {
 	if bound := int64(rate*elapsed.Seconds()) + 4; loads > bound {
 		t.Errorf("%d origin loads in %v, over the source's rate %g/s", loads, elapsed, rate)
 	}
-	if cpu > maxFloodCPU {
-		t.Errorf("daemon CPU %.2f%% of a core during the flood, want < %.0f%%", 100*cpu, 100*maxFloodCPU)
+	// Each notification is parsed and counted, so this flood's cost scales
+	// with the machine (about 10 µs of CPU per notification here, and the
+	// CI machines differ by 2-3×): bounded per notification, not by a share
+	// of a core that a slower machine's honest work could exceed.
+	if perNote := time.Duration(cpu * elapsed.Seconds() / (batches * per) * float64(time.Second)); perNote > maxNotifyCPU {
+		t.Errorf("daemon CPU %v per notification during the flood (%.2f%% of a core), want ≤ %v", perNote, 100*cpu, maxNotifyCPU)
 	}
 }
+
+// maxNotifyCPU bounds the daemon's CPU per notification of a flood.
+const maxNotifyCPU = 30 * time.Microsecond
 
 // TestMarkerLookalikeFlood: 7,400 writes a second to <ns>:warmX, keys that
 // only share the re-warm marker's prefix. Before, each made a check (21,547
