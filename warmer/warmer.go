@@ -111,6 +111,9 @@ type declState struct {
 	hot []string
 	// failing is true while the last run did not end ok (see recover.go).
 	failing bool
+	// inflight holds the members a batch of a plain declaration is loading
+	// and writing (order.go).
+	inflight claims
 }
 
 // New builds a Warmer.
@@ -561,6 +564,15 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 	if spec.Template.IsFamily() {
 		req = batch
 	}
+	release := func() {}
+	if !Stamped(spec) {
+		r, err := st.inflight.claim(ctx, batch)
+		if err != nil {
+			return Outcome{Skipped: len(batch), LastError: fmt.Errorf("refresh %s: %w", spec.Name, err)}
+		}
+		release = r
+	}
+	defer release()
 	seq := w.seq.Add(1)
 	t0 := w.now()
 	results, err := w.load(ctx, spec, req)
@@ -682,6 +694,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 			w.metrics.keysWritten.WithLabelValues(spec.Name, "negative").Add(float64(out.Negative))
 		}
 	}
+	release() // the write returned: a later load of these members may begin
 	st.mu.Lock()
 	// okPos still says where okm's members are unless okm was filtered.
 	positional := at >= 0 && len(okPos) == len(okm)
