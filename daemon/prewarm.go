@@ -84,7 +84,7 @@ func newDaemonPrewarm(cfg *config.Config, w *warmer.Warmer, sources *Sources, le
 	if cfg.Prewarm.RewarmCheck > 0 {
 		p.rewarmer, err = rewarm.New(rewarm.Options{
 			Client: rdb, Namespace: cfg.Redis.Namespace, Interval: cfg.Prewarm.RewarmCheck,
-			Warmer: w, Prewarm: p.pw.Rewarm(p.po), Registerer: reg, Logger: log,
+			Warmer: w, Prewarm: p.pw.Rewarm(p.po), OnLoss: lead.renewNow, Registerer: reg, Logger: log,
 		})
 		if err != nil {
 			return nil, err

@@ -319,6 +319,17 @@ func (l *leadership) Leading() bool {
 	return ok
 }
 
+// renewNow has the current term renew its lease at once (see
+// leader.Term.RenewNow): the re-warm calls it when Redis lost its data.
+func (l *leadership) renewNow() {
+	if l == nil || l.lease == nil {
+		return
+	}
+	if t, ok := l.lease.Current(); ok {
+		t.RenewNow()
+	}
+}
+
 // Holder reads who holds the lease; without a lease this instance always
 // leads, and it reports itself.
 func (l *leadership) Holder(ctx context.Context) (instance string, epoch int64, held bool, err error) {

@@ -130,6 +130,8 @@ type Term struct {
 	cancel context.CancelCauseFunc
 	once   sync.Once
 	err    error
+	// renewNow asks the renew loop for a renewal at once (RenewNow).
+	renewNow chan struct{}
 }
 
 // NewLease builds a Lease; nothing talks to Redis until Campaign.
@@ -235,6 +237,14 @@ func (l *Lease) Campaign(ctx context.Context) (*Term, error) {
 				l.metrics.campaignErrors.Inc()
 			}
 			wait = bo.NextBackOff()
+			if neterr.IsRefused(err) && !errors.Is(err, errRaise) {
+				// Nothing listens: Redis is restarting. A refused dial
+				// costs it nothing, and the next term's catch-up writes
+				// the keys back: try again every RetryPeriod/10 (±20%),
+				// not after a backoff that grew while it was down.
+				bo.Reset()
+				wait = time.Duration(float64(minGap) * (0.8 + 0.4*rand.Float64()))
+			}
 			if what != failing {
 				l.log.Warn().Err(err).Dur("retry_in_ms", wait).Msg("campaign: " + what + "; backing off")
 				failing = what
@@ -415,7 +425,7 @@ func (l *Lease) tryAcquire(ctx context.Context, watch *holderWatch) (*Term, erro
 	if err != nil {
 		return nil, fmt.Errorf("acquire lease %s: bad epoch %q", l.leaseKey, res)
 	}
-	t := &Term{Epoch: epoch, lease: l, value: res + ":" + token}
+	t := &Term{Epoch: epoch, lease: l, value: res + ":" + token, renewNow: make(chan struct{}, 1)}
 	t.ctx, t.cancel = context.WithCancelCause(context.Background())
 	t.deadline.Store(int64(start + l.opts.Duration - l.safety))
 	if l.opts.Fence != nil {
@@ -468,6 +478,7 @@ func (l *Lease) renewLoop(t *Term) {
 		case <-t.ctx.Done():
 			return
 		case <-timer.C:
+		case <-t.renewNow:
 		}
 		start := l.since()
 		deadline := time.Duration(t.deadline.Load())
@@ -649,6 +660,18 @@ func (t *Term) Err() error {
 		return t.err
 	default:
 		return nil
+	}
+}
+
+// RenewNow asks for a renewal at once instead of at the next renew
+// interval: when Redis has just lost its data (a restart, a flush), the lease
+// went with it, and the sooner the term sees that, the sooner a new term's
+// catch-up writes every key back. It never waits; asks made while one is
+// pending are one.
+func (t *Term) RenewNow() {
+	select {
+	case t.renewNow <- struct{}{}:
+	default:
 	}
 }
 

@@ -224,3 +224,53 @@ func TestLeaseSlowFenceRaiseStillRenews(t *testing.T) {
 		t.Fatalf("term invalid after three leases: %v", term.Err())
 	}
 }
+
+// RenewNow renews at once instead of at the next renew interval: a leader
+// told that Redis lost its data (the lease with it) ends its term as soon as
+// the renewal finds the lease gone, so that a new term's catch-up can write
+// the keys back, rather than up to a renew interval later.
+func TestRenewNowSeesALostLeaseAtOnce(t *testing.T) {
+	env := leadertest.New(t)
+	a := env.Instance(30*time.Second, 50*time.Millisecond, false) // renew interval 10s
+	term := leadertest.Campaign(t, a.Lease, 5*time.Second)
+	env.Client.Del(context.Background(), env.NS+":{lease}") // as a restart without persistence does
+	term.RenewNow()
+	term.RenewNow() // asks while one is pending are one, and never block
+	leadertest.WaitDone(t, term, 5*time.Second)
+	if !errors.Is(term.Err(), leader.ErrLeaseLost) {
+		t.Errorf("term ended with %v, want ErrLeaseLost", term.Err())
+	}
+}
+
+// A campaign against a Redis that refuses connections (restarting) tries
+// again every RetryPeriod/10, not after the backoff that grew while it was
+// down: with a 2 s retry period the attempts came 2, 4 and 8 s apart, and
+// Redis back after 7 s was not tried again until 14 s.
+func TestCampaignWinsSoonAfterARefusingRedisReturns(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	client := srv.Client(t)
+	reg := prometheus.NewRegistry()
+	l, err := leader.NewLease(leader.LeaseOptions{Client: client, Namespace: "hearth", Duration: 6 * time.Second, RetryPeriod: 2 * time.Second, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	srv.Stop(t)
+	won := make(chan time.Time, 1)
+	go func() {
+		if _, err := l.Campaign(context.Background()); err == nil {
+			won <- time.Now()
+		}
+	}()
+	time.Sleep(7 * time.Second) // attempts at 0, 2, 6 and, backed off, 14 s
+	up := srv.StartTimed(t)
+	select {
+	case at := <-won:
+		// RetryPeriod/10 is 200ms (±20%); the backoff would have waited 7 s.
+		if took := at.Sub(up); took > 2*time.Second {
+			t.Errorf("won %v after Redis accepted connections again, want within a few tenths of a second", took)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no term 20s after Redis came back")
+	}
+}

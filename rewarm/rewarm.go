@@ -85,7 +85,13 @@ type Options struct {
 	// every declaration: the daemon's pre-warm (the hottest keys first)
 	// without its rate, for reason, loading only the access-log keys keep
 	// accepts (nil: all).
-	Prewarm    func(ctx context.Context, reason string, keep func(key string) bool) error
+	Prewarm func(ctx context.Context, reason string, keep func(key string) bool) error
+	// OnLoss, if not nil, is called as soon as a check finds that Redis lost
+	// its data, whether its re-warm runs now or is deferred by MinGap, and
+	// must not block: the daemon has the leader's term renew its lease at
+	// once, since the lease was lost with the data and a new term's
+	// catch-up writes the declared keys back.
+	OnLoss     func()
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
 }
@@ -242,6 +248,9 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 	r.runIDs = ids
 	if detected != "" {
 		r.detections.WithLabelValues(via).Inc()
+		if r.opts.OnLoss != nil {
+			r.opts.OnLoss()
+		}
 	}
 	scope := scopeOf(lost, len(sites))
 	reason := r.pending

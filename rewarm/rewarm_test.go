@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,6 +103,29 @@ func TestRewarmAfterRestart(t *testing.T) {
 	}
 	if got, want := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Flush), 0.0; got != want {
 		t.Errorf("rewarms{reason=flush} = %g, want %g (a restart is not a flush)", got, want)
+	}
+}
+
+// TestRewarmOnLoss: a loss calls OnLoss as soon as it is seen, the restart
+// and the flush that follows it within MinGap (whose re-warm is deferred)
+// alike: the daemon has the term renew its lease then, since the lease went
+// with the data, rather than at its next renew interval.
+func TestRewarmOnLoss(t *testing.T) {
+	var losses atomic.Int64
+	srv, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) {
+		o.MinGap = time.Hour
+		o.OnLoss = func() { losses.Add(1) }
+	})
+	run(t, rw)
+	srv.Restart(t)
+	waitWarm(t, e, 10*time.Second)
+	testenv.Eventually(t, 10*time.Second, "OnLoss for the restart", func() bool { return losses.Load() == 1 })
+	if err := e.rdb.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "OnLoss for the flush within MinGap", func() bool { return losses.Load() == 2 })
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_suppressed_total", "reason", rewarm.Flush); got != 1 {
+		t.Errorf("rewarms_suppressed{reason=flush} = %g, want 1 (the flush came within MinGap)", got)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -37,6 +38,18 @@ func Is(err error) bool {
 		return true
 	}
 	return strings.Contains(err.Error(), "connection refused")
+}
+
+// IsRefused reports whether err says the peer's host answered that nothing
+// listens on the port (ECONNREFUSED, or its text when the type was lost): a
+// server restarting, not one that is slow or unreachable. Such a dial costs
+// the peer nothing and fails at once, so a caller may try again soon, where
+// it backs off after a timeout.
+func IsRefused(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused")
 }
 
 // IsTimeout is the narrower question a reader of a live connection asks: did

@@ -23,29 +23,30 @@ func TestIs(t *testing.T) {
 		name          string
 		err           error
 		conn, timeout bool
+		refused       bool
 	}{
-		{"nil", nil, false, false},
-		{"dial refused", dial, true, false},
-		{"wrapped dial refused", fmt.Errorf("acquire lease h:{lease}: %w", dial), true, false},
-		{"read reset", read, true, false},
-		{"read timeout", timeout, true, true},
-		{"bare ECONNREFUSED", syscall.ECONNREFUSED, true, false},
-		{"bare ECONNRESET", syscall.ECONNRESET, true, false},
-		{"bare EPIPE", syscall.EPIPE, true, false},
-		{"bare ECONNABORTED", syscall.ECONNABORTED, true, false},
-		{"EOF", io.EOF, true, false},
-		{"unexpected EOF", fmt.Errorf("read reply: %w", io.ErrUnexpectedEOF), true, false},
-		{"context deadline", fmt.Errorf("load: %w", context.DeadlineExceeded), true, true},
-		{"os deadline", os.ErrDeadlineExceeded, true, true},
-		{"redis client closed", redis.ErrClosed, true, false},
-		{"refused as text", errors.New("dial tcp 127.0.0.1:7001: connect: connection refused"), true, false},
-		{"cancelled", context.Canceled, false, false},
-		{"cancelled around a dial error", fmt.Errorf("%w: %w", context.Canceled, dial), false, false},
-		{"redis nil", redis.Nil, false, false},
-		{"redis error reply", errors.New("ERR unknown command"), false, false},
-		{"noscript", errors.New("NOSCRIPT No matching script"), false, false},
-		{"clusterdown", errors.New("CLUSTERDOWN The cluster is down"), false, false},
-		{"a bad payload", errors.New("decode row: unexpected end of JSON input"), false, false},
+		{"nil", nil, false, false, false},
+		{"dial refused", dial, true, false, true},
+		{"wrapped dial refused", fmt.Errorf("acquire lease h:{lease}: %w", dial), true, false, true},
+		{"read reset", read, true, false, false},
+		{"read timeout", timeout, true, true, false},
+		{"bare ECONNREFUSED", syscall.ECONNREFUSED, true, false, true},
+		{"bare ECONNRESET", syscall.ECONNRESET, true, false, false},
+		{"bare EPIPE", syscall.EPIPE, true, false, false},
+		{"bare ECONNABORTED", syscall.ECONNABORTED, true, false, false},
+		{"EOF", io.EOF, true, false, false},
+		{"unexpected EOF", fmt.Errorf("read reply: %w", io.ErrUnexpectedEOF), true, false, false},
+		{"context deadline", fmt.Errorf("load: %w", context.DeadlineExceeded), true, true, false},
+		{"os deadline", os.ErrDeadlineExceeded, true, true, false},
+		{"redis client closed", redis.ErrClosed, true, false, false},
+		{"refused as text", errors.New("dial tcp 127.0.0.1:7001: connect: connection refused"), true, false, true},
+		{"cancelled", context.Canceled, false, false, false},
+		{"cancelled around a dial error", fmt.Errorf("%w: %w", context.Canceled, dial), false, false, false},
+		{"redis nil", redis.Nil, false, false, false},
+		{"redis error reply", errors.New("ERR unknown command"), false, false, false},
+		{"noscript", errors.New("NOSCRIPT No matching script"), false, false, false},
+		{"clusterdown", errors.New("CLUSTERDOWN The cluster is down"), false, false, false},
+		{"a bad payload", errors.New("decode row: unexpected end of JSON input"), false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := neterr.Is(tc.err); got != tc.conn {
@@ -53,6 +54,9 @@ func TestIs(t *testing.T) {
 			}
 			if got := neterr.IsTimeout(tc.err); got != tc.timeout {
 				t.Errorf("IsTimeout(%v) = %v, want %v", tc.err, got, tc.timeout)
+			}
+			if got := neterr.IsRefused(tc.err); got != tc.refused {
+				t.Errorf("IsRefused(%v) = %v, want %v", tc.err, got, tc.refused)
 			}
 		})
 	}
