@@ -86,10 +86,10 @@ type Options struct {
 	// without its rate, for reason, loading only the access-log keys keep
 	// accepts (nil: all).
 	Prewarm func(ctx context.Context, reason string, keep func(key string) bool) error
-	// OnLoss, if not nil, is called as soon as a check finds that Redis lost
-	// its data, whether its re-warm runs now or is deferred by MinGap, and
-	// must not block: the daemon has the leader's term renew its lease at
-	// once, since the lease was lost with the data and a new term's
+	// OnLoss, if not nil, is called when a check found that Redis lost its
+	// data: after the re-warm it ran, or at once when the re-warm waits for
+	// MinGap. It must not block: the daemon has the leader's term renew its
+	// lease then, since the lease was lost with the data and a new term's
 	// catch-up writes the declared keys back.
 	OnLoss     func()
 	Registerer prometheus.Registerer
@@ -248,7 +248,13 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 	r.runIDs = ids
 	if detected != "" {
 		r.detections.WithLabelValues(via).Inc()
-		if r.opts.OnLoss != nil {
+	}
+	// The loss took the lease with it: once the keys are back (or at once,
+	// when the re-warm waits for its gap) the term renews now, so that a
+	// lost lease ends it and the next term's catch-up runs. Not before the
+	// re-warm: ending the term would cancel it.
+	onLoss := func() {
+		if detected != "" && r.opts.OnLoss != nil {
 			r.opts.OnLoss()
 		}
 	}
@@ -265,7 +271,10 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 	if reason == "" {
 		return "", nil
 	}
-	if wait := r.opts.MinGap - time.Since(r.last); !r.last.IsZero() && wait > 0 {
+	// A re-warm that a term's end cut short is finished at once by the next
+	// term: the gap bounds how often losses are re-warmed, and that loss
+	// was counted once.
+	if wait := r.opts.MinGap - time.Since(r.last); r.pending == "" && !r.last.IsZero() && wait > 0 {
 		if detected != "" {
 			r.suppressed.WithLabelValues(detected).Inc()
 			ev := r.log.Debug()
@@ -275,12 +284,11 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 			ev.Str("reason", detected).Dur("gap_ms", r.opts.MinGap).Dur("runs_in_ms", wait).
 				Msg("redis lost its data again soon after a re-warm: one re-warm runs once the minimum gap has passed")
 		}
-		if r.pending == "" {
-			r.deferred = reason
-		}
+		r.deferred = reason
 		r.scope = scope
 		// The poll may be far off, or off: come back once the gap has passed.
 		time.AfterFunc(wait, r.kickNow)
+		onLoss()
 		return "", nil
 	}
 	if r.pending == "" {
@@ -291,6 +299,7 @@ func (r *Rewarmer) check(ctx context.Context, via string) (string, error) {
 	}
 	r.pending, r.deferred, r.scope, r.last, r.quiet = reason, "", scope, time.Now(), false
 	err = r.rewarm(ctx, reason, scope)
+	onLoss()
 	if ctx.Err() == nil {
 		r.pending, r.scope = "", nil
 	} else {

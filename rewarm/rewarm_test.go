@@ -129,6 +129,52 @@ func TestRewarmOnLoss(t *testing.T) {
 	}
 }
 
+// TestRewarmCutShortFinishedByNextTerm: a re-warm that the term's end cuts
+// short (the lease went with the data, and the term renewed at once) is
+// finished by the next term's first check, not once MinGap has passed: the
+// access-log keys only the re-warm's pre-warm writes would otherwise stay
+// cold for the whole gap.
+func TestRewarmCutShortFinishedByNextTerm(t *testing.T) {
+	var calls atomic.Int64
+	cut := make(chan struct{}, 1)
+	srv, e, rw := newRewarmEnvWith(t, func(o *rewarm.Options) {
+		o.MinGap = time.Hour
+		prewarm := o.Prewarm
+		o.Prewarm = func(ctx context.Context, reason string, keep func(string) bool) error {
+			if calls.Add(1) == 1 {
+				cut <- struct{}{}
+				<-ctx.Done() // the term ends during the re-warm
+				return context.Cause(ctx)
+			}
+			return prewarm(ctx, reason, keep)
+		}
+	})
+	ctx := context.Background()
+	term, end := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rw.Run(term) }()
+	testenv.Eventually(t, 10*time.Second, "the baseline marker", func() bool {
+		return e.rdb.Exists(ctx, store.MarkerKey(rewarmNS)).Val() == 1
+	})
+	srv.Restart(t)
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no re-warm after the restart")
+	}
+	end()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after its term = %v", err)
+	}
+	next, endNext := context.WithCancel(ctx)
+	defer endNext()
+	go func() { done <- rw.Run(next) }()
+	waitWarm(t, e, 10*time.Second)
+	if got := promtest.Value(t, e.reg, "hearth_prewarm_rewarms_total", "reason", rewarm.Restart); got != 1 {
+		t.Errorf("rewarms{reason=restart} = %g, want 1 (the finished re-warm is the same one)", got)
+	}
+}
+
 // TestRewarmPerTerm: the watch runs only within a leader term (Run); a loss
 // while no term runs (a standby, or a FLUSHALL that also took the lease) is
 // re-warmed by the next term's first check, against the baseline the last
