@@ -66,14 +66,7 @@ keys:
 			}
 			addr := e2e.FreeAddr(b)
 			proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg, "--listen", addr})
-			testenv.Eventually(b, 30*time.Second, "hearth ready", func() bool {
-				resp, err := http.Get("http://" + addr + "/readyz")
-				if err != nil {
-					return false
-				}
-				resp.Body.Close()
-				return resp.StatusCode == http.StatusOK
-			})
+			e2e.WaitHTTP(b, "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)
 			var first time.Duration
 			var later []time.Duration
 			for i := range restartTrials {
