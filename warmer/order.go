@@ -51,9 +51,7 @@ func (c *claims) claim(ctx context.Context, members []string) (release func(), e
 				once.Do(func() {
 					c.mu.Lock()
 					for _, m := range members {
-						if c.by[m] == done {
-							delete(c.by, m)
-						}
+						delete(c.by, m) // held by this batch alone until now
 					}
 					c.mu.Unlock()
 					close(done)
