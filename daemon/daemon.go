@@ -149,6 +149,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if cfg.HTTP.Pprof {
 		srv.servePprof()
 	}
+	// Mounted before the listener serves: a client that reaches /healthz
+	// finds the admin routes too (it once saw 404 in between).
+	adm := openAdmin(srv, w, lead.Leading, pw, reg, log)
 	srv.serve()
 	undo.push(func(ctx context.Context) error {
 		if err := srv.shutdown(ctx); err != nil {
@@ -166,7 +169,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// The warmer's own work (a refresh after an origin's recovery) ends
 	// before the lease is released, after everything that asks it to refresh.
 	undo.push(func(context.Context) error { w.Close(); return nil })
-	adm := openAdmin(srv, w, lead.Leading, pw, reg, log)
 	undo.push(adm.Close)
 	// Change-driven refresh (notify declarations): a service of the term.
 	chg, err := changes.New(w, changes.Options{Specs: specs, DSNs: changeDSNs(cfg), Registerer: reg, Logger: log, ConnectTimeout: ConnectTimeout})
