@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/config"
+	"github.com/hearth-dev/hearth/internal/neterr"
 	"github.com/hearth-dev/hearth/internal/redact"
 	"github.com/hearth-dev/hearth/sources/budget"
 	httpsrc "github.com/hearth-dev/hearth/sources/http"
@@ -51,7 +53,7 @@ func NewRedis(c config.Redis) redis.UniversalClient {
 	if opts.MasterName == "" {
 		// Not behind Sentinel: there each of go-redis's dial attempts asks
 		// for the master's address again, which a failover needs.
-		opts.Dialer = redialRefused(redis.NewDialer(&redis.Options{DialTimeout: c.DialTimeout, TLSConfig: opts.TLSConfig}))
+		opts.Dialer = redialRefused(answered(redis.NewDialer(&redis.Options{DialTimeout: c.DialTimeout, TLSConfig: opts.TLSConfig}), c.DialTimeout))
 		opts.DialerRetries = 1 // redialRefused is the retry
 	}
 	if opts.MasterName == "" && len(opts.Addrs) > 1 {
@@ -101,6 +103,80 @@ func redialRefused(dial func(ctx context.Context, network, addr string) (net.Con
 		}
 	}
 }
+
+// answered wraps dial so that a connection is returned only once Redis has
+// answered a PING on it (any reply: +PONG, or an error such as NOAUTH, which
+// go-redis's own handshake then deals with). A connection accepted and then
+// closed before any reply (a TCP proxy, a load balancer or a sidecar in front
+// of a Redis that is down or restarting accepts, dials Redis, and closes) is
+// returned as a refused dial, so that redialRefused redials it every few
+// milliseconds and the client sees Redis back as soon as it answers, as it
+// does without a proxy; without this, each command met EOF after a
+// successful dial, go-redis retried it after 8-512 ms backoffs, and a
+// restarted Redis was seen 50-140 ms late (BenchmarkRestartLeader, proxied).
+// A timeout stays a timeout (a paused Redis is not a restarting one). It
+// costs one round trip per new connection; connections are pooled.
+func answered(dial func(ctx context.Context, network, addr string) (net.Conn, error), timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := pingConn(ctx, conn, timeout); err != nil {
+			_ = conn.Close()
+			if !neterr.IsTimeout(err) && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+				err = unanswered{err}
+			}
+			return nil, &net.OpError{Op: "dial", Net: network, Addr: conn.RemoteAddr(), Err: err}
+		}
+		return conn, nil
+	}
+}
+
+// pingCommand is PING in RESP, which every Redis and Redis proxy reads.
+const pingCommand = "*1\r\n$4\r\nPING\r\n"
+
+// pingConn writes PING and reads its one-line reply, within timeout and ctx.
+func pingConn(ctx context.Context, conn net.Conn, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(conn, pingCommand); err != nil {
+		return err
+	}
+	// The reply is one short line; read it a byte at a time, so that
+	// nothing after it is taken from go-redis.
+	var b [1]byte
+	for n := 0; ; n++ {
+		if _, err := io.ReadFull(conn, b[:]); err != nil {
+			return err
+		}
+		if n == 0 && b[0] != '+' && b[0] != '-' {
+			return fmt.Errorf("not a Redis reply to PING (first byte %q)", b[0])
+		}
+		if b[0] == '\n' {
+			break
+		}
+		if n >= 4096 {
+			return errors.New("reply to PING longer than 4096 bytes")
+		}
+	}
+	return conn.SetDeadline(time.Time{})
+}
+
+// unanswered is a connection accepted and closed before Redis answered: it
+// reads as, and unwraps to, a refused connection, and keeps its cause.
+type unanswered struct{ cause error }
+
+func (u unanswered) Error() string {
+	return "connection refused (accepted, then closed before Redis answered: " + u.cause.Error() + ")"
+}
+
+func (u unanswered) Unwrap() []error { return []error{syscall.ECONNREFUSED, u.cause} }
 
 // refusedAsConn wraps a single node's dial (after redialRefused) so that a
 // refusal is returned as a connection whose every read and write fails with

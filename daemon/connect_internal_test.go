@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -109,5 +111,91 @@ func TestRefusedKeepsDialling(t *testing.T) {
 	})
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Errorf("first ping once Redis accepts connections again: %v", err)
+	}
+}
+
+// TestAnsweredDial: a connection accepted and closed before any reply (a
+// proxy in front of a Redis that is down) is a refused dial, which
+// redialRefused dials again until Redis answers; any reply, an error
+// included, is an answer; a silent server is a timeout, not a refusal; and the
+// probe's reply is not left for go-redis to read.
+func TestAnsweredDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var mode atomic.Value // what the server does with a connection
+	mode.Store("close")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, len(pingCommand))
+				switch mode.Load() {
+				case "close":
+					return
+				case "silent":
+					time.Sleep(time.Second)
+				case "noauth":
+					if _, err := io.ReadFull(c, buf); err == nil {
+						_, _ = io.WriteString(c, "-NOAUTH Authentication required.\r\n+NEXT\r\n")
+						time.Sleep(time.Second)
+					}
+				case "pong":
+					if _, err := io.ReadFull(c, buf); err == nil && string(buf) == pingCommand {
+						_, _ = io.WriteString(c, "+PONG\r\n+NEXT\r\n")
+						time.Sleep(time.Second)
+					}
+				}
+			}()
+		}
+	}()
+	var d net.Dialer
+	ctx := context.Background()
+	addr := ln.Addr().String()
+
+	_, err = answered(d.DialContext, time.Second)(ctx, "tcp", addr)
+	var op *net.OpError
+	closed := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	if !errors.Is(err, syscall.ECONNREFUSED) || !closed || !errors.As(err, &op) || !neterr.IsRefused(err) {
+		t.Fatalf("accepted and closed: %v, want a refused dial (a *net.OpError) that keeps its cause (EOF or reset)", err)
+	}
+
+	// Closed for a while, then answering: redialRefused dials until it answers.
+	dial := redialRefused(answered(d.DialContext, time.Second))
+	time.AfterFunc(100*time.Millisecond, func() { mode.Store("pong") })
+	t0 := time.Now()
+	conn, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("closed for 100ms, then answering: %v after %v, want a connection", err, time.Since(t0))
+	}
+	if took := time.Since(t0); took < 100*time.Millisecond {
+		t.Errorf("closed for 100ms, then answering: connected after %v, before it answered", took)
+	}
+	line := make([]byte, len("+NEXT\r\n"))
+	if _, err := io.ReadFull(conn, line); err != nil || string(line) != "+NEXT\r\n" {
+		t.Errorf("after the probe the connection reads %q, %v: want what follows PONG", line, err)
+	}
+	_ = conn.Close()
+
+	mode.Store("noauth")
+	conn, err = answered(d.DialContext, time.Second)(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("an error reply is an answer: %v", err)
+	}
+	if _, err := io.ReadFull(conn, line); err != nil || string(line) != "+NEXT\r\n" {
+		t.Errorf("after the probe's error reply the connection reads %q, %v: want what follows it", line, err)
+	}
+	_ = conn.Close()
+
+	mode.Store("silent")
+	_, err = answered(d.DialContext, 100*time.Millisecond)(ctx, "tcp", addr)
+	if !neterr.IsTimeout(err) || errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("a silent server: %v, want a timeout, not a refusal", err)
 	}
 }
