@@ -51,8 +51,8 @@ test-deps: ## find, install (apt-get, as root) and start what the tests need: re
 DURATION ?= 10m
 SEED     ?=
 CLUSTER  ?=
-soak: ## nemesis soak (docs/soak.md): three instances through a seeded fault schedule for $(DURATION); SEED=n replays one; CLUSTER=1 on a Redis Cluster
-	SOAK_DURATION=$(DURATION) SOAK_SEED=$(SEED) SOAK_CLUSTER=$(CLUSTER) $(GO) test -race -count=1 -timeout 2h -v ./soak/
+soak: ## nemesis soak (docs/soak.md): three instances through a seeded fault schedule for $(DURATION); SEED=n replays one; CLUSTER=1 on a Redis Cluster; LOGS=dir keeps every instance's log
+	SOAK_DURATION=$(DURATION) SOAK_SEED=$(SEED) SOAK_CLUSTER=$(CLUSTER) SOAK_LOGS=$(LOGS) $(GO) test -race -count=1 -timeout 2h -v ./soak/
 
 FUZZTIME ?= 10s
 fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation)

@@ -365,6 +365,7 @@ func run(t *testing.T, p soak.Params, total time.Duration, seed uint64, plan []s
 	var crashes []string
 	crashed := map[*e2e.Proc]bool{}
 	var procs []*e2e.Proc
+	var procNames []string // <instance>-<generation>, for SOAK_LOGS
 	checkCrash := func(p *e2e.Proc, id string) {
 		if crashed[p] {
 			return
@@ -383,6 +384,7 @@ func run(t *testing.T, p soak.Params, total time.Duration, seed uint64, plan []s
 		in.gen++
 		in.proc = e2e.Start(t, []string{"run", "--config", in.cfg, "--listen", in.addr})
 		procs = append(procs, in.proc)
+		procNames = append(procNames, fmt.Sprintf("%s-%d", in.name, in.gen))
 		in.mu.Unlock()
 	}
 	for _, in := range insts {
@@ -639,6 +641,18 @@ func run(t *testing.T, p soak.Params, total time.Duration, seed uint64, plan []s
 	wg.Wait()
 	for _, p := range procs {
 		checkCrash(p, "a process")
+	}
+	if dir := os.Getenv("SOAK_LOGS"); dir != "" {
+		// Every process's log, passing run or not (make soak LOGS=dir).
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range procs {
+			if err := os.WriteFile(filepath.Join(dir, procNames[i]+".log"), []byte(p.Output()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("instance logs in %s", dir)
 	}
 
 	events = append(events, clusterEvents...)
