@@ -104,41 +104,60 @@ func redialRefused(dial func(ctx context.Context, network, addr string) (net.Con
 	}
 }
 
-// answered wraps dial so that a connection is returned only once Redis has
-// answered a PING on it (any reply: +PONG, or an error such as NOAUTH, which
-// go-redis's own handshake then deals with). A connection accepted and then
-// closed before any reply (a TCP proxy, a load balancer or a sidecar in front
-// of a Redis that is down or restarting accepts, dials Redis, and closes) is
-// returned as a refused dial, so that redialRefused redials it every few
-// milliseconds and the client sees Redis back as soon as it answers, as it
-// does without a proxy; without this, each command met EOF after a
-// successful dial, go-redis retried it after 8-512 ms backoffs, and a
-// restarted Redis was seen 50-140 ms late (BenchmarkRestartLeader, proxied).
-// A timeout stays a timeout (a paused Redis is not a restarting one). It
-// costs one round trip per new connection; connections are pooled.
+// answered wraps dial so that a connection accepted and then closed before
+// Redis answered anything is a refused dial. A TCP proxy, load balancer or
+// sidecar in front of a Redis that is down or restarting accepts, fails to
+// reach Redis, and closes: each command then met EOF after a successful dial,
+// go-redis retried it after 8-512 ms backoffs, and a restarted Redis was seen
+// 50-170 ms late (BenchmarkRestartLeader, proxied). As a refused dial it is
+// redialled every 2-20 ms by redialRefused, as a direct connection is. The
+// test is a PING sent on the new connection: any reply (+PONG, or an error
+// such as NOAUTH, which go-redis's own handshake then deals with) is an
+// answer. A server that has not answered within probeWait (paused, or busy)
+// is not a refusal: the connection is returned as it was before, and the
+// PING's reply, when it comes, is dropped before go-redis reads its own
+// (pendingReply), so a paused Redis times out go-redis's commands exactly as
+// it did. One round trip per new connection; connections are pooled.
 func answered(dial func(ctx context.Context, network, addr string) (net.Conn, error), timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		if err := pingConn(ctx, conn, timeout); err != nil {
-			_ = conn.Close()
-			if !neterr.IsTimeout(err) && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
-				err = unanswered{err}
+		err = pingConn(ctx, conn, min(timeout, probeWait))
+		switch {
+		case err == nil:
+			return conn, nil
+		case errors.Is(err, errNoReplyYet):
+			if err := conn.SetDeadline(time.Time{}); err != nil {
+				_ = conn.Close()
+				return nil, err
 			}
-			return nil, &net.OpError{Op: "dial", Net: network, Addr: conn.RemoteAddr(), Err: err}
+			return &pendingReply{Conn: conn}, nil
 		}
-		return conn, nil
+		_ = conn.Close()
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+			err = unanswered{err}
+		}
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: conn.RemoteAddr(), Err: err}
 	}
 }
+
+// probeWait bounds how long answered waits for the PING's reply before it
+// hands the connection over unanswered: a proxy closes at once when Redis is
+// down, a Redis that takes longer is paused or busy.
+const probeWait = 100 * time.Millisecond
 
 // pingCommand is PING in RESP, which every Redis and Redis proxy reads.
 const pingCommand = "*1\r\n$4\r\nPING\r\n"
 
-// pingConn writes PING and reads its one-line reply, within timeout and ctx.
-func pingConn(ctx context.Context, conn net.Conn, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+// errNoReplyYet: PING was sent and its reply has not come within the wait.
+var errNoReplyYet = errors.New("no reply to PING yet")
+
+// pingConn writes PING and reads its one-line reply, within wait and ctx. It
+// returns errNoReplyYet when the reply did not begin in time.
+func pingConn(ctx context.Context, conn net.Conn, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -148,24 +167,57 @@ func pingConn(ctx context.Context, conn net.Conn, timeout time.Duration) error {
 	if _, err := io.WriteString(conn, pingCommand); err != nil {
 		return err
 	}
-	// The reply is one short line; read it a byte at a time, so that
-	// nothing after it is taken from go-redis.
 	var b [1]byte
-	for n := 0; ; n++ {
-		if _, err := io.ReadFull(conn, b[:]); err != nil {
-			return err
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		if neterr.IsTimeout(err) {
+			return errNoReplyYet
 		}
-		if n == 0 && b[0] != '+' && b[0] != '-' {
-			return fmt.Errorf("not a Redis reply to PING (first byte %q)", b[0])
-		}
-		if b[0] == '\n' {
-			break
-		}
-		if n >= 4096 {
-			return errors.New("reply to PING longer than 4096 bytes")
-		}
+		return err
+	}
+	if b[0] != '+' && b[0] != '-' {
+		return fmt.Errorf("not a Redis reply to PING (first byte %q)", b[0])
+	}
+	// The rest of the line, a byte at a time, so that nothing after it is
+	// taken from go-redis; a simple string or error has no line break inside.
+	if err := conn.SetDeadline(time.Now().Add(max(wait, time.Second))); err != nil {
+		return err
+	}
+	if err := skipLine(conn); err != nil {
+		return err
 	}
 	return conn.SetDeadline(time.Time{})
+}
+
+// skipLine reads up to and including the next '\n' (at most 4096 bytes).
+func skipLine(r io.Reader) error {
+	var b [1]byte
+	for range 4096 {
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			return err
+		}
+		if b[0] == '\n' {
+			return nil
+		}
+	}
+	return errors.New("reply to PING longer than 4096 bytes")
+}
+
+// pendingReply is a connection whose PING has not been answered yet: its first
+// read drops that reply's line, then reads go on as usual. go-redis reads a
+// connection from one goroutine at a time.
+type pendingReply struct {
+	net.Conn
+	skipped bool
+}
+
+func (c *pendingReply) Read(p []byte) (int, error) {
+	if !c.skipped {
+		if err := skipLine(c.Conn); err != nil {
+			return 0, err
+		}
+		c.skipped = true
+	}
+	return c.Conn.Read(p)
 }
 
 // unanswered is a connection accepted and closed before Redis answered: it

@@ -117,8 +117,8 @@ func TestRefusedKeepsDialling(t *testing.T) {
 // TestAnsweredDial: a connection accepted and closed before any reply (a
 // proxy in front of a Redis that is down) is a refused dial, which
 // redialRefused dials again until Redis answers; any reply, an error
-// included, is an answer; a silent server is a timeout, not a refusal; and the
-// probe's reply is not left for go-redis to read.
+// included, is an answer; a server slower than probeWait is handed over as
+// connected; and the probe's reply is never left for go-redis to read.
 func TestAnsweredDial(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -139,8 +139,12 @@ func TestAnsweredDial(t *testing.T) {
 				switch mode.Load() {
 				case "close":
 					return
-				case "silent":
-					time.Sleep(time.Second)
+				case "slow":
+					if _, err := io.ReadFull(c, buf); err == nil {
+						time.Sleep(3 * probeWait)
+						_, _ = io.WriteString(c, "+PONG\r\n+NEXT\r\n")
+						time.Sleep(time.Second)
+					}
 				case "noauth":
 					if _, err := io.ReadFull(c, buf); err == nil {
 						_, _ = io.WriteString(c, "-NOAUTH Authentication required.\r\n+NEXT\r\n")
@@ -193,9 +197,20 @@ func TestAnsweredDial(t *testing.T) {
 	}
 	_ = conn.Close()
 
-	mode.Store("silent")
-	_, err = answered(d.DialContext, 100*time.Millisecond)(ctx, "tcp", addr)
-	if !neterr.IsTimeout(err) || errors.Is(err, syscall.ECONNREFUSED) {
-		t.Errorf("a silent server: %v, want a timeout, not a refusal", err)
+	// A server slower than probeWait (paused, busy) is not a refusal: the
+	// connection is handed over, and the late PONG is not read as the reply
+	// to go-redis's first command.
+	mode.Store("slow")
+	t0 = time.Now()
+	conn, err = answered(d.DialContext, time.Second)(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("a server slower than probeWait: %v, want the connection", err)
 	}
+	if took := time.Since(t0); took > 3*probeWait {
+		t.Errorf("a server slower than probeWait: connected after %v, want about probeWait (%v)", took, probeWait)
+	}
+	if _, err := io.ReadFull(conn, line); err != nil || string(line) != "+NEXT\r\n" {
+		t.Errorf("after a late PONG the connection reads %q, %v: want what follows it", line, err)
+	}
+	_ = conn.Close()
 }
