@@ -124,7 +124,11 @@ func answered(dial func(ctx context.Context, network, addr string) (net.Conn, er
 		if err != nil {
 			return nil, err
 		}
-		err = pingConn(ctx, conn, min(timeout, probeWait))
+		wait := probeWait
+		if timeout > 0 {
+			wait = min(timeout, probeWait)
+		}
+		err = pingConn(ctx, conn, wait)
 		switch {
 		case err == nil:
 			return conn, nil

@@ -197,6 +197,18 @@ func TestAnsweredDial(t *testing.T) {
 	}
 	_ = conn.Close()
 
+	// No dial timeout set (0, as go-redis's own default leaves it): the
+	// probe still waits probeWait, not nothing.
+	mode.Store("pong")
+	conn, err = answered(d.DialContext, 0)(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("dial timeout 0: %v, want the connection", err)
+	}
+	if _, err := io.ReadFull(conn, line); err != nil || string(line) != "+NEXT\r\n" {
+		t.Errorf("dial timeout 0: the connection reads %q, %v: want what follows PONG", line, err)
+	}
+	_ = conn.Close()
+
 	// A server slower than probeWait (paused, busy) is not a refusal: the
 	// connection is handed over, and the late PONG is not read as the reply
 	// to go-redis's first command.
