@@ -84,7 +84,9 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	}
 	var out copyOutcome
 	read := time.Now()
-	if _, err := pipe.Exec(ctx); err != nil && !isKeyLevel(err) {
+	_, err := pipe.Exec(ctx)
+	readRTT := time.Since(read)
+	if err != nil && !isKeyLevel(err) {
 		// The source is unreachable: nothing of this batch is known. The
 		// origin is not asked for a whole source's worth of keys behind the
 		// operator's back; the batch fails and the run reports the error.
@@ -167,10 +169,15 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	}
 	r.mu.Unlock()
 	if len(entries) > 0 {
-		// The source's TTLs count from its answer: the time since the read
-		// (and a millisecond of rounding) is taken off, so that no copy
-		// outlives its source however long the write takes to be sent.
-		spent := time.Since(read) + time.Millisecond
+		// The source's TTLs count from its answer, and the target's from
+		// when it runs the write: the time since the read began, plus the
+		// read's own round trip for the write's (a script, not cheaper),
+		// plus a millisecond of rounding, is taken off, so that a copy does
+		// not outlive its source (CI caught a copy 22 ms past it when only
+		// the time since the read was taken off: the write's own latency
+		// under load). A write slower than the read by more than that
+		// margin could still land a copy that much past the source's expiry.
+		spent := time.Since(read) + readRTT + time.Millisecond
 		for i := range entries {
 			entries[i].TTL = max(time.Millisecond, entries[i].TTL-spent)
 		}
