@@ -181,21 +181,14 @@ func TestAnsweredDial(t *testing.T) {
 	if took := time.Since(t0); took < 100*time.Millisecond {
 		t.Errorf("closed for 100ms, then answering: connected after %v, before it answered", took)
 	}
-	line := make([]byte, len("+NEXT\r\n"))
-	if _, err := io.ReadFull(conn, line); err != nil || string(line) != "+NEXT\r\n" {
-		t.Errorf("after the probe the connection reads %q, %v: want what follows PONG", line, err)
-	}
-	_ = conn.Close()
+	readsNext(t, conn, "after the probe")
 
 	mode.Store("noauth")
 	conn, err = answered(d.DialContext, time.Second)(ctx, "tcp", addr)
 	if err != nil {
 		t.Fatalf("an error reply is an answer: %v", err)
 	}
-	if _, err := io.ReadFull(conn, line); err != nil || string(line) != "+NEXT\r\n" {
-		t.Errorf("after the probe's error reply the connection reads %q, %v: want what follows it", line, err)
-	}
-	_ = conn.Close()
+	readsNext(t, conn, "after the probe's error reply")
 
 	// No dial timeout set (0, as go-redis's own default leaves it): the
 	// probe still waits probeWait, not nothing.
@@ -204,10 +197,7 @@ func TestAnsweredDial(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial timeout 0: %v, want the connection", err)
 	}
-	if _, err := io.ReadFull(conn, line); err != nil || string(line) != "+NEXT\r\n" {
-		t.Errorf("dial timeout 0: the connection reads %q, %v: want what follows PONG", line, err)
-	}
-	_ = conn.Close()
+	readsNext(t, conn, "dial timeout 0")
 
 	// A server slower than probeWait (paused, busy) is not a refusal: the
 	// connection is handed over, and the late PONG is not read as the reply
@@ -221,8 +211,16 @@ func TestAnsweredDial(t *testing.T) {
 	if took := time.Since(t0); took > 3*probeWait {
 		t.Errorf("a server slower than probeWait: connected after %v, want about probeWait (%v)", took, probeWait)
 	}
+	readsNext(t, conn, "after a late PONG")
+}
+
+// readsNext checks that conn's next read is what the server sent after its
+// reply to the probe's PING, then closes it.
+func readsNext(t *testing.T, conn net.Conn, when string) {
+	t.Helper()
+	line := make([]byte, len("+NEXT\r\n"))
 	if _, err := io.ReadFull(conn, line); err != nil || string(line) != "+NEXT\r\n" {
-		t.Errorf("after a late PONG the connection reads %q, %v: want what follows it", line, err)
+		t.Errorf("%s the connection reads %q, %v: want what follows the reply to PING", when, line, err)
 	}
 	_ = conn.Close()
 }
