@@ -90,6 +90,7 @@ func BenchmarkPrewarm(b *testing.B) {
 
 	type result struct {
 		hearth, hearthWall, ceiling time.Duration
+		hearthCPU, ceilingCPU       time.Duration // whole processes
 		workers, chunk              int
 	}
 	best := func(cur *time.Duration, d time.Duration) {
@@ -104,7 +105,7 @@ func BenchmarkPrewarm(b *testing.B) {
 			keyOf := func(id string) string { return rd.Prefix + p.family + id }
 			want := loadValues(b, pg.Pool, p.table)
 			fillAccessLog(b, pg.Pool, rd.Prefix+p.family)
-			prewarm := func(wantRanking string, workers, chunk int) (time.Duration, time.Duration) {
+			prewarm := func(wantRanking string, workers, chunk int) (d, wall, cpu time.Duration) {
 				b.Helper()
 				cfgPath := writePrewarmConfigShaped(b, pg.DSN, rd.Addr, rd.Prefix, p, workers, chunk)
 				if wantRanking == accesslog.RankingStored {
@@ -116,8 +117,9 @@ func BenchmarkPrewarm(b *testing.B) {
 				}
 				clearKeys(b, rd.Client, ids, keyOf)
 				t0 := time.Now()
-				out, err := exec.Command(bin, "prewarm", "--config", cfgPath, "--top", strconv.Itoa(prewarmKeys)).CombinedOutput()
-				wall := time.Since(t0)
+				cmd := exec.Command(bin, "prewarm", "--config", cfgPath, "--top", strconv.Itoa(prewarmKeys))
+				out, err := cmd.CombinedOutput()
+				wall = time.Since(t0)
 				if err != nil {
 					b.Fatalf("hearth prewarm: %v\n%s", err, out)
 				}
@@ -127,16 +129,16 @@ func BenchmarkPrewarm(b *testing.B) {
 				if !regexp.MustCompile(`(?m)^  ranking +` + wantRanking + `,`).Match(out) {
 					b.Fatalf("hearth prewarm did not rank %s:\n%s", wantRanking, out)
 				}
-				d := summaryDuration(b, string(out))
+				d = summaryDuration(b, string(out))
 				checkValues(b, rd.Client, ids, keyOf, want)
-				return d, wall
+				return d, wall, processCPU(cmd)
 			}
-			ceiling := func(stored bool, workers, chunk int) time.Duration {
+			ceiling := func(stored bool, workers, chunk int) (time.Duration, time.Duration) {
 				b.Helper()
 				clearKeys(b, rd.Client, ids, keyOf)
-				d := rawPrewarmWith(b, pg.DSN, rd.Addr, rd.Prefix+p.family, p.table, stored, workers, chunk)
+				d, cpu := rawPrewarmWith(b, pg.DSN, rd.Addr, rd.Prefix+p.family, p.table, stored, workers, chunk)
 				checkValues(b, rd.Client, ids, keyOf, want)
-				return d
+				return d, cpu
 			}
 			for ri, stored := range []bool{false, true} {
 				// (a') ranks the access log on the spot: no leader has
@@ -158,7 +160,7 @@ func BenchmarkPrewarm(b *testing.B) {
 				var fastest time.Duration
 				for _, workers := range []int{2, 4, 8} {
 					for _, chunk := range []int{500, 1000, 2000} {
-						if d := ceiling(stored, workers, chunk); fastest == 0 || d < fastest {
+						if d, _ := ceiling(stored, workers, chunk); fastest == 0 || d < fastest {
 							fastest, r.workers, r.chunk = d, workers, chunk
 						}
 					}
@@ -171,11 +173,16 @@ func BenchmarkPrewarm(b *testing.B) {
 				// memory) falls on both alike.
 				for round := range rounds {
 					h := func() {
-						d, w := prewarm(wantRanking, r.workers, r.chunk)
+						d, w, cpu := prewarm(wantRanking, r.workers, r.chunk)
 						best(&r.hearth, d)
 						best(&r.hearthWall, w)
+						best(&r.hearthCPU, cpu)
 					}
-					c := func() { best(&r.ceiling, ceiling(stored, r.workers, r.chunk)) }
+					c := func() {
+						d, cpu := ceiling(stored, r.workers, r.chunk)
+						best(&r.ceiling, d)
+						best(&r.ceilingCPU, cpu)
+					}
 					if round%2 == 0 {
 						h()
 						c()
@@ -197,12 +204,14 @@ func BenchmarkPrewarm(b *testing.B) {
 		rate := func(d time.Duration) float64 { return prewarmKeys / d.Seconds() }
 		fmt.Printf("\npre-warm of %d keys, PostgreSQL -> Redis (GOMAXPROCS %d; best of %d rounds; the leader's ranking took %s)\n",
 			prewarmKeys, runtime.GOMAXPROCS(0), rounds, rankDur.Round(time.Millisecond))
-		fmt.Printf("  %-7s %-7s %14s %14s %7s %s\n", "payload", "ranking", "hearth keys/s", "ceiling keys/s", "ratio", "ceiling shape (workers x chunk), hearth whole process")
+		fmt.Printf("  %-7s %-7s %14s %14s %7s %s\n", "payload", "ranking", "hearth keys/s", "ceiling keys/s", "ratio", "ceiling shape (workers x chunk), hearth whole process, CPU per key hearth / ceiling (whole processes)")
 		for pi, p := range prewarmPayloads {
 			for ri, rk := range []string{"live", "stored"} {
 				r := results[pi][ri]
 				h, c := rate(r.hearth), rate(r.ceiling)
-				fmt.Printf("  %-7s %-7s %14.0f %14.0f %7.3f %d x %d, %s\n", p.name, rk, h, c, h/c, r.workers, r.chunk, r.hearthWall.Round(time.Millisecond))
+				perKey := func(d time.Duration) float64 { return float64(d.Microseconds()) / prewarmKeys }
+				fmt.Printf("  %-7s %-7s %14.0f %14.0f %7.3f %d x %d, %s, %.2f / %.2f µs\n", p.name, rk, h, c, h/c, r.workers, r.chunk,
+					r.hearthWall.Round(time.Millisecond), perKey(r.hearthCPU), perKey(r.ceilingCPU))
 				b.ReportMetric(h, p.name+"-"+rk+"-hearth-keys/s")
 				b.ReportMetric(c, p.name+"-"+rk+"-ceiling-keys/s")
 				b.ReportMetric(h/c, p.name+"-"+rk+"-ratio")
@@ -323,20 +332,15 @@ func summaryDuration(b *testing.B, out string) time.Duration {
 	return d
 }
 
-// rawPrewarm runs the ceiling on the text payload with 4 workers.
-func rawPrewarm(b *testing.B, dsn, redisAddr, keyPrefix string, stored bool) time.Duration {
-	b.Helper()
-	return rawPrewarmWith(b, dsn, redisAddr, keyPrefix, "items", stored, 4, prewarmChunk)
-}
-
 // rawPrewarmWith runs the ceiling (bench/ceiling: plain Go, a process of its own
 // as `hearth prewarm` is) and returns the duration it measured from the moment
-// it was connected.
-func rawPrewarmWith(b *testing.B, dsn, redisAddr, keyPrefix, table string, stored bool, workers, chunk int) time.Duration {
+// it was connected, and the CPU time the whole process used.
+func rawPrewarmWith(b *testing.B, dsn, redisAddr, keyPrefix, table string, stored bool, workers, chunk int) (time.Duration, time.Duration) {
 	b.Helper()
-	out, err := exec.Command(e2e.Build(b, "./bench/ceiling"), "-dsn", dsn, "-redis", redisAddr, "-prefix", keyPrefix,
+	cmd := exec.Command(e2e.Build(b, "./bench/ceiling"), "-dsn", dsn, "-redis", redisAddr, "-prefix", keyPrefix,
 		"-table", table, "-stored="+strconv.FormatBool(stored), "-n", strconv.Itoa(prewarmKeys), "-chunk", strconv.Itoa(chunk),
-		"-workers", strconv.Itoa(workers), "-ttl", prewarmTTL.String(), "-jitter", "0.2").Output()
+		"-workers", strconv.Itoa(workers), "-ttl", prewarmTTL.String(), "-jitter", "0.2")
+	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -348,7 +352,12 @@ func rawPrewarmWith(b *testing.B, dsn, redisAddr, keyPrefix, table string, store
 	if err != nil {
 		b.Fatalf("ceiling printed %q, not a duration in nanoseconds", out)
 	}
-	return time.Duration(ns)
+	return time.Duration(ns), processCPU(cmd)
+}
+
+// processCPU is the user and system CPU time a finished command used.
+func processCPU(cmd *exec.Cmd) time.Duration {
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
 // naivePrewarm is the loop everyone writes first: one SELECT and one SET per key.
