@@ -1,8 +1,13 @@
 package warmer
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/rs/zerolog"
+
+	"github.com/hearth-dev/hearth/behind"
 )
 
 type metrics struct {
@@ -20,13 +25,11 @@ type metrics struct {
 	inFlight      prometheus.Gauge
 	// versionRepairs counts what version-checked writes found wrong.
 	versionRepairs *prometheus.CounterVec
-	// behind, behindSeconds and overruns show runs that cannot keep up (behind.go).
-	behind        *prometheus.CounterVec
-	behindSeconds *prometheus.GaugeVec
-	overruns      *prometheus.CounterVec
+	// behind shows runs that cannot keep up.
+	behind *behind.Metrics
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, log zerolog.Logger, now func() time.Time) *metrics {
 	f := promauto.With(reg)
 	m := &metrics{
 		runs: f.NewCounterVec(prometheus.CounterOpts{
@@ -85,6 +88,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Keys of version-checked declarations where the write found something wrong and repaired it, by reason (value_mismatch, value_absent, record_unconfirmed, record_malformed).",
 		}, []string{"family", "reason"}),
 	}
-	newBehindMetrics(f, m)
+	m.behind = behind.NewMetrics(f, log, now)
 	return m
 }

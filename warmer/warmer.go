@@ -138,7 +138,6 @@ func New(opts Options) (*Warmer, error) {
 		gate:    opts.Gate,
 		sources: opts.Sources,
 		loads:   semaphore.NewWeighted(int64(opts.MaxConcurrentLoads)),
-		metrics: newMetrics(opts.Registerer),
 		decl:    newDeclMetrics(opts.Registerer),
 		log:     opts.Logger.With().Str("component", "warmer").Logger(),
 		now:     opts.Now,
@@ -146,6 +145,7 @@ func New(opts Options) (*Warmer, error) {
 		stm:     newStateMetrics(opts.Registerer),
 		oneShot: opts.OneShot,
 	}
+	w.metrics = newMetrics(opts.Registerer, w.log, opts.Now)
 	d, err := w.Declare(opts.Specs)
 	if err != nil {
 		return nil, fmt.Errorf("warmer: %w", err)
@@ -263,7 +263,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	}
 
 	// Oldest writes first: when the run cannot keep up, the keys closest to
-	// expiry are the ones written (behind.go).
+	// expiry are the ones written (oldest.go).
 	order := w.oldestFirst(spec, st, members)
 	batches := order.batches
 	// Batches are paced from when the members are known, over what is left
@@ -276,7 +276,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		w.log.Warn().Str("family", name).Int("batches", len(batches)).Dur("gap_ms", gap).Dur("interval_ms", spec.Interval).
 			Msg("the origin's rate bound cannot fit this family's batches in one interval: raise the source's rate or batch_size")
 	}
-	watch := w.watchRun(spec, order, paced)
+	watch := w.metrics.behind.Watch(name, batches, order.due, paced)
 	var (
 		mu      sync.Mutex
 		g       errgroup.Group
@@ -300,11 +300,11 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 			w.metrics.lag.WithLabelValues(name).Observe(max(0, w.now().Sub(planned)).Seconds())
 		}
 		started += len(batch)
-		watch.begun(i)
+		watch.Begun(i)
 		g.Go(func() error {
 			defer w.loads.Release(1)
 			o := w.refreshBatch(ctx, spec, st, batch, order.at[i])
-			watch.completed(i, len(batch), o.Written+o.Negative > 0)
+			watch.Completed(i, len(batch), o.Written+o.Negative > 0)
 			mu.Lock()
 			out.Add(o)
 			mu.Unlock()
@@ -320,13 +320,10 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 	if out.NotRun > 0 && out.LastError == nil {
 		out.LastError = fmt.Errorf("refresh %s: %w: %d of %d members not refreshed", name, ErrDrained, out.NotRun, out.Members)
 	}
-	watch.finish()
+	watch.Finish()
 	w.finishRun(spec, st, &out)
-	if over := out.Duration - spec.Interval; spec.Interval > 0 && over > 0 && !ro.Planned.IsZero() {
-		w.metrics.overruns.WithLabelValues(name).Inc()
-		w.log.Warn().Str("family", name).Dur("overrun_ms", over).Dur("duration_ms", out.Duration).
-			Dur("interval_ms", spec.Interval).Int("members", out.Members).
-			Msg("refresh run overran its interval")
+	if !ro.Planned.IsZero() {
+		w.metrics.behind.Overran(name, out.Duration, spec.Interval, out.Members)
 	}
 	return out, out.LastError
 }
