@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,8 +27,9 @@ import (
 // node (two private servers), a 3-master Cluster into another (3 masters and
 // 3 replicas each), and a single node into a Cluster:
 //
-//	(o) today's `hearth prewarm` from the origin (PostgreSQL), which also
-//	    fills the source the way a leader would;
+//	(o) today's `hearth prewarm` of the same target from the origin
+//	    (PostgreSQL); the source is filled the same way before each round,
+//	    as a leader would have filled it (not measured);
 //	(f) `hearth prewarm --from <source> --from-only`, with the origin's DSN
 //	    pointing at a closed port (so not one origin query can be made; the
 //	    access log, in a second source, is read: the stored ranking);
@@ -121,11 +123,18 @@ func prewarmFrom(b *testing.B, pg *testenv.PostgresEnv, topology string, src, ds
 			}
 		}
 		for round := range 3 {
-			// (o) fills the source from the origin.
+			// The source is filled from the origin, as a leader keeps it
+			// (not measured).
 			clearKeys(b, src.client, ids, keyOf)
-			best(&origin, run("prewarm", "--config", originCfg, "--redis", src.url, "--top", strconv.Itoa(n)))
+			run("prewarm", "--config", originCfg, "--redis", src.url, "--top", strconv.Itoa(n))
 			checkKeys(b, src.client, ids, keyOf)
 			steps := []func(){
+				func() {
+					// (o) today's pre-warm of the same target, from the origin.
+					clearKeys(b, dst.client, ids, keyOf)
+					best(&origin, run("prewarm", "--config", originCfg, "--redis", dst.url, "--top", strconv.Itoa(n)))
+					checkKeys(b, dst.client, ids, keyOf)
+				},
 				func() {
 					clearKeys(b, dst.client, ids, keyOf)
 					best(&from, run("prewarm", "--config", downCfg, "--redis", dst.url, "--from", src.url, "--top", strconv.Itoa(n), "--from-only"))
@@ -138,7 +147,7 @@ func prewarmFrom(b *testing.B, pg *testenv.PostgresEnv, topology string, src, ds
 				},
 			}
 			if round%2 == 1 {
-				steps[0], steps[1] = steps[1], steps[0]
+				slices.Reverse(steps)
 			}
 			for _, s := range steps {
 				s()
