@@ -591,17 +591,39 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		failed = batch
 	} else {
 		entries, okm = make([]store.Entry, 0, len(batch)), make([]string, 0, len(batch))
-		// pending[m] is m's position in the batch until m is answered, then
-		// -1; a member not in it was not asked for. okPos[i] is okm[i]'s.
-		pending := make(map[string]int32, len(batch))
-		for i, m := range batch {
-			pending[m] = int32(i)
+		// answered[p] says the member at position p was answered; okPos[i]
+		// is okm[i]'s position. A member's position is its first in the
+		// batch (another caller's batch may repeat one). A scheduled run's
+		// batch (at >= 0) holds distinct members, which the origin usually
+		// answers in the order asked: an answer is first compared with the
+		// next member, and the index is built only when one comes out of
+		// that order.
+		answered := make([]bool, len(batch))
+		var index map[string]int32
+		next := len(batch) // the member the next answer is expected for
+		if at >= 0 {
+			next = 0
+		}
+		position := func(m string) (int32, bool) {
+			if next < len(batch) && batch[next] == m {
+				next++
+				return int32(next - 1), true
+			}
+			next = len(batch)
+			if index == nil {
+				index = make(map[string]int32, len(batch))
+				for i := len(batch) - 1; i >= 0; i-- {
+					index[batch[i]] = int32(i)
+				}
+			}
+			p, ok := index[m]
+			return p, ok
 		}
 		okPos = make([]int32, 0, len(batch))
 		foreign := false
 		for _, r := range results {
-			pos, asked := pending[r.Member]
-			if !asked || pos < 0 {
+			pos, asked := position(r.Member)
+			if !asked || answered[pos] {
 				// Not asked for, or already answered: never written.
 				w.metrics.failures.WithLabelValues(spec.Name, "unexpected_member").Inc()
 				if !asked && !foreign {
@@ -611,7 +633,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 				}
 				continue
 			}
-			pending[r.Member] = -1
+			answered[pos] = true
 			if r.Err == nil && !r.Missing && spec.MaxValueBytes > 0 && len(r.Value) > spec.MaxValueBytes {
 				r.Err = fmt.Errorf("%w: %d bytes, max_value_bytes is %d", ErrTooLarge, len(r.Value), spec.MaxValueBytes)
 			}
@@ -638,24 +660,29 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 			}
 		}
 		for i, m := range batch {
-			if pending[m] >= 0 && foreign {
+			p := i
+			if at < 0 {
+				q, _ := position(m) // a repeated member's state is its first's
+				p = int(q)
+			}
+			if answered[p] {
+				continue
+			}
+			answered[p] = true
+			if foreign {
 				// The origin answered under a name nobody asked for (a query
 				// that rewrites its member: 01 answered as 1): the answer may
 				// be this member's, so it is not written as not found.
-				pending[m] = -1
 				w.metrics.failures.WithLabelValues(spec.Name, "ambiguous").Inc()
 				out.Failed++
 				out.LastError = fmt.Errorf("load %s from %s: no answer, and the origin answered for members not asked for: not written as not found", spec.Template.Key(m), spec.Source)
 				failed = append(failed, m)
 				continue
 			}
-			if pending[m] >= 0 {
-				pending[m] = -1
-				entries = append(entries, w.negative(spec))
-				out.Negative++
-				okm, okPos = append(okm, m), append(okPos, int32(i))
-				negm = append(negm, m)
-			}
+			entries = append(entries, w.negative(spec))
+			out.Negative++
+			okm, okPos = append(okm, m), append(okPos, int32(i))
+			negm = append(negm, m)
 		}
 	}
 

@@ -143,16 +143,32 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	}
 	defer rows.Close()
 	// A text member column is read from its raw bytes and answered with the
-	// asked member's own string (found in asked without a copy): no string
-	// per row. Only an answer for a member not asked for is copied.
+	// asked member's own string (found without a copy): no string per row.
+	// Only an answer for a member not asked for is copied. Rows usually come
+	// in the order asked (an index scan of a batch in key order), so a row
+	// is first compared with the next member; asked (each member's first
+	// position) is built only when a row comes out of that order. The
+	// members matched in order must rise strictly (shorter first, then
+	// bytewise: numbers without leading zeros rise as numbers), so that
+	// none of them is matched twice through a repeated member.
 	fds := rows.FieldDescriptions()
 	rawMember := len(fds) > 0 && (fds[0].DataTypeOID == pgtype.TextOID || fds[0].DataTypeOID == pgtype.VarcharOID)
 	var asked map[string]int
-	if rawMember {
-		asked = make(map[string]int, len(members))
-		for i, m := range members {
-			asked[m] = i
+	next := 0 // the member the next row is expected to answer
+	position := func(raw []byte) (int, bool) {
+		if next < len(members) && members[next] == string(raw) && (next == 0 || risesFrom(members[next-1], members[next])) {
+			next++
+			return next - 1, true
 		}
+		next = len(members) // out of order: asked from now on
+		if asked == nil {
+			asked = make(map[string]int, len(members))
+			for i := len(members) - 1; i >= 0; i-- {
+				asked[members[i]] = i
+			}
+		}
+		i, ok := asked[string(raw)]
+		return i, ok
 	}
 	answered := make([]bool, len(members))
 	var seen map[string]bool // the other members answered
@@ -198,14 +214,14 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 			}
 		}
 		var m string
-		dup := false
+		dup, isAsked := false, false
 		if rawMember {
 			raw := rows.RawValues()[0]
 			if raw == nil {
 				continue
 			}
-			if i, ok := asked[string(raw)]; ok {
-				m, dup = members[i], answered[i]
+			if i, ok := position(raw); ok {
+				m, dup, isAsked = members[i], answered[i], true
 				answered[i] = true
 			} else {
 				m, dup = string(raw), seen[string(raw)]
@@ -216,7 +232,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 			}
 			m, dup = member.String, seen[member.String]
 		}
-		if _, ok := asked[m]; !ok {
+		if !isAsked {
 			if seen == nil {
 				seen = make(map[string]bool)
 			}
@@ -251,6 +267,16 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		return nil, s.queryError(spec, err)
 	}
 	return dedupe(out), nil
+}
+
+// risesFrom reports whether b comes strictly after a, shorter strings first
+// and equal lengths bytewise: the order of numbers written without leading
+// zeros, and a total order on all strings.
+func risesFrom(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
 }
 
 // paramKind is the type of a family query's member parameter ($1), for how

@@ -98,6 +98,43 @@ func TestBadQueries(t *testing.T) {
 			t.Errorf("results %+v: want member 1 ok and member 2 one duplicate error", rs)
 		}
 	})
+	// Rows are matched to members in the order asked while they come in it;
+	// a member asked twice and answered twice is still a duplicate.
+	t.Run("repeated member answered twice is a duplicate", func(t *testing.T) {
+		rs, err := src.Load(ctx, spec(t, "item:{id}", "SELECT id, note FROM (SELECT id, note FROM items WHERE id = ANY($1) ORDER BY id) x UNION ALL SELECT '1', 'again'"), []string{"1", "2", "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dup, ok int
+		for _, r := range rs {
+			switch {
+			case r.Member == "1" && errors.Is(r.Err, warmer.ErrDuplicate):
+				dup++
+			case r.Member == "2" && r.Err == nil && string(r.Value) == "two":
+				ok++
+			}
+		}
+		if dup != 1 || ok != 1 || len(rs) != 2 {
+			t.Errorf("results %+v: want member 2 ok and member 1 one duplicate error", rs)
+		}
+	})
+	t.Run("rows out of the order asked are matched", func(t *testing.T) {
+		members := []string{"3", "1", "2", "404"} // rows come 1, 2, 3
+		rs, err := src.Load(ctx, spec(t, "item:{id}", "SELECT id, note FROM items WHERE id = ANY($1) ORDER BY id"), members)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, r := range rs {
+			if r.Err != nil {
+				t.Errorf("member %s: %v", r.Member, r.Err)
+			}
+			got[r.Member] = string(r.Value)
+		}
+		if want := map[string]string{"1": "one", "2": "two", "3": "three"}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("answers %v, want %v", got, want)
+		}
+	})
 	t.Run("statement timeout", func(t *testing.T) {
 		_, err := src.Load(ctx, spec(t, "slow", "SELECT pg_sleep(2)::text"), nil)
 		if err == nil || !strings.Contains(err.Error(), "statement timeout") {

@@ -1,0 +1,78 @@
+package warmer_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"testing/synctest"
+
+	"github.com/hearth-dev/hearth/internal/promtest"
+	"github.com/hearth-dev/hearth/warmer"
+)
+
+// reversed answers a load in the reverse of the order asked.
+type reversed struct{ warmer.Source }
+
+func (r reversed) Load(ctx context.Context, spec *warmer.Spec, members []string) ([]warmer.Result, error) {
+	rs, err := r.Source.Load(ctx, spec, members)
+	slices.Reverse(rs)
+	return rs, err
+}
+
+// Answers are matched to the members asked whatever their order: in a
+// scheduled run each member gets its own value, and a member left without
+// an answer is written as not found.
+func TestAnswersOutOfOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		spec, src := fakeFamily(t, "p", 10)
+		spec.BatchSize = 10
+		src.Set("3", nil) // no answer for 3
+		w, st, _ := memWarmer(t, reversed{src}, 1, nil, spec)
+		out, err := w.Refresh(context.Background(), "p", warmer.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Written != 9 || out.Negative != 1 {
+			t.Errorf("outcome %+v, want 9 written and 1 not found", out)
+		}
+		for _, m := range spec.Members {
+			v, ok := st.Get(spec.Template.Key(m))
+			want := "v" + m
+			if m == "3" {
+				want = "" // the not-found sentinel
+			}
+			if !ok || string(v) != want {
+				t.Errorf("%s = %q (present %v), want %q", m, v, ok, want)
+			}
+		}
+	})
+}
+
+// A batch another caller hands in may name a member twice: it is loaded and
+// written once, and its second answer is counted, not written.
+func TestRepeatedMemberWrittenOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		spec, src := fakeFamily(t, "p", 6)
+		w, st, reg := memWarmer(t, reversed{src}, 1, nil, spec)
+		out, err := w.RefreshMembers(context.Background(), "p", []string{"1", "2", "1", "5"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Written != 3 || out.Negative != 0 || out.Failed != 0 {
+			t.Errorf("outcome %+v, want 3 written, none not found or failed", out)
+		}
+		writes := map[string]int{}
+		for _, wr := range st.Writes() {
+			writes[wr.Key]++
+		}
+		for _, m := range []string{"1", "2", "5"} {
+			k := spec.Template.Key(m)
+			if v, _ := st.Get(k); string(v) != "v"+m || writes[k] != 1 {
+				t.Errorf("%s = %q written %d times, want %q once", k, v, writes[k], "v"+m)
+			}
+		}
+		if got := promtest.Value(t, reg, "hearth_load_failures_total", "family", "p", "reason", "unexpected_member"); got != 1 {
+			t.Errorf("unexpected_member = %g, want 1 (the repeated member's second answer)", got)
+		}
+	})
+}
