@@ -76,3 +76,34 @@ func TestRepeatedMemberWrittenOnce(t *testing.T) {
 		}
 	})
 }
+
+// A hot set handed in with a member twice, or with one the family declares,
+// still gives a run distinct members: each key is written once, with its
+// value, never also as not found.
+func TestHotSetRepeatsWrittenOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		spec, src := fakeFamily(t, "p", 3)
+		spec.BatchSize = 10
+		spec.HotSet = &warmer.HotSet{TopN: 10}
+		src.Set("h", []byte("vh"))
+		w, st, _ := memWarmer(t, reversed{src}, 1, nil, spec)
+		w.SetHotMembers("p", []string{"1", "h", "h"})
+		out, err := w.Refresh(context.Background(), "p", warmer.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Members != 4 || out.Written != 4 || out.Negative != 0 {
+			t.Errorf("outcome %+v, want 4 members written, none not found", out)
+		}
+		writes := map[string]int{}
+		for _, wr := range st.Writes() {
+			writes[wr.Key]++
+		}
+		for _, m := range []string{"0", "1", "2", "h"} {
+			k := spec.Template.Key(m)
+			if v, _ := st.Get(k); string(v) != "v"+m || writes[k] != 1 {
+				t.Errorf("%s = %q written %d times, want %q once", k, v, writes[k], "v"+m)
+			}
+		}
+	})
+}

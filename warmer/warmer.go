@@ -496,6 +496,7 @@ func (w *Warmer) withHot(spec *Spec, st *declState, out []string, seen map[strin
 	out = slices.Clip(out) // the cached list stays the query's own
 	for _, m := range hot {
 		if _, dup := seen[m]; !dup {
+			seen[m] = struct{}{} // a run's members are distinct (loadAndWrite relies on it)
 			out = append(out, m)
 		}
 	}
@@ -594,10 +595,10 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		// answered[p] says the member at position p was answered; okPos[i]
 		// is okm[i]'s position. A member's position is its first in the
 		// batch (another caller's batch may repeat one). A scheduled run's
-		// batch (at >= 0) holds distinct members, which the origin usually
-		// answers in the order asked: an answer is first compared with the
-		// next member, and the index is built only when one comes out of
-		// that order.
+		// batch (at >= 0) holds distinct members (members and withHot
+		// de-duplicate them), which the origin usually answers in the order
+		// asked: an answer is first compared with the next member, and the
+		// index is built only when one comes out of that order.
 		answered := make([]bool, len(batch))
 		var index map[string]int32
 		next := len(batch) // the member the next answer is expected for
