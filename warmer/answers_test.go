@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 
 	"github.com/hearth-dev/hearth/internal/promtest"
+	"github.com/hearth-dev/hearth/internal/storetest"
 	"github.com/hearth-dev/hearth/warmer"
 )
 
@@ -17,6 +18,22 @@ func (r reversed) Load(ctx context.Context, spec *warmer.Spec, members []string)
 	rs, err := r.Source.Load(ctx, spec, members)
 	slices.Reverse(rs)
 	return rs, err
+}
+
+// writtenOnce fails unless each member's key was written exactly once, with
+// the value "v"+member.
+func writtenOnce(t *testing.T, st *storetest.Store, spec *warmer.Spec, members ...string) {
+	t.Helper()
+	writes := map[string]int{}
+	for _, wr := range st.Writes() {
+		writes[wr.Key]++
+	}
+	for _, m := range members {
+		k := spec.Template.Key(m)
+		if v, _ := st.Get(k); string(v) != "v"+m || writes[k] != 1 {
+			t.Errorf("%s = %q written %d times, want %q once", k, v, writes[k], "v"+m)
+		}
+	}
 }
 
 // Answers are matched to the members asked whatever their order: in a
@@ -61,16 +78,7 @@ func TestRepeatedMemberWrittenOnce(t *testing.T) {
 		if out.Written != 3 || out.Negative != 0 || out.Failed != 0 {
 			t.Errorf("outcome %+v, want 3 written, none not found or failed", out)
 		}
-		writes := map[string]int{}
-		for _, wr := range st.Writes() {
-			writes[wr.Key]++
-		}
-		for _, m := range []string{"1", "2", "5"} {
-			k := spec.Template.Key(m)
-			if v, _ := st.Get(k); string(v) != "v"+m || writes[k] != 1 {
-				t.Errorf("%s = %q written %d times, want %q once", k, v, writes[k], "v"+m)
-			}
-		}
+		writtenOnce(t, st, spec, "1", "2", "5")
 		if got := promtest.Value(t, reg, "hearth_load_failures_total", "family", "p", "reason", "unexpected_member"); got != 1 {
 			t.Errorf("unexpected_member = %g, want 1 (the repeated member's second answer)", got)
 		}
@@ -95,15 +103,6 @@ func TestHotSetRepeatsWrittenOnce(t *testing.T) {
 		if out.Members != 4 || out.Written != 4 || out.Negative != 0 {
 			t.Errorf("outcome %+v, want 4 members written, none not found", out)
 		}
-		writes := map[string]int{}
-		for _, wr := range st.Writes() {
-			writes[wr.Key]++
-		}
-		for _, m := range []string{"0", "1", "2", "h"} {
-			k := spec.Template.Key(m)
-			if v, _ := st.Get(k); string(v) != "v"+m || writes[k] != 1 {
-				t.Errorf("%s = %q written %d times, want %q once", k, v, writes[k], "v"+m)
-			}
-		}
+		writtenOnce(t, st, spec, "0", "1", "2", "h")
 	})
 }
