@@ -67,7 +67,7 @@ func (w *Warmer) RefreshBatches(ctx context.Context, batches []Batch) ([]Outcome
 		}
 		g.Go(func() error {
 			defer w.loads.Release(1)
-			out[i] = w.refreshBatch(ctx, spec, st, b.Members, -1)
+			out[i] = w.refreshBatch(ctx, spec, st, b.Members, place{})
 			out[i].Members = len(b.Members)
 			return nil
 		})

@@ -103,7 +103,7 @@ func (w *Warmer) RefreshNegatives(ctx context.Context, name string) (Outcome, er
 			out.LastError = err
 			break
 		}
-		o := w.refreshBatch(ctx, spec, st, batch, -1)
+		o := w.refreshBatch(ctx, spec, st, batch, place{})
 		w.loads.Release(1)
 		out.Add(o)
 	}

@@ -303,7 +303,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		watch.Begun(i)
 		g.Go(func() error {
 			defer w.loads.Release(1)
-			o := w.refreshBatch(ctx, spec, st, batch, order.at[i])
+			o := w.refreshBatch(ctx, spec, st, batch, place{members, order.at[i]})
 			watch.Completed(i, len(batch), o.Written+o.Negative > 0)
 			mu.Lock()
 			out.Add(o)
@@ -530,16 +530,16 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 		return Outcome{}, err
 	}
 	defer w.loads.Release(1)
-	o := w.refreshBatch(ctx, spec, st, members, -1)
+	o := w.refreshBatch(ctx, spec, st, members, place{})
 	// As a run's: the wall time, waiting for a load slot included.
 	o.Duration = w.now().Sub(start)
 	return o, o.LastError
 }
 
-// refreshBatch loads one batch, which starts at position at of the members a
-// run declared (-1: not known), and writes the outcome. It never returns early
+// refreshBatch loads one batch, at place p of the members a run declared (the
+// zero place: not in a run's list), and writes the outcome. It never returns early
 // on a bad member: each member's fate is decided alone.
-func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string, at int) Outcome {
+func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string, p place) Outcome {
 	ws := w.store
 	if w.gate != nil {
 		admitted, err := w.gate.Admit(ctx)
@@ -548,15 +548,15 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 		}
 		ws = admitted
 	}
-	return w.loadAndWrite(ctx, ws, spec, st, batch, nil, at)
+	return w.loadAndWrite(ctx, ws, spec, st, batch, nil, p)
 }
 
-// loadAndWrite loads one admitted batch (at as refreshBatch's) and writes the
+// loadAndWrite loads one admitted batch (p as refreshBatch's) and writes the
 // outcome through ws. Members whose write a version record refused although
 // their values did not back it are re-read once, at once: unconfirmed, in
 // that re-read, holds those records by key (the store replaces one the
 // re-read does not confirm).
-func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string, at int) Outcome {
+func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string, p place) Outcome {
 	out := Outcome{}
 	var req []string
 	if spec.Template.IsFamily() {
@@ -564,7 +564,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 	}
 	release := func() {}
 	if !Stamped(spec) {
-		r, err := st.inflight.claim(ctx, batch)
+		r, err := st.inflight.claim(ctx, batch, p)
 		if err != nil {
 			return Outcome{Skipped: len(batch), LastError: fmt.Errorf("refresh %s: %w", spec.Name, err)}
 		}
@@ -592,17 +592,17 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		failed = batch
 	} else {
 		entries, okm = make([]store.Entry, 0, len(batch)), make([]string, 0, len(batch))
-		// answered[p] says the member at position p was answered; okPos[i]
+		// answered[i] says the member at position i was answered; okPos[i]
 		// is okm[i]'s position. A member's position is its first in the
 		// batch (another caller's batch may repeat one). A scheduled run's
-		// batch (at >= 0) holds distinct members (members and withHot
+		// batch (a known place) holds distinct members (members and withHot
 		// de-duplicate them), which the origin usually answers in the order
 		// asked: an answer is first compared with the next member, and the
 		// index is built only when one comes out of that order.
 		answered := make([]bool, len(batch))
 		var index map[string]int32
 		next := len(batch) // the member the next answer is expected for
-		if at >= 0 {
+		if p.known() {
 			next = 0
 		}
 		position := func(m string) (int32, bool) {
@@ -617,8 +617,8 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 					index[batch[i]] = int32(i)
 				}
 			}
-			p, ok := index[m]
-			return p, ok
+			q, ok := index[m]
+			return q, ok
 		}
 		okPos = make([]int32, 0, len(batch))
 		foreign := false
@@ -661,15 +661,15 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 			}
 		}
 		for i, m := range batch {
-			p := i
-			if at < 0 {
+			j := i
+			if !p.known() {
 				q, _ := position(m) // a repeated member's state is its first's
-				p = int(q)
+				j = int(q)
 			}
-			if answered[p] {
+			if answered[j] {
 				continue
 			}
-			answered[p] = true
+			answered[j] = true
 			if foreign {
 				// The origin answered under a name nobody asked for (a query
 				// that rewrites its member: 01 answered as 1): the answer may
@@ -722,13 +722,13 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 	release() // the write returned: a later load of these members may begin
 	st.mu.Lock()
 	// okPos still says where okm's members are unless okm was filtered.
-	positional := at >= 0 && len(okPos) == len(okm)
+	positional := p.known() && len(okPos) == len(okm)
 	for i, m := range okm {
 		if w.oneShot {
 			break
 		}
 		if positional {
-			st.setLastOKAt(spec, at+int(okPos[i]), m, now.UnixNano())
+			st.setLastOKAt(spec, p.at+int(okPos[i]), m, now.UnixNano())
 		} else {
 			st.setLastOK(spec, m, now.UnixNano())
 		}
@@ -740,7 +740,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		out.Extended = w.extendStale(ctx, ws, spec, st, failed, now)
 	}
 	if len(recheck) > 0 {
-		out.Add(w.loadAndWrite(ctx, ws, spec, st, recheck, records, -1))
+		out.Add(w.loadAndWrite(ctx, ws, spec, st, recheck, records, place{}))
 	}
 	return out
 }
