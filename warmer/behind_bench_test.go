@@ -21,14 +21,15 @@ func BenchmarkOldestFirst(b *testing.B) {
 	}
 	spec := &Spec{Name: "m", Template: tp, TTL: time.Minute, BatchSize: size}
 	members := make([]string, n)
-	st := &declState{lastOK: make(map[string]int32, n), okAt: make([]int64, n), declared: members}
+	st := &declState{okAt: make([]int64, n)}
 	t0 := time.Now().UnixNano()
 	for i := range members {
 		members[i] = strconv.Itoa(i)
 		batch := i / size
 		// Batches of four loads in flight finish in a shuffled order.
-		st.lastOK[members[i]], st.okAt[i] = int32(i), t0+int64((batch^3)*int(time.Millisecond))
+		st.okAt[i] = t0 + int64((batch^3)*int(time.Millisecond))
 	}
+	st.declared = indexOf(members)
 	w := &Warmer{}
 	b.Run("member order (before)", func(b *testing.B) {
 		b.ReportAllocs()

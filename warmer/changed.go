@@ -17,7 +17,7 @@ func (w *Warmer) Hot(name string, members []string) (hot []string, ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, m := range members {
-		if _, ok := st.lastOK[m]; ok {
+		if st.declared.has(m) {
 			hot = append(hot, m)
 		} else if st.oneOff != nil && st.oneOff.Contains(m) {
 			hot = append(hot, m)

@@ -1,7 +1,6 @@
 package warmer
 
 import (
-	"slices"
 	"strings"
 	"time"
 
@@ -25,9 +24,9 @@ type oneOffState = simplelru.LRU[string, int64]
 // single key's one member is declared from the start, a family's members at
 // its first run.
 func newDeclState(s *Spec) *declState {
-	st := &declState{lastOK: map[string]int32{}}
+	st := &declState{}
 	if !s.Template.IsFamily() {
-		st.lastOK[""], st.okAt, st.declared = 0, []int64{0}, []string{""}
+		st.declared, st.okAt = indexOf([]string{""}), []int64{0}
 	}
 	return st
 }
@@ -48,7 +47,7 @@ func oneOffHorizon(s *Spec) time.Duration {
 // lastSuccess is m's last successful load (unix nanoseconds), 0 if none is
 // remembered. Call with st.mu held.
 func (st *declState) lastSuccess(m string) int64 {
-	if i, ok := st.lastOK[m]; ok {
+	if i, ok := st.declared.at(m); ok {
 		return st.okAt[i]
 	}
 	if st.oneOff != nil {
@@ -62,7 +61,7 @@ func (st *declState) lastSuccess(m string) int64 {
 // setLastOK records m's last success (or, for a member never loaded, the
 // failure its stale budget starts from). Call with st.mu held.
 func (st *declState) setLastOK(spec *Spec, m string, t int64) {
-	if i, ok := st.lastOK[m]; ok {
+	if i, ok := st.declared.at(m); ok {
 		st.okAt[i] = t
 		return
 	}
@@ -73,7 +72,7 @@ func (st *declState) setLastOK(spec *Spec, m string, t int64) {
 // declared list (-1: unknown): written in place while it is still there,
 // with no lookup in a map of every member. Call with st.mu held.
 func (st *declState) setLastOKAt(spec *Spec, i int, m string, t int64) {
-	if i >= 0 && i < len(st.declared) && st.declared[i] == m {
+	if i >= 0 && i < len(st.declared.list) && st.declared.list[i] == m {
 		st.okAt[i] = t
 		return
 	}
@@ -112,44 +111,26 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 	now := w.now().UnixNano()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	switch {
-	case sameSlice(st.declared, members):
-	case sameMembers(st.lastOK, members):
-		if !slices.Equal(st.declared, members) {
-			// The same members in another order: their slots follow them.
-			okAt := make([]int64, len(members))
-			for i, m := range members {
-				okAt[i] = st.okAt[st.lastOK[m]]
-			}
-			for i, m := range members {
-				st.lastOK[m] = int32(i)
-			}
-			st.okAt = okAt
-		}
-	default:
-		next := make(map[string]int32, len(members))
+	if !sameSlice(st.declared.list, members) {
 		okAt := make([]int64, len(members))
+		stayed := make([]bool, len(st.declared.list))
 		for i, m := range members {
-			var v int64
-			if j, ok := st.lastOK[m]; ok {
-				v = st.okAt[j]
-				delete(st.lastOK, m)
+			if j, ok := st.declared.at(m); ok {
+				okAt[i], stayed[j] = st.okAt[j], true
 			} else if st.oneOff != nil {
-				if ov, found := st.oneOff.Peek(m); found {
-					v = ov
+				if v, found := st.oneOff.Peek(m); found {
+					okAt[i] = v
 					st.oneOff.Remove(m)
 				}
 			}
-			next[m], okAt[i] = int32(i), v
 		}
-		for m, j := range st.lastOK { // left the declaration
-			if v := st.okAt[j]; v != 0 {
+		for j, m := range st.declared.list { // left the declaration
+			if v := st.okAt[j]; v != 0 && !stayed[j] {
 				st.addOneOff(spec, m, v)
 			}
 		}
-		st.lastOK, st.okAt = next, okAt
+		st.declared, st.okAt = indexOf(members), okAt
 	}
-	st.declared = members
 	w.pruneOneOffs(spec, st, now)
 	w.noteState(spec.Name, st)
 }
@@ -158,18 +139,6 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 // a members query's reused list, declared again.
 func sameSlice(a, b []string) bool {
 	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
-}
-
-func sameMembers(declared map[string]int32, members []string) bool {
-	if len(declared) != len(members) {
-		return false
-	}
-	for _, m := range members {
-		if _, ok := declared[m]; !ok {
-			return false
-		}
-	}
-	return true
 }
 
 // pruneOneOffs forgets the members outside the declaration whose horizon has
@@ -200,7 +169,7 @@ func (w *Warmer) pruneOneOffs(spec *Spec, st *declState, now int64) {
 
 // noteState publishes a declaration's state size. Call with st.mu held.
 func (w *Warmer) noteState(name string, st *declState) {
-	w.stm.members.WithLabelValues(name, "declared").Set(float64(len(st.lastOK)))
+	w.stm.members.WithLabelValues(name, "declared").Set(float64(len(st.declared.list)))
 	w.stm.members.WithLabelValues(name, "one_off").Set(float64(st.oneOffLen()))
 	if st.evicted > 0 {
 		w.stm.pruned.WithLabelValues(name, "evicted").Add(float64(st.evicted))

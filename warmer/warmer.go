@@ -80,13 +80,15 @@ type Warmer struct {
 // declState is what the warmer remembers about a declaration between runs.
 type declState struct {
 	mu sync.Mutex
-	// lastOK holds each declared member's slot in okAt, its last successful
-	// load (unix nanoseconds, 0 for none yet), which bounds its stale
-	// extension (MaxStale). The slots are the members' positions in declared
-	// (see declare), so that a run's batches write them in place.
-	lastOK map[string]int32
-	okAt   []int64
-	// oneOff is lastOK for members loaded outside the declaration (admin
+	// declared is the member list last declared (see declare), indexed.
+	// okAt holds each declared member's last successful load (unix
+	// nanoseconds, 0 for none yet), which bounds its stale extension
+	// (MaxStale), at the member's position in the list, so that a run's
+	// batches write theirs in place, and the same list declared again is
+	// recognised without a lookup per member.
+	declared memberIndex
+	okAt     []int64
+	// oneOff is okAt for members loaded outside the declaration (admin
 	// refreshes, access-log pre-warms, members that left): kept only while a
 	// value of theirs can still be alive, and at most MaxOneOffMembers of them.
 	oneOff *oneOffState
@@ -97,9 +99,6 @@ type declState struct {
 	// membersClean: members is the listing as it came, nothing skipped or
 	// repeated, so that an equal listing can reuse it as it is.
 	membersClean bool
-	// declared is the member list last declared (see declare), so that the
-	// same list again is recognised without a lookup per member.
-	declared []string
 	// lastRunOK is the end of the last run in which every member loaded.
 	lastRunOK time.Time
 	errors    int64
@@ -1002,7 +1001,7 @@ func (w *Warmer) Status() []Status {
 		if st.errors > 0 && !st.lastRunOK.IsZero() {
 			stale = now.Sub(st.lastRunOK)
 		}
-		members := len(st.lastOK)
+		members := len(st.declared.list)
 		if !s.Template.IsFamily() {
 			members = 1
 		}

@@ -1,0 +1,60 @@
+package warmer
+
+import "hash/maphash"
+
+// memberIndex finds a member's position in a declared list. It is keyed by
+// the member's 64-bit hash, not by the member, so that its million entries
+// hold no pointer: the garbage collector does not trace it (a map keyed by
+// the member strings was most of the daemon's traced heap, and tracing it
+// most of its collector's work). A hash is confirmed against the list, and
+// the members whose hash another member of the list has are kept by name.
+type memberIndex struct {
+	list  []string
+	seed  maphash.Seed
+	first map[uint64]int32 // hash → position of the first member with it
+	clash map[string]int32 // the other members with a hash already taken; rare
+}
+
+// memberHash is the index's hash (a test narrows it to force clashes).
+var memberHash = maphash.String
+
+// indexOf indexes list, whose members are distinct (a repeat's position is
+// its first).
+func indexOf(list []string) memberIndex {
+	x := memberIndex{list: list, seed: maphash.MakeSeed(), first: make(map[uint64]int32, len(list))}
+	for i, m := range list {
+		h := memberHash(x.seed, m)
+		j, taken := x.first[h]
+		switch {
+		case !taken:
+			x.first[h] = int32(i)
+		case list[j] == m: // a repeat
+		default:
+			if x.clash == nil {
+				x.clash = map[string]int32{}
+			}
+			if _, ok := x.clash[m]; !ok {
+				x.clash[m] = int32(i)
+			}
+		}
+	}
+	return x
+}
+
+// at is m's position in the list.
+func (x *memberIndex) at(m string) (int32, bool) {
+	if len(x.list) == 0 {
+		return 0, false
+	}
+	if i, ok := x.first[memberHash(x.seed, m)]; ok && x.list[i] == m {
+		return i, true
+	}
+	i, ok := x.clash[m]
+	return i, ok
+}
+
+// has reports whether m is in the list.
+func (x *memberIndex) has(m string) bool {
+	_, ok := x.at(m)
+	return ok
+}
