@@ -203,12 +203,16 @@ type seenEntry struct {
 	delta   time.Duration
 }
 
-// Reads are plain GETs until seenHorizon·δ·β before the expiry last seen:
-// earlier, XFetch's test passes with probability below e^-20 per read.
-// A key without δ or TTL is read in full at least every seenRecheck. At
-// most seenSize keys are remembered.
+// Reads are plain GETs until seenHorizon·δ·β before the expiry last seen,
+// and XFetch decides on that expiry: a refresh it starts re-reads the key in
+// full before loading, and stops there if another process refreshed it
+// meanwhile (done_elsewhere), learning the new expiry. So the reads that
+// pay for a PTTL and δ are the last δ·β before the expiry (the pipeline of
+// three had been every read of the last 20·δ·β, 3 % of a 10 s TTL's reads
+// with a 50 ms loader: the read side's p99). A key without δ or TTL is read
+// in full at least every seenRecheck. At most seenSize keys are remembered.
 const (
-	seenHorizon = 20
+	seenHorizon = 1
 	seenRecheck = time.Second
 	seenSize    = 16384
 )

@@ -307,9 +307,9 @@ func TestXFetchDistribution(t *testing.T) {
 	if got := env.Client.Get(ctx, readside.DeltaKey(ns, key)).Val(); got != "10000" {
 		t.Fatalf("δ stored %q, want 10000", got)
 	}
-	// Past the expiry this process wrote (an hour on): a read far from the
-	// expiry it last saw is a plain GET, so that from here every read asks
-	// Redis for the PTTL the test sets.
+	// Past the expiry this process wrote (an hour on): each phase below
+	// moves past the expiry last seen, so that its first read is a full one
+	// and learns the PTTL the test sets.
 	clock.Add(time.Hour)
 	block := make(chan struct{})
 	blocked := func(context.Context) ([]byte, error) { <-block; return []byte("refreshed"), nil }
@@ -318,6 +318,10 @@ func TestXFetchDistribution(t *testing.T) {
 	}
 	const n = 3000
 	for _, r := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
+		// The reader decides on the expiry it last read in full: move past
+		// it, so that this phase's first read learns r.
+		clock.Add(time.Minute)
+		env.Client.PExpire(ctx, key, r)
 		before := decided()
 		for i := range n {
 			if i%20 == 0 {

@@ -235,7 +235,7 @@ func TestPlainGetFarFromExpiry(t *testing.T) {
 	var loads atomic.Int64
 	load := func(context.Context) ([]byte, error) {
 		loads.Add(1)
-		clock.Add(time.Second) // δ = 1 s: the full reads start 20 s before expiry
+		clock.Add(time.Second) // δ = 1 s: the full reads start 1 s before expiry
 		return []byte("v"), nil
 	}
 	if _, err := c.GetOrLoad(ctx, key, load); err != nil {
@@ -246,11 +246,21 @@ func TestPlainGetFarFromExpiry(t *testing.T) {
 			t.Fatalf("read %d an hour from expiry: %d commands, want 1 (a plain GET)", i, n)
 		}
 	}
-	// 19 s before the expiry written (Redis's own PTTL set to match).
+	// 19 s before the expiry written (Redis's own PTTL set to match): XFetch
+	// decides on the expiry this process saw, over a plain GET.
 	clock.Add(time.Hour - 20*time.Second)
 	env.Client.PExpire(ctx, key, 19*time.Second)
+	if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 1 {
+		t.Fatalf("read 19 s before the expiry seen: %d commands, want 1 (a plain GET)", n)
+	}
+	// Within δ·β (1 s) of the expiry seen: read in full, which learns Redis's
+	// own expiry (19 s on).
+	clock.Add(19500 * time.Millisecond)
 	if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 3 {
-		t.Fatalf("read near expiry: %d commands, want 3 (value, PTTL, δ)", n)
+		t.Fatalf("read near the expiry seen: %d commands, want 3 (value, PTTL, δ)", n)
+	}
+	if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 1 {
+		t.Fatalf("read after the full read: %d commands, want 1 (the expiry it learnt is 19 s on)", n)
 	}
 	u.Store(1e-12) // −δ·β·ln(u) ≈ 27.6 s ≥ 19 s: refresh
 	if v, err := c.GetOrLoad(ctx, key, load); err != nil || string(v) != "v" {
