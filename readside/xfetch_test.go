@@ -285,3 +285,61 @@ func TestPlainGetFarFromExpiry(t *testing.T) {
 		t.Errorf("misses %v, want 2", got)
 	}
 }
+
+// A process that decides on the expiry it remembers, after another process
+// (or Hearth) rewrote the key, starts no load: its refresh re-reads the key
+// in full first, finds it rewritten (done_elsewhere), and its reads are plain
+// GETs again from the new expiry it learnt.
+func TestStaleExpiryDecisionLoadsNothing(t *testing.T) {
+	env := rstest.Redis(t)
+	ctx := context.Background()
+	ns, key := env.Prefix+"ns", env.Prefix+"k"
+	rdb := newCountingClient(t, env.Addr)
+	reg := prometheus.NewRegistry()
+	clock := newFakeClock(time.Unix(1_800_000_000, 0))
+	var u atomic.Value
+	u.Store(0.999999)
+	c := newCache(t, rdb, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1, Beta: 1, Now: clock.Now,
+		Rand: func() float64 { return u.Load().(float64) }})
+	var loads atomic.Int64
+	load := func(context.Context) ([]byte, error) {
+		loads.Add(1)
+		clock.Add(time.Second) // δ = 1 s
+		return []byte("v"), nil
+	}
+	if _, err := c.GetOrLoad(ctx, key, load); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer refreshes the key for a day (its δ key stays).
+	if err := env.Client.Set(ctx, key, "elsewhere", 24*time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// 10 s before the expiry this process saw, XFetch fires
+	// (−δ·β·ln(u) ≈ 27.6 s ≥ 10 s) on a plain GET.
+	clock.Add(time.Hour - 11*time.Second)
+	u.Store(1e-12)
+	if v, err := c.GetOrLoad(ctx, key, load); err != nil || string(v) != "elsewhere" {
+		t.Fatalf("read: %q, %v (the current value must be served)", v, err)
+	}
+	readside.WaitRefresh(c, key)
+	if got := rstest.Sum(t, reg, "hearth_readside_early_refreshes_total", "result", "done_elsewhere"); got != 1 {
+		t.Fatalf("early refreshes done_elsewhere: %v, want 1", got)
+	}
+	if n := loads.Load(); n != 1 {
+		t.Fatalf("loads %d, want 1: a key rewritten elsewhere is not loaded again", n)
+	}
+	if v := env.Client.Get(ctx, key).Val(); v != "elsewhere" {
+		t.Fatalf("value %q, want the other writer's", v)
+	}
+	// The refresh's full read learnt the new expiry, a day on: plain GETs,
+	// and XFetch no longer fires.
+	for i := range 5 {
+		if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 1 {
+			t.Fatalf("read %d after done_elsewhere: %d commands, want 1 (a plain GET)", i, n)
+		}
+	}
+	readside.WaitRefresh(c, key)
+	if n := loads.Load(); n != 1 {
+		t.Fatalf("loads %d after the new expiry was learnt, want 1", n)
+	}
+}
