@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/memberindex"
 	"github.com/hearth-dev/hearth/keytmpl"
 )
 
@@ -29,7 +30,7 @@ func BenchmarkOldestFirst(b *testing.B) {
 		// Batches of four loads in flight finish in a shuffled order.
 		st.okAt[i] = t0 + int64((batch^3)*int(time.Millisecond))
 	}
-	st.declared = indexOf(members)
+	st.declared = memberindex.New(members)
 	w := &Warmer{}
 	b.Run("member order (before)", func(b *testing.B) {
 		b.ReportAllocs()

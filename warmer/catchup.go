@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/hearth-dev/hearth/internal/claims"
 )
 
 // TTLReader is a Store that can read keys' remaining time to live, which the
@@ -67,7 +69,7 @@ func (w *Warmer) RefreshBatches(ctx context.Context, batches []Batch) ([]Outcome
 		}
 		g.Go(func() error {
 			defer w.loads.Release(1)
-			out[i] = w.refreshBatch(ctx, spec, st, b.Members, place{})
+			out[i] = w.refreshBatch(ctx, spec, st, b.Members, claims.Place{})
 			out[i].Members = len(b.Members)
 			return nil
 		})

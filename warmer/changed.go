@@ -17,7 +17,7 @@ func (w *Warmer) Hot(name string, members []string) (hot []string, ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, m := range members {
-		if st.declared.has(m) {
+		if st.declared.Has(m) {
 			hot = append(hot, m)
 		} else if st.oneOff != nil && st.oneOff.Contains(m) {
 			hot = append(hot, m)

@@ -7,6 +7,8 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/hearth-dev/hearth/internal/memberindex"
 )
 
 // MaxOneOffMembers bounds, per declaration, how many members loaded outside
@@ -26,7 +28,7 @@ type oneOffState = simplelru.LRU[string, int64]
 func newDeclState(s *Spec) *declState {
 	st := &declState{}
 	if !s.Template.IsFamily() {
-		st.declared, st.okAt = indexOf([]string{""}), []int64{0}
+		st.declared, st.okAt = memberindex.New([]string{""}), []int64{0}
 	}
 	return st
 }
@@ -47,7 +49,7 @@ func oneOffHorizon(s *Spec) time.Duration {
 // lastSuccess is m's last successful load (unix nanoseconds), 0 if none is
 // remembered. Call with st.mu held.
 func (st *declState) lastSuccess(m string) int64 {
-	if i, ok := st.declared.at(m); ok {
+	if i, ok := st.declared.At(m); ok {
 		return st.okAt[i]
 	}
 	if st.oneOff != nil {
@@ -61,7 +63,7 @@ func (st *declState) lastSuccess(m string) int64 {
 // setLastOK records m's last success (or, for a member never loaded, the
 // failure its stale budget starts from). Call with st.mu held.
 func (st *declState) setLastOK(spec *Spec, m string, t int64) {
-	if i, ok := st.declared.at(m); ok {
+	if i, ok := st.declared.At(m); ok {
 		st.okAt[i] = t
 		return
 	}
@@ -72,7 +74,7 @@ func (st *declState) setLastOK(spec *Spec, m string, t int64) {
 // declared list (-1: unknown): written in place while it is still there,
 // with no lookup in a map of every member. Call with st.mu held.
 func (st *declState) setLastOKAt(spec *Spec, i int, m string, t int64) {
-	if i >= 0 && i < len(st.declared.list) && st.declared.list[i] == m {
+	if i >= 0 && i < st.declared.Len() && st.declared.List()[i] == m {
 		st.okAt[i] = t
 		return
 	}
@@ -111,11 +113,11 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 	now := w.now().UnixNano()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !sameSlice(st.declared.list, members) {
+	if !sameSlice(st.declared.List(), members) {
 		okAt := make([]int64, len(members))
-		stayed := make([]bool, len(st.declared.list))
+		stayed := make([]bool, st.declared.Len())
 		for i, m := range members {
-			if j, ok := st.declared.at(m); ok {
+			if j, ok := st.declared.At(m); ok {
 				okAt[i], stayed[j] = st.okAt[j], true
 			} else if st.oneOff != nil {
 				if v, found := st.oneOff.Peek(m); found {
@@ -124,12 +126,12 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 				}
 			}
 		}
-		for j, m := range st.declared.list { // left the declaration
+		for j, m := range st.declared.List() { // left the declaration
 			if v := st.okAt[j]; v != 0 && !stayed[j] {
 				st.addOneOff(spec, m, v)
 			}
 		}
-		st.declared, st.okAt = indexOf(members), okAt
+		st.declared, st.okAt = memberindex.New(members), okAt
 	}
 	w.pruneOneOffs(spec, st, now)
 	w.noteState(spec.Name, st)
@@ -169,7 +171,7 @@ func (w *Warmer) pruneOneOffs(spec *Spec, st *declState, now int64) {
 
 // noteState publishes a declaration's state size. Call with st.mu held.
 func (w *Warmer) noteState(name string, st *declState) {
-	w.stm.members.WithLabelValues(name, "declared").Set(float64(len(st.declared.list)))
+	w.stm.members.WithLabelValues(name, "declared").Set(float64(st.declared.Len()))
 	w.stm.members.WithLabelValues(name, "one_off").Set(float64(st.oneOffLen()))
 	if st.evicted > 0 {
 		w.stm.pruned.WithLabelValues(name, "evicted").Add(float64(st.evicted))

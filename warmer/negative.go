@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/hearth-dev/hearth/internal/claims"
 	"github.com/hearth-dev/hearth/store"
 )
 
@@ -103,7 +104,7 @@ func (w *Warmer) RefreshNegatives(ctx context.Context, name string) (Outcome, er
 			out.LastError = err
 			break
 		}
-		o := w.refreshBatch(ctx, spec, st, batch, place{})
+		o := w.refreshBatch(ctx, spec, st, batch, claims.Place{})
 		w.loads.Release(1)
 		out.Add(o)
 	}

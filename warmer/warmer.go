@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/hearth-dev/hearth/internal/claims"
+	"github.com/hearth-dev/hearth/internal/memberindex"
 	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/store"
 )
@@ -86,7 +88,7 @@ type declState struct {
 	// (MaxStale), at the member's position in the list, so that a run's
 	// batches write theirs in place, and the same list declared again is
 	// recognised without a lookup per member.
-	declared memberIndex
+	declared memberindex.Index
 	okAt     []int64
 	// oneOff is okAt for members loaded outside the declaration (admin
 	// refreshes, access-log pre-warms, members that left): kept only while a
@@ -111,8 +113,17 @@ type declState struct {
 	// failing is true while the last run did not end ok (see recover.go).
 	failing bool
 	// inflight holds the members a batch of a plain declaration is loading
-	// and writing (order.go).
-	inflight claims
+	// and writing. A version-checked declaration (Stamped) orders its
+	// writes in Redis: a write never replaces a value its record says is
+	// newer. A plain one has no record, and several paths load its members
+	// at once — the schedule, the origin's recovery (RefreshFailing), a
+	// re-warm, the catch-up, an admin refresh, the negative re-check — so a
+	// load that read an older row could land after one that read a newer row
+	// (the soak saw 14 keys go back a version when a recovery refresh
+	// overlapped a scheduled run whose writes were slow). A batch claims its
+	// members first, so the later load of a member begins after the earlier
+	// one's write returned, and lands after it.
+	inflight claims.Set
 }
 
 // New builds a Warmer.
@@ -302,7 +313,7 @@ func (w *Warmer) Refresh(ctx context.Context, name string, ro RunOptions) (Outco
 		watch.Begun(i)
 		g.Go(func() error {
 			defer w.loads.Release(1)
-			o := w.refreshBatch(ctx, spec, st, batch, place{members, order.at[i]})
+			o := w.refreshBatch(ctx, spec, st, batch, claims.Place{List: members, At: order.at[i]})
 			watch.Completed(i, len(batch), o.Written+o.Negative > 0)
 			mu.Lock()
 			out.Add(o)
@@ -529,7 +540,7 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 		return Outcome{}, err
 	}
 	defer w.loads.Release(1)
-	o := w.refreshBatch(ctx, spec, st, members, place{})
+	o := w.refreshBatch(ctx, spec, st, members, claims.Place{})
 	// As a run's: the wall time, waiting for a load slot included.
 	o.Duration = w.now().Sub(start)
 	return o, o.LastError
@@ -538,7 +549,7 @@ func (w *Warmer) RefreshMembers(ctx context.Context, name string, members []stri
 // refreshBatch loads one batch, at place p of the members a run declared (the
 // zero place: not in a run's list), and writes the outcome. It never returns early
 // on a bad member: each member's fate is decided alone.
-func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string, p place) Outcome {
+func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, batch []string, p claims.Place) Outcome {
 	ws := w.store
 	if w.gate != nil {
 		admitted, err := w.gate.Admit(ctx)
@@ -555,7 +566,7 @@ func (w *Warmer) refreshBatch(ctx context.Context, spec *Spec, st *declState, ba
 // their values did not back it are re-read once, at once: unconfirmed, in
 // that re-read, holds those records by key (the store replaces one the
 // re-read does not confirm).
-func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string, p place) Outcome {
+func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *declState, batch []string, unconfirmed map[string]string, p claims.Place) Outcome {
 	out := Outcome{}
 	var req []string
 	if spec.Template.IsFamily() {
@@ -563,7 +574,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 	}
 	release := func() {}
 	if !Stamped(spec) {
-		r, err := st.inflight.claim(ctx, batch, p)
+		r, err := st.inflight.Claim(ctx, batch, p)
 		if err != nil {
 			return Outcome{Skipped: len(batch), LastError: fmt.Errorf("refresh %s: %w", spec.Name, err)}
 		}
@@ -601,7 +612,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		answered := make([]bool, len(batch))
 		var index map[string]int32
 		next := len(batch) // the member the next answer is expected for
-		if p.known() {
+		if p.Known() {
 			next = 0
 		}
 		position := func(m string) (int32, bool) {
@@ -661,7 +672,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		}
 		for i, m := range batch {
 			j := i
-			if !p.known() {
+			if !p.Known() {
 				q, _ := position(m) // a repeated member's state is its first's
 				j = int(q)
 			}
@@ -721,13 +732,13 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 	release() // the write returned: a later load of these members may begin
 	st.mu.Lock()
 	// okPos still says where okm's members are unless okm was filtered.
-	positional := p.known() && len(okPos) == len(okm)
+	positional := p.Known() && len(okPos) == len(okm)
 	for i, m := range okm {
 		if w.oneShot {
 			break
 		}
 		if positional {
-			st.setLastOKAt(spec, p.at+int(okPos[i]), m, now.UnixNano())
+			st.setLastOKAt(spec, p.At+int(okPos[i]), m, now.UnixNano())
 		} else {
 			st.setLastOK(spec, m, now.UnixNano())
 		}
@@ -739,7 +750,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		out.Extended = w.extendStale(ctx, ws, spec, st, failed, now)
 	}
 	if len(recheck) > 0 {
-		out.Add(w.loadAndWrite(ctx, ws, spec, st, recheck, records, place{}))
+		out.Add(w.loadAndWrite(ctx, ws, spec, st, recheck, records, claims.Place{}))
 	}
 	return out
 }
@@ -1001,7 +1012,7 @@ func (w *Warmer) Status() []Status {
 		if st.errors > 0 && !st.lastRunOK.IsZero() {
 			stale = now.Sub(st.lastRunOK)
 		}
-		members := len(st.declared.list)
+		members := st.declared.Len()
 		if !s.Template.IsFamily() {
 			members = 1
 		}

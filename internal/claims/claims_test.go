@@ -1,4 +1,4 @@
-package warmer
+package claims
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 )
 
 // claimNow claims and reports whether it was granted without waiting.
-func claimNow(t *testing.T, c *claims, members []string, p place) (func(), bool) {
+func claimNow(t *testing.T, c *Set, members []string, p Place) (func(), bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	release, err := c.claim(ctx, members, p)
+	release, err := c.Claim(ctx, members, p)
 	if err != nil {
 		return nil, false
 	}
@@ -32,24 +32,24 @@ func TestClaimsSpansAndNames(t *testing.T) {
 	cases := []struct {
 		name         string
 		held, next   []string
-		heldP, nextP place
+		heldP, nextP Place
 		wantBlocked  bool
 	}{
-		{"same list, disjoint spans", list[0:3], list[3:6], place{list, 0}, place{list, 3}, false},
-		{"same list, overlapping spans", list[0:3], list[2:5], place{list, 0}, place{list, 2}, true},
-		{"another list, same names", list[0:2], relisted[4:6], place{list, 0}, place{relisted, 4}, true},
-		{"another list, other names", list[0:2], relisted[0:2], place{list, 0}, place{relisted, 0}, false},
-		{"by name against a span", list[1:3], []string{"x", "c"}, place{list, 1}, place{}, true},
-		{"by name beside a span", list[1:3], []string{"x", "d"}, place{list, 1}, place{}, false},
-		{"a span against names", []string{"e"}, list[3:6], place{}, place{list, 3}, true},
-		{"a span beside names", []string{"a"}, list[3:6], place{}, place{list, 3}, false},
-		{"names against names", []string{"q", "a"}, []string{"a"}, place{}, place{}, true},
-		{"a place outside its list is held by name", list[4:6], list[4:6], place{list, 4}, place{list, 5}, true},
-		{"a place that is not the batch's is held by name", list[0:2], list[0:2], place{list, 0}, place{list, 3}, true},
+		{"same list, disjoint spans", list[0:3], list[3:6], Place{list, 0}, Place{list, 3}, false},
+		{"same list, overlapping spans", list[0:3], list[2:5], Place{list, 0}, Place{list, 2}, true},
+		{"another list, same names", list[0:2], relisted[4:6], Place{list, 0}, Place{relisted, 4}, true},
+		{"another list, other names", list[0:2], relisted[0:2], Place{list, 0}, Place{relisted, 0}, false},
+		{"by name against a span", list[1:3], []string{"x", "c"}, Place{list, 1}, Place{}, true},
+		{"by name beside a span", list[1:3], []string{"x", "d"}, Place{list, 1}, Place{}, false},
+		{"a span against names", []string{"e"}, list[3:6], Place{}, Place{list, 3}, true},
+		{"a span beside names", []string{"a"}, list[3:6], Place{}, Place{list, 3}, false},
+		{"names against names", []string{"q", "a"}, []string{"a"}, Place{}, Place{}, true},
+		{"a place outside its list is held by name", list[4:6], list[4:6], Place{list, 4}, Place{list, 5}, true},
+		{"a place that is not the batch's is held by name", list[0:2], list[0:2], Place{list, 0}, Place{list, 3}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var c claims
+			var c Set
 			release, ok := claimNow(t, &c, tc.held, tc.heldP)
 			if !ok {
 				t.Fatal("the first claim waited with nothing held")
@@ -87,7 +87,7 @@ func TestClaimsNeverShareAMember(t *testing.T) {
 	b := append([]string(nil), a...)
 	rand.New(rand.NewPCG(1, 2)).Shuffle(n, func(i, j int) { b[i], b[j] = b[j], b[i] })
 	var (
-		c      claims
+		c      Set
 		mu     sync.Mutex
 		holds  = map[string]int{}
 		wg     sync.WaitGroup
@@ -100,7 +100,7 @@ func TestClaimsNeverShareAMember(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(g), 7))
 			for range 300 {
 				var members []string
-				var p place
+				var p Place
 				switch r.IntN(3) {
 				case 0, 1:
 					list := a
@@ -109,13 +109,13 @@ func TestClaimsNeverShareAMember(t *testing.T) {
 					}
 					lo := r.IntN(n)
 					hi := lo + 1 + r.IntN(min(8, n-lo))
-					members, p = list[lo:hi], place{list, lo}
+					members, p = list[lo:hi], Place{list, lo}
 				default:
 					for range 1 + r.IntN(6) {
 						members = append(members, a[r.IntN(n)])
 					}
 				}
-				release, err := c.claim(context.Background(), members, p)
+				release, err := c.Claim(context.Background(), members, p)
 				if err != nil {
 					t.Error(err)
 					return

@@ -1,14 +1,15 @@
-package warmer
+// Package memberindex finds a member's position in a list of members.
+package memberindex
 
 import "hash/maphash"
 
-// memberIndex finds a member's position in a declared list. It is keyed by
+// Index finds a member's position in a list (a declaration's members). It is keyed by
 // the member's 64-bit hash, not by the member, so that its million entries
 // hold no pointer: the garbage collector does not trace it (a map keyed by
 // the member strings was most of the daemon's traced heap, and tracing it
 // most of its collector's work). A hash is confirmed against the list, and
 // the members whose hash another member of the list has are kept by name.
-type memberIndex struct {
+type Index struct {
 	list  []string
 	seed  maphash.Seed
 	first map[uint64]int32 // hash → position of the first member with it
@@ -18,10 +19,10 @@ type memberIndex struct {
 // memberHash is the index's hash (a test narrows it to force clashes).
 var memberHash = maphash.String
 
-// indexOf indexes list, whose members are distinct (a repeat's position is
-// its first).
-func indexOf(list []string) memberIndex {
-	x := memberIndex{list: list, seed: maphash.MakeSeed(), first: make(map[uint64]int32, len(list))}
+// New indexes list, whose members are distinct (a repeat's position is its
+// first). The list is the Index's: it must not change.
+func New(list []string) Index {
+	x := Index{list: list, seed: maphash.MakeSeed(), first: make(map[uint64]int32, len(list))}
 	for i, m := range list {
 		h := memberHash(x.seed, m)
 		j, taken := x.first[h]
@@ -41,8 +42,8 @@ func indexOf(list []string) memberIndex {
 	return x
 }
 
-// at is m's position in the list.
-func (x *memberIndex) at(m string) (int32, bool) {
+// At is m's position in the list.
+func (x *Index) At(m string) (int32, bool) {
 	if len(x.list) == 0 {
 		return 0, false
 	}
@@ -53,8 +54,14 @@ func (x *memberIndex) at(m string) (int32, bool) {
 	return i, ok
 }
 
-// has reports whether m is in the list.
-func (x *memberIndex) has(m string) bool {
-	_, ok := x.at(m)
+// Has reports whether m is in the list.
+func (x *Index) Has(m string) bool {
+	_, ok := x.At(m)
 	return ok
 }
+
+// List is the indexed list.
+func (x *Index) List() []string { return x.list }
+
+// Len is the list's length.
+func (x *Index) Len() int { return len(x.list) }

@@ -1,4 +1,4 @@
-package warmer
+package memberindex
 
 import (
 	"fmt"
@@ -36,23 +36,23 @@ func TestMemberIndexIsAMapByName(t *testing.T) {
 					}
 					list = append(list, m) // repeats too: a repeat is its first
 				}
-				x := indexOf(list)
+				x := New(list)
 				for q := range 5*n + 2 {
 					m := fmt.Sprint(q)
 					if q == 5*n+1 {
 						m = ""
 					}
-					got, ok := x.at(m)
+					got, ok := x.At(m)
 					wantAt, wantOK := want[m]
-					if ok != wantOK || got != wantAt || x.has(m) != wantOK {
+					if ok != wantOK || got != wantAt || x.Has(m) != wantOK {
 						t.Fatalf("round %d: at(%q) = %d, %v; want %d, %v", round, m, got, ok, wantAt, wantOK)
 					}
 				}
 			}
 		})
 	}
-	var empty memberIndex
-	if empty.has("") {
+	var empty Index
+	if empty.Has("") {
 		t.Fatal("an empty index has a member")
 	}
 }
