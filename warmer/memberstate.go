@@ -1,6 +1,7 @@
 package warmer
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -113,7 +114,13 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 	now := w.now().UnixNano()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !sameSlice(st.declared.List(), members) {
+	switch {
+	case sameSlice(st.declared.List(), members):
+	case slices.Equal(st.declared.List(), members):
+		// The same members listed anew (a static list, a single key): the
+		// index and the slots hold, over the new list.
+		st.declared = st.declared.Over(members)
+	default:
 		okAt := make([]int64, len(members))
 		stayed := make([]bool, st.declared.Len())
 		for i, m := range members {

@@ -60,6 +60,13 @@ func (x *Index) Has(m string) bool {
 	return ok
 }
 
+// Over is x over list, which holds x's members in x's order (the same
+// members listed anew), so that the index is not built again.
+func (x Index) Over(list []string) Index {
+	x.list = list
+	return x
+}
+
 // List is the indexed list.
 func (x *Index) List() []string { return x.list }
 

@@ -37,6 +37,9 @@ func TestMemberIndexIsAMapByName(t *testing.T) {
 					list = append(list, m) // repeats too: a repeat is its first
 				}
 				x := New(list)
+				if r.IntN(2) == 0 {
+					x = x.Over(append([]string(nil), list...)) // the same members listed anew
+				}
 				for q := range 5*n + 2 {
 					m := fmt.Sprint(q)
 					if q == 5*n+1 {
