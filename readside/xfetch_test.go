@@ -246,16 +246,17 @@ func TestPlainGetFarFromExpiry(t *testing.T) {
 			t.Fatalf("read %d an hour from expiry: %d commands, want 1 (a plain GET)", i, n)
 		}
 	}
-	// 19 s before the expiry written (Redis's own PTTL set to match): XFetch
-	// decides on the expiry this process saw, over a plain GET.
+	// 20 s before the expiry this process saw (its write's, an hour after
+	// the load ended), Redis's own PTTL set to 19 s: XFetch decides on the
+	// expiry seen, over a plain GET.
 	clock.Add(time.Hour - 20*time.Second)
 	env.Client.PExpire(ctx, key, 19*time.Second)
 	if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 1 {
-		t.Fatalf("read 19 s before the expiry seen: %d commands, want 1 (a plain GET)", n)
+		t.Fatalf("read 20 s before the expiry seen: %d commands, want 1 (a plain GET)", n)
 	}
 	// Within δ·β (1 s) of the expiry seen: read in full, which learns Redis's
 	// own expiry (19 s on).
-	clock.Add(19500 * time.Millisecond)
+	clock.Add(19500 * time.Millisecond) // 0.5 s before it
 	if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 3 {
 		t.Fatalf("read near the expiry seen: %d commands, want 3 (value, PTTL, δ)", n)
 	}
@@ -314,8 +315,9 @@ func TestStaleExpiryDecisionLoadsNothing(t *testing.T) {
 	if err := env.Client.Set(ctx, key, "elsewhere", 24*time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// 10 s before the expiry this process saw, XFetch fires
-	// (−δ·β·ln(u) ≈ 27.6 s ≥ 10 s) on a plain GET.
+	// 11 s before the expiry this process saw (its write's, an hour after
+	// the load ended), XFetch fires (−δ·β·ln(u) ≈ 27.6 s ≥ 11 s) on a plain
+	// GET.
 	clock.Add(time.Hour - 11*time.Second)
 	u.Store(1e-12)
 	if v, err := c.GetOrLoad(ctx, key, load); err != nil || string(v) != "elsewhere" {
