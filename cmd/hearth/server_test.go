@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -137,15 +138,34 @@ keys:
 	}
 	// The daemon accepts (and sheds) the connections waiting in the kernel's
 	// backlog at its own pace: on a loaded machine some are still queued when
-	// the probes get in. A connection that overflowed the accept queue on a
-	// busy machine can be dropped by the kernel (its handshake never
-	// completes on the server side) and is then never the daemon's to shed,
-	// so at least 90% of the excess must be shed.
+	// the probes get in. A connection that overflowed the accept queue can be
+	// dropped by the kernel (its handshake never completes on the server
+	// side: the SYN-ACK retries run out) and is then never the daemon's to
+	// shed. On a quiet 2-core machine with somaxconn 4096 the kernel dropped
+	// 10.3 % of the excess (16,577 of 18,476 shed, the accept queue empty:
+	// every connection the kernel handed over was shed), so at least 80 % of
+	// the excess must be shed; the descriptor bound above already proves the
+	// daemon sheds what it accepts.
 	var shed float64
-	want := 0.9 * float64(len(conns)-1024)
-	testenv.Eventually(t, 45*time.Second, fmt.Sprintf("≥ %g connections shed", want), func() bool {
-		shed = d.metric(t, "hearth_http_connections_shed_total")
-		return shed >= want
-	})
+	want := 0.8 * float64(len(conns)-1024)
+	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if shed = d.metric(t, "hearth_http_connections_shed_total"); shed >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%g connections shed in 45 s, want ≥ %g (of %d over the bound); %s", shed, want, len(conns)-1024, acceptQueue(addr))
+		}
+	}
 	t.Logf("daemon: %g descriptors open, %g connections shed", fds, shed)
+}
+
+// acceptQueue describes the listening socket at addr as ss(8) sees it (its
+// Recv-Q is the accept queue: connections the kernel holds that the daemon
+// has not accepted yet), for a failure message.
+func acceptQueue(addr string) string {
+	out, err := exec.Command("ss", "-ltnH", "sport = :"+addr[strings.LastIndexByte(addr, ':')+1:]).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("ss: %v", err)
+	}
+	return "listening socket (state recv-q send-q …): " + strings.TrimSpace(string(out))
 }
