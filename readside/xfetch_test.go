@@ -217,30 +217,48 @@ func TestDeltaExcludesLockWait(t *testing.T) {
 	}
 }
 
-// TestPlainGetFarFromExpiry: a read far from the expiry this process last
-// saw sends one GET; within 20·δ·β of it, the read asks for the PTTL and δ
-// again (three commands) and XFetch decides on them, so the refresh before
-// expiry still happens; a key another process deleted is still a miss.
-func TestPlainGetFarFromExpiry(t *testing.T) {
+// xfetchKey is one key read through a cache whose clock and XFetch draw (u,
+// 0.999999: no early refresh) the test moves, loaded once by load (counted
+// in loads, δ = 1 s, TTL an hour, β 1, no jitter).
+type xfetchKey struct {
+	env   *rstest.RedisEnv
+	ctx   context.Context
+	key   string
+	rdb   *countingClient
+	reg   *prometheus.Registry
+	clock *fakeClock
+	u     *atomic.Value
+	c     *readside.Cache
+	loads *atomic.Int64
+	load  readside.Loader
+}
+
+func newXFetchKey(t *testing.T) *xfetchKey {
+	t.Helper()
 	env := rstest.Redis(t)
-	ctx := context.Background()
-	ns, key := env.Prefix+"ns", env.Prefix+"k"
-	rdb := newCountingClient(t, env.Addr)
-	reg := prometheus.NewRegistry()
-	clock := newFakeClock(time.Unix(1_800_000_000, 0))
-	var u atomic.Value
-	u.Store(0.999999)
-	c := newCache(t, rdb, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1, Beta: 1, Now: clock.Now,
-		Rand: func() float64 { return u.Load().(float64) }})
-	var loads atomic.Int64
-	load := func(context.Context) ([]byte, error) {
-		loads.Add(1)
-		clock.Add(time.Second) // δ = 1 s: the full reads start 1 s before expiry
+	f := &xfetchKey{env: env, ctx: context.Background(), key: env.Prefix + "k", rdb: newCountingClient(t, env.Addr),
+		reg: prometheus.NewRegistry(), clock: newFakeClock(time.Unix(1_800_000_000, 0)), u: &atomic.Value{}, loads: &atomic.Int64{}}
+	f.u.Store(0.999999)
+	f.c = newCache(t, f.rdb, f.reg, readside.Options{Namespace: env.Prefix + "ns", TTL: time.Hour, Jitter: -1, Beta: 1, Now: f.clock.Now,
+		Rand: func() float64 { return f.u.Load().(float64) }})
+	f.load = func(context.Context) ([]byte, error) {
+		f.loads.Add(1)
+		f.clock.Add(time.Second) // δ = 1 s: the full reads start 1 s before expiry
 		return []byte("v"), nil
 	}
-	if _, err := c.GetOrLoad(ctx, key, load); err != nil {
+	if _, err := f.c.GetOrLoad(f.ctx, f.key, f.load); err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
+
+// TestPlainGetFarFromExpiry: a read far from the expiry this process last
+// saw sends one GET, and XFetch decides on that expiry; within δ·β of it,
+// the read asks for the PTTL and δ again (three commands), so the refresh
+// before expiry still happens; a key another process deleted is still a miss.
+func TestPlainGetFarFromExpiry(t *testing.T) {
+	f := newXFetchKey(t)
+	env, ctx, key, rdb, reg, clock, u, c, loads, load := f.env, f.ctx, f.key, f.rdb, f.reg, f.clock, f.u, f.c, f.loads, f.load
 	for i := range 5 {
 		if n := rdb.sent(func() { _, _ = c.GetOrLoad(ctx, key, load) }); n != 1 {
 			t.Fatalf("read %d an hour from expiry: %d commands, want 1 (a plain GET)", i, n)
@@ -292,25 +310,8 @@ func TestPlainGetFarFromExpiry(t *testing.T) {
 // in full first, finds it rewritten (done_elsewhere), and its reads are plain
 // GETs again from the new expiry it learnt.
 func TestStaleExpiryDecisionLoadsNothing(t *testing.T) {
-	env := rstest.Redis(t)
-	ctx := context.Background()
-	ns, key := env.Prefix+"ns", env.Prefix+"k"
-	rdb := newCountingClient(t, env.Addr)
-	reg := prometheus.NewRegistry()
-	clock := newFakeClock(time.Unix(1_800_000_000, 0))
-	var u atomic.Value
-	u.Store(0.999999)
-	c := newCache(t, rdb, reg, readside.Options{Namespace: ns, TTL: time.Hour, Jitter: -1, Beta: 1, Now: clock.Now,
-		Rand: func() float64 { return u.Load().(float64) }})
-	var loads atomic.Int64
-	load := func(context.Context) ([]byte, error) {
-		loads.Add(1)
-		clock.Add(time.Second) // δ = 1 s
-		return []byte("v"), nil
-	}
-	if _, err := c.GetOrLoad(ctx, key, load); err != nil {
-		t.Fatal(err)
-	}
+	f := newXFetchKey(t)
+	env, ctx, key, rdb, reg, clock, u, c, loads, load := f.env, f.ctx, f.key, f.rdb, f.reg, f.clock, f.u, f.c, f.loads, f.load
 	// Another writer refreshes the key for a day (its δ key stays).
 	if err := env.Client.Set(ctx, key, "elsewhere", 24*time.Hour).Err(); err != nil {
 		t.Fatal(err)
