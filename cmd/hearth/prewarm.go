@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -119,20 +118,10 @@ access log unreadable); 2 for a bad config or flag.`,
 	return cmd
 }
 
-// prewarmGCPercent is the GOGC a one-shot pre-warm runs with, unless GOGC is set.
-const prewarmGCPercent = 400
-
 // prewarmOnce is `hearth prewarm`: connect, pre-warm, print the summary, map
 // the coverage to the exit code.
 func prewarmOnce(ctx context.Context, g *globals, cfg *config.Config, redisURL string, minCoverage float64, timeout time.Duration, overwrite bool, ranking, fromURL string, fromOnly bool) error {
 	log := newLogger(g.stderr, cfg.Log)
-	if os.Getenv("GOGC") == "" {
-		// A one-shot pre-warm keeps little alive (the batches in flight and
-		// the de-duplication set) but allocates every value it copies: at the
-		// default GOGC it collects every few megabytes, several times per
-		// batch. A larger target trades a few tens of megabytes for that.
-		debug.SetGCPercent(prewarmGCPercent)
-	}
 	rdb, target, err := daemon.RedisURL(cfg.Redis, redisURL, "--redis")
 	if err != nil {
 		return fail(exitConfig, err)
