@@ -86,7 +86,9 @@ func run(dsn, addr, prefix, table string, stored bool, n, chunkSize, workers int
 	defer pool.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: workers})
 	defer rdb.Close()
-	// Connect everything before the clock starts, as hearth has by the time it reports.
+	// Connect everything before the clock starts. Hearth's clock starts with
+	// one PostgreSQL connection open (its start-up ping) and opens the rest as
+	// its workers need them, so this favours the ceiling: a stricter one.
 	conns := make([]*pgxpool.Conn, 0, cfg.MaxConns)
 	for range cfg.MaxConns {
 		c, err := pool.Acquire(ctx)
