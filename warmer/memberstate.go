@@ -115,7 +115,7 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	switch {
-	case sameSlice(st.declared.List(), members):
+	case st.declared.Is(members):
 	case slices.Equal(st.declared.List(), members):
 		// The same members listed anew (a static list, a single key): the
 		// index and the slots hold, over the new list.
@@ -142,12 +142,6 @@ func (w *Warmer) declare(spec *Spec, st *declState, members []string) {
 	}
 	w.pruneOneOffs(spec, st, now)
 	w.noteState(spec.Name, st)
-}
-
-// sameSlice reports whether a and b are the same slice (not only equal):
-// a members query's reused list, declared again.
-func sameSlice(a, b []string) bool {
-	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
 // pruneOneOffs forgets the members outside the declaration whose horizon has

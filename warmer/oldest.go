@@ -37,7 +37,7 @@ func (w *Warmer) oldestFirst(spec *Spec, st *declState, members []string) ordere
 		st.mu.Lock() // per batch: writers of other batches are not held for long
 		// The members just declared (the usual case) are read by position.
 		okAt := []int64(nil)
-		if sameSlice(st.declared.List(), members) {
+		if st.declared.Is(members) {
 			okAt = st.okAt[at[i] : at[i]+len(b)]
 		}
 		for j, m := range b {

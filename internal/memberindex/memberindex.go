@@ -67,6 +67,12 @@ func (x Index) Over(list []string) Index {
 	return x
 }
 
+// Is reports whether list is the very slice indexed, not only an equal one
+// (a members query's reused list, declared again).
+func (x *Index) Is(list []string) bool {
+	return len(list) == len(x.list) && len(list) > 0 && &list[0] == &x.list[0]
+}
+
 // List is the indexed list.
 func (x *Index) List() []string { return x.list }
 
