@@ -42,7 +42,8 @@ type Options struct {
 	Gate Gate
 	// OneShot is a warmer that runs once and exits (`hearth prewarm`): it
 	// keeps no per-member state (last success, one-off members), which only
-	// later runs of a long-lived warmer would read.
+	// later runs of a long-lived warmer would read, and its loads claim no
+	// members: one pre-warm, which loads each member once, is all it runs.
 	OneShot bool
 }
 
@@ -122,7 +123,8 @@ type declState struct {
 	// (the soak saw 14 keys go back a version when a recovery refresh
 	// overlapped a scheduled run whose writes were slow). A batch claims its
 	// members first, so the later load of a member begins after the earlier
-	// one's write returned, and lands after it.
+	// one's write returned, and lands after it. A one-shot warmer has none of
+	// those paths: its one pre-warm loads each member once, and claims none.
 	inflight claims.Set
 }
 
@@ -573,7 +575,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		req = batch
 	}
 	release := func() {}
-	if !Stamped(spec) {
+	if !Stamped(spec) && !w.oneShot {
 		r, err := st.inflight.Claim(ctx, batch, p)
 		if err != nil {
 			return Outcome{Skipped: len(batch), LastError: fmt.Errorf("refresh %s: %w", spec.Name, err)}
