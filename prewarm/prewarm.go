@@ -189,6 +189,8 @@ type Status struct {
 type Engine interface {
 	Specs() []*warmer.Spec
 	RefreshMembers(ctx context.Context, name string, members []string) (warmer.Outcome, error)
+	// PrepareLoads gets the sources of specs ready for n loads at once.
+	PrepareLoads(ctx context.Context, specs []*warmer.Spec, n int)
 }
 
 // Prewarmer runs pre-warms through an Engine: one run at a time, its
@@ -292,6 +294,7 @@ type prewarmRun struct {
 	closed   bool
 	wake     chan struct{} // a batch was queued
 	done     chan struct{} // closed with the queue: every idle worker returns
+	ready    chan struct{} // closed once the sources are ready for the loads
 
 	// reader is the access-log reader's own state, touched by it alone (add,
 	// finishReading) and so without the lock: the lock is taken once per
@@ -328,6 +331,7 @@ func (p *Prewarmer) prewarm(ctx context.Context, po Options) (Report, error) {
 		prog:   Progress{Running: true, Reason: po.Reason, Started: time.Now(), Reading: true},
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
+		ready:  make(chan struct{}),
 		reader: prewarmReader{pending: map[*warmer.Spec]*prewarmJob{}, skipped: map[string]int{}},
 	}
 	if po.Copy != nil {
@@ -348,6 +352,7 @@ func (p *Prewarmer) prewarm(ctx context.Context, po Options) (Report, error) {
 	r.progress()
 
 	var loads errgroup.Group
+	loads.Go(func() error { r.prepare(ctx); return nil })
 	r.dispatch(ctx, &loads)
 
 	var logErr error
@@ -569,22 +574,53 @@ func (r *prewarmRun) next(ctx context.Context) (prewarmJob, bool) {
 	}
 }
 
+// prepare has the sources open the workers' connections and describe the
+// queries while the access log is read (a live ranking keeps PostgreSQL busy
+// on one core for a while), then lets the workers start. A copy from another
+// Redis leaves the origin alone: it may be down, and --from-only never
+// touches it.
+func (r *prewarmRun) prepare(ctx context.Context) {
+	defer close(r.ready)
+	if r.po.Copy != nil {
+		return
+	}
+	var bound time.Duration
+	for _, s := range r.specs {
+		bound = max(bound, s.LoadTimeout)
+	}
+	if bound > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, bound)
+		defer cancel()
+	}
+	r.p.e.PrepareLoads(ctx, r.specs, r.concurrency())
+}
+
+// concurrency is how many batches load at once.
+func (r *prewarmRun) concurrency() int {
+	if r.po.Concurrency <= 0 {
+		return 4
+	}
+	return r.po.Concurrency
+}
+
 // dispatch loads the queued batches, hottest first, with Concurrency workers
 // that each take the next batch as soon as their last one is written (no
 // hand-off through another goroutine between two batches), starting at most
 // Rate batches per second between them.
 func (r *prewarmRun) dispatch(ctx context.Context, loads *errgroup.Group) {
-	concurrency := r.po.Concurrency
-	if concurrency <= 0 {
-		concurrency = 4
-	}
 	limit := rate.Inf
 	if r.po.Rate > 0 {
 		limit = rate.Limit(r.po.Rate)
 	}
 	limiter := rate.NewLimiter(limit, 1)
-	for range concurrency {
+	for range r.concurrency() {
 		loads.Go(func() error {
+			select {
+			case <-r.ready:
+			case <-ctx.Done():
+				return nil
+			}
 			for {
 				j, ok := r.next(ctx)
 				if !ok || limiter.Wait(ctx) != nil {

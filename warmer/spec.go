@@ -122,6 +122,14 @@ type Source interface {
 	Ping(ctx context.Context) error
 }
 
+// Preparer is a Source that can get ready for n loads at once before they
+// come: open that many connections and prepare the declarations' queries, so
+// that the first loads of a pre-warm do not each wait for a connection of
+// their own. A failure is left to the loads that follow, which report it.
+type Preparer interface {
+	Prepare(ctx context.Context, specs []*Spec, n int)
+}
+
 // MemberLister is a Source that can list a family's members (members_query).
 type MemberLister interface {
 	// ListMembers lists the members in the query's order. prev is what the

@@ -53,11 +53,13 @@ type Warmer struct {
 	gate    Gate
 	sources map[string]Source
 	loads   *semaphore.Weighted
-	metrics *metrics
-	decl    *declMetrics
-	log     zerolog.Logger
-	now     func() time.Time
-	rand    func() float64
+	// maxLoads is MaxConcurrentLoads, loads' weight.
+	maxLoads int
+	metrics  *metrics
+	decl     *declMetrics
+	log      zerolog.Logger
+	now      func() time.Time
+	rand     func() float64
 
 	// cur is the declarations and their state as of the last Use; every
 	// refresh reads it once, at its start. applyMu serialises Use.
@@ -146,16 +148,17 @@ func New(opts Options) (*Warmer, error) {
 		opts.Rand = defaultRand
 	}
 	w := &Warmer{
-		store:   opts.Store,
-		gate:    opts.Gate,
-		sources: opts.Sources,
-		loads:   semaphore.NewWeighted(int64(opts.MaxConcurrentLoads)),
-		decl:    newDeclMetrics(opts.Registerer),
-		log:     opts.Logger.With().Str("component", "warmer").Logger(),
-		now:     opts.Now,
-		rand:    opts.Rand,
-		stm:     newStateMetrics(opts.Registerer),
-		oneShot: opts.OneShot,
+		store:    opts.Store,
+		gate:     opts.Gate,
+		sources:  opts.Sources,
+		loads:    semaphore.NewWeighted(int64(opts.MaxConcurrentLoads)),
+		maxLoads: opts.MaxConcurrentLoads,
+		decl:     newDeclMetrics(opts.Registerer),
+		log:      opts.Logger.With().Str("component", "warmer").Logger(),
+		now:      opts.Now,
+		rand:     opts.Rand,
+		stm:      newStateMetrics(opts.Registerer),
+		oneShot:  opts.OneShot,
 	}
 	w.metrics = newMetrics(opts.Registerer, w.log, opts.Now)
 	d, err := w.Declare(opts.Specs)
@@ -202,6 +205,24 @@ func (w *Warmer) owned(ctx context.Context, fn func(context.Context)) {
 
 // Specs returns the declarations in their declared order.
 func (w *Warmer) Specs() []*Spec { return w.cur.Load().decl.Specs() }
+
+// PrepareLoads gets the sources of specs ready for n loads at once
+// (Preparer; at most MaxConcurrentLoads), all sources together, and returns
+// when they are ready or have given up.
+func (w *Warmer) PrepareLoads(ctx context.Context, specs []*Spec, n int) {
+	n = min(n, w.maxLoads)
+	by := map[string][]*Spec{}
+	for _, s := range specs {
+		by[s.Source] = append(by[s.Source], s)
+	}
+	var wg sync.WaitGroup
+	for name, ss := range by {
+		if p, ok := w.sources[name].(Preparer); ok && n > 0 {
+			wg.Go(func() { p.Prepare(ctx, ss, n) })
+		}
+	}
+	wg.Wait()
+}
 
 // Spec returns the declaration with the given name.
 func (w *Warmer) Spec(name string) (*Spec, bool) {

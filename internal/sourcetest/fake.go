@@ -38,6 +38,9 @@ type origin struct {
 	gate    chan struct{} // non-nil: loads wait for it to close
 	onLoad  func(ctx context.Context, members []string)
 	pings   int
+	// prepared is the n of each Prepare, and loadsBefore how many loads had
+	// started by then.
+	prepared, loadsBefore []int
 }
 
 // New returns an empty origin named name (what its Ping errors name).
@@ -133,6 +136,23 @@ func (f *Fake) OnLoad(fn func(ctx context.Context, members []string)) {
 	f.o.mu.Lock()
 	defer f.o.mu.Unlock()
 	f.o.onLoad = fn
+}
+
+// Prepare records a warmer.Preparer call: it opens nothing.
+func (f *Fake) Prepare(_ context.Context, _ []*warmer.Spec, n int) {
+	calls := f.Calls()
+	f.o.mu.Lock()
+	defer f.o.mu.Unlock()
+	f.o.prepared = append(f.o.prepared, n)
+	f.o.loadsBefore = append(f.o.loadsBefore, calls)
+}
+
+// Prepared is the n of every Prepare call, in order, and how many loads
+// had started by each.
+func (f *Fake) Prepared() (ns, loadsBefore []int) {
+	f.o.mu.Lock()
+	defer f.o.mu.Unlock()
+	return slices.Clone(f.o.prepared), slices.Clone(f.o.loadsBefore)
 }
 
 // Pings is how many times Ping was called.

@@ -59,6 +59,7 @@ type Source struct {
 var (
 	_ warmer.Source       = (*Source)(nil)
 	_ warmer.MemberLister = (*Source)(nil)
+	_ warmer.Preparer     = (*Source)(nil)
 )
 
 // statementTimeoutMS is d in PostgreSQL's whole milliseconds, rounded up: a
@@ -89,6 +90,26 @@ func New(cfg Config) (*Source, error) {
 	log := cfg.Log.With().Str("component", "source").Str("source", cfg.Name).Logger().
 		Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})
 	return &Source{name: cfg.Name, pool: pool, safe: Redact(cfg.DSN), log: log}, nil
+}
+
+// Prepare opens up to n connections at once (at most the pool's size) and
+// describes the queries of specs, so that the first n loads find both ready
+// instead of each opening a connection; a failure is left to the loads. Each
+// connection goes back to the pool as soon as it is open: an access-log read
+// that needs one meanwhile never waits for the others.
+func (s *Source) Prepare(ctx context.Context, specs []*warmer.Spec, n int) {
+	var wg sync.WaitGroup
+	for range min(n, int(s.pool.Config().MaxConns)) {
+		wg.Go(func() {
+			if c, err := s.pool.Acquire(ctx); err == nil {
+				c.Release()
+			}
+		})
+	}
+	wg.Wait()
+	for _, spec := range specs {
+		_, _ = s.shape(ctx, spec)
+	}
 }
 
 // Pool returns the connection pool (used by migrations and the access log).

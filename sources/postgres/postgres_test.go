@@ -350,3 +350,50 @@ func TestDescriptionOutlivesTheLoadThatStartedIt(t *testing.T) {
 		t.Errorf("described %d times, want 2: the given-up description, then the second load's own", got)
 	}
 }
+
+// Prepare opens the connections the first loads will use (at once, each back
+// in the pool as soon as it is open, so how many depends on the timing; never
+// more than the pool holds) and describes the query once, so that a
+// pre-warm's first batches neither connect nor describe; a query that cannot
+// be described fails only the loads that follow, with the usual error.
+func TestPrepareOpensConnectionsAndDescribes(t *testing.T) {
+	src, _ := setup(t) // a pool of 2
+	ctx := context.Background()
+	s := spec(t, "item:{id}", "SELECT id, note FROM items WHERE id = ANY($1)")
+	src.Prepare(ctx, []*warmer.Spec{s}, 5)
+	opened := src.Pool().Stat().TotalConns()
+	if opened < 1 || opened > 2 {
+		t.Errorf("Prepare for 5 loads left %d connections, want 1 or 2 (a pool of 2)", opened)
+	}
+	if got := src.Described(); got != 1 {
+		t.Errorf("described %d times by Prepare, want once", got)
+	}
+	rs, err := src.Load(ctx, s, []string{"1", "2"})
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("load after Prepare: %v, %d results", err, len(rs))
+	}
+	if got := src.Described(); got != 1 {
+		t.Errorf("described %d times after a load, want still once: the load used Prepare's description", got)
+	}
+	if got := src.Pool().Stat().TotalConns(); got != opened {
+		t.Errorf("%d connections after the load, want %d: it took one Prepare opened", got, opened)
+	}
+
+	bad := spec(t, "bad:{id}", "SELECT id, nope FROM items WHERE id = ANY($1)")
+	src.Prepare(ctx, []*warmer.Spec{bad}, 1)
+	if _, err := src.Load(ctx, bad, []string{"1"}); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("load of a query Prepare could not describe: err = %v, want the server's error naming the column", err)
+	}
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	fresh, err := postgres.New(postgres.Config{Name: "db", DSN: src.Pool().Config().ConnString(), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	fresh.Prepare(cancelled, []*warmer.Spec{s}, 4)
+	if got := fresh.Pool().Stat().TotalConns(); got != 0 {
+		t.Errorf("Prepare with an ended context opened %d connections, want none", got)
+	}
+}

@@ -95,6 +95,7 @@ type guardedLister struct{ *Guarded }
 
 var (
 	_ warmer.Source       = (*Guarded)(nil)
+	_ warmer.Preparer     = (*Guarded)(nil)
 	_ warmer.MemberLister = guardedLister{}
 )
 
@@ -269,6 +270,20 @@ func (g *Guarded) CallRate() float64 {
 		return 0
 	}
 	return r
+}
+
+// Prepare gets the origin ready for n loads at once (warmer.Preparer), at most
+// max_in_flight of them, unless the breaker is open: it opens connections,
+// it does not load, so it takes no call slot or rate token.
+func (g *Guarded) Prepare(ctx context.Context, specs []*warmer.Spec, n int) {
+	p, ok := g.src.(warmer.Preparer)
+	if b := g.breaker.Load(); !ok || b != nil && b.State() == gobreaker.StateOpen {
+		return
+	}
+	if g.cfg.MaxInFlight > 0 {
+		n = min(n, g.cfg.MaxInFlight)
+	}
+	p.Prepare(ctx, specs, n)
 }
 
 // Ping checks the origin directly: it is a start-up check, not load.

@@ -3,7 +3,9 @@ package protect_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/hearth-dev/hearth/internal/origintest"
 	"github.com/hearth-dev/hearth/internal/promtest"
+	"github.com/hearth-dev/hearth/internal/sourcetest"
 	"github.com/hearth-dev/hearth/sources/protect"
 	"github.com/hearth-dev/hearth/warmer"
 )
@@ -317,5 +320,32 @@ func TestRetryable(t *testing.T) {
 		if got := protect.Retryable(c.err); got != c.want {
 			t.Errorf("Retryable(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// A guarded source gets ready for no more loads than max_in_flight lets run,
+// and not at all while its breaker is open: opening connections to an origin
+// that is failing is what the breaker is there to stop.
+func TestGuardPrepare(t *testing.T) {
+	f := sourcetest.New("db")
+	g := protect.Guard(f, protect.GuardConfig{Name: "db", MaxInFlight: 2, BreakerFailures: 1, BreakerOpenFor: time.Minute})
+	p, ok := g.(warmer.Preparer)
+	if !ok {
+		t.Fatal("a guarded source is not a warmer.Preparer")
+	}
+	p.Prepare(context.Background(), nil, 5)
+	if got, _ := f.Prepared(); !slices.Equal(got, []int{2}) {
+		t.Errorf("Prepare for 5 loads with max_in_flight 2 reached the source as %v, want [2]", got)
+	}
+	f.Fail(fmt.Errorf("origin down: %w", warmer.ErrUnavailable))
+	if _, err := g.Load(context.Background(), &warmer.Spec{Name: "one"}, nil); err == nil {
+		t.Fatal("a failing origin's load succeeded")
+	}
+	if _, err := g.Load(context.Background(), &warmer.Spec{Name: "one"}, nil); !errors.Is(err, warmer.ErrBreakerOpen) {
+		t.Fatalf("err = %v, want the breaker open", err)
+	}
+	p.Prepare(context.Background(), nil, 5)
+	if got, _ := f.Prepared(); len(got) != 1 {
+		t.Errorf("Prepare reached the source with the breaker open: %v", got)
 	}
 }
