@@ -61,6 +61,9 @@ var prewarmPayloads = []prewarmPayload{
 //	     ranking, cutting the ids out of the keys, and copying the rows with a
 //	     prepared typed query per chunk and a pipeline of SET … PX with
 //	     jittered TTLs per chunk, while the ranking is still being read; its
+//	     clock starts as Hearth's does, with one connection open to each
+//	     server, and it opens its workers' connections all at once while the
+//	     ranking query runs; its
 //	     workers and chunk size are the fastest of a sweep (2/4/8 × 500/1,000/
 //	     2,000) run first on the same data, whose runs pick the shape only:
 //	     both sides count the best of the same number of runs, and (a) runs
@@ -335,7 +338,7 @@ func summaryDuration(b *testing.B, out string) time.Duration {
 
 // rawPrewarmWith runs the ceiling (bench/ceiling: plain Go, a process of its own
 // as `hearth prewarm` is) and returns the duration it measured from the moment
-// it was connected, and the CPU time the whole process used.
+// it had one connection to each server, and the CPU time the whole process used.
 func rawPrewarmWith(b *testing.B, dsn, redisAddr, keyPrefix, table string, stored bool, workers, chunk int) (time.Duration, time.Duration) {
 	b.Helper()
 	cmd := exec.Command(e2e.Build(b, "./bench/ceiling"), "-dsn", dsn, "-redis", redisAddr, "-prefix", keyPrefix,
