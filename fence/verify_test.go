@@ -228,3 +228,74 @@ func TestVersionRecordOfEarlierFormat(t *testing.T) {
 		t.Errorf("conditional extends = %v, want %v (rewritten once, then extended)", got, extends+1)
 	}
 }
+
+// TestVersionedBatchOfManyStamps: one write of many entries, as a catch-up or
+// a re-read hands over (more than one script call's worth, two load stamps,
+// two record TTLs, suspect records named at a few keys), lands each entry
+// with its own stamp, record TTL and suspect: the many-key script takes the
+// stamp and the record TTL once per call and the suspects by position, so a
+// call that mixed them, or a suspect moved to its neighbour, would show here.
+func TestVersionedBatchOfManyStamps(t *testing.T) {
+	for _, perSlot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per slot %v", perSlot), func(t *testing.T) {
+			v := newVersionEnv(t, perSlot)
+			ctx := context.Background()
+			c := v.env.Client
+			huge := store.EncodeVersion(math.MaxInt64)
+			const n = 300
+			entries := make([]store.Entry, n)
+			planted := map[int]string{}
+			for i := range entries {
+				k := fmt.Sprintf("%sbatch:%d", v.env.Prefix, i)
+				e := store.Entry{Key: k, Value: []byte(fmt.Sprintf("value %d", i)), TTL: time.Minute, Seq: 40,
+					Versioned: true, Version: int64(i + 1), VersionTTL: 2 * time.Minute, Family: "f"}
+				if i >= 150 {
+					e.Seq = 41
+				}
+				if i >= 200 && i < 210 {
+					e.VersionTTL = 3 * time.Minute
+				}
+				if i == 5 || i == 140 || i == 290 {
+					planted[i] = "1:1:" + huge + ":" + sha1Hex("whatever")
+					c.Set(ctx, store.VersionKey(v.env.NS, k), planted[i], time.Minute)
+					e.Unconfirmed = planted[i]
+				}
+				entries[i] = e
+			}
+			entries[5].Unconfirmed = planted[5] + "x" // names another record: refused again
+			checks, err := v.w.SetChecked(ctx, entries)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, e := range entries {
+				got, rec := checks[i], c.Get(ctx, store.VersionKey(v.env.NS, e.Key)).Val()
+				switch i {
+				case 5:
+					if !got.Recheck || rec != planted[i] || c.Exists(ctx, e.Key).Val() != 0 {
+						t.Errorf("entry %d: check %+v, record %q: want refused again, the planted record kept", i, got, rec)
+					}
+					continue
+				case 140, 290:
+					if got.Reason != store.RepairRecordUnconfirmed || got.Recheck {
+						t.Errorf("entry %d: check %+v, want record_unconfirmed", i, got)
+					}
+				default:
+					if got.Reason != "" || got.Recheck {
+						t.Errorf("entry %d: check %+v, want nothing wrong", i, got)
+					}
+				}
+				want := fmt.Sprintf("%d:%d:%s:%s", v.epoch, e.Seq, store.EncodeVersion(e.Version), sha1Hex(string(e.Value)))
+				if rec != want {
+					t.Errorf("entry %d: record %q, want %q", i, rec, want)
+				}
+				if val := v.get(e.Key); val != string(e.Value) {
+					t.Errorf("entry %d: value %q, want %q", i, val, e.Value)
+				}
+				pt := c.PTTL(ctx, store.VersionKey(v.env.NS, e.Key)).Val()
+				if pt > e.VersionTTL || pt < e.VersionTTL-10*time.Second {
+					t.Errorf("entry %d: record TTL %v, want its own %v", i, pt, e.VersionTTL)
+				}
+			}
+		})
+	}
+}

@@ -135,26 +135,38 @@ func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entrie
 }
 
 // setVersionedMany runs store.VersionedSetMany over chunks of entries under
-// the single fence key; it returns how many the fence refused.
+// the single fence key; it returns how many the fence refused. A chunk is at
+// most versionedSetManyChunk entries of one stamp and record TTL (one load's
+// entries share both), which the call passes once.
 func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entries []store.Entry, res *WriteResults, checks []store.VersionCheck) (int, error) {
-	chunks := (len(entries) + versionedSetManyChunk - 1) / versionedSetManyChunk
-	part := func(i int) []store.Entry {
-		return entries[i*versionedSetManyChunk : min(len(entries), (i+1)*versionedSetManyChunk)]
-	}
 	a := newPackedArgs(s.ns, entries)
-	cmd := getArgs(chunks*(store.ScriptHead+2) + 9*len(entries))
+	var bounds []int // chunk i is entries[bounds[i]:bounds[i+1]]
+	for i := range entries {
+		if i == 0 || i-bounds[len(bounds)-1] == versionedSetManyChunk ||
+			entries[i].Seq != entries[i-1].Seq || a.vttls[i] != a.vttls[i-1] {
+			bounds = append(bounds, i)
+		}
+	}
+	bounds = append(bounds, len(entries))
+	chunks := len(bounds) - 1
+	cmd := getArgs(chunks*(store.ScriptHead+4) + 6*len(entries))
 	defer func() { putArgs(cmd) }()
 	cmds, err := store.RunPacked(ctx, s.client, store.VersionedSetMany, chunks, func(i int) ([]any, int) {
-		lo, hi := i*versionedSetManyChunk, min(len(entries), (i+1)*versionedSetManyChunk)
+		lo, hi := bounds[i], bounds[i+1]
 		c0 := len(cmd)
 		cmd = append(cmd, nil, nil, nil, &s.fence)
 		for j := lo; j < hi; j++ {
 			cmd = append(cmd, &entries[j].Key, &a.records[j])
 		}
-		cmd = append(cmd, epoch)
+		cmd = append(cmd, epoch, &entries[lo].Seq, &a.vttls[lo])
 		for j := lo; j < hi; j++ {
 			e := &entries[j]
-			cmd = append(cmd, (*store.Bytes)(&e.Value), &a.ttls[j], &e.Seq, &a.versions[j], &a.hashes[j], &a.vttls[j], &e.Unconfirmed)
+			cmd = append(cmd, (*store.Bytes)(&e.Value), &a.ttls[j], &a.versions[j], &a.hashes[j])
+		}
+		for j := lo; j < hi; j++ {
+			if entries[j].Unconfirmed != "" {
+				cmd = append(cmd, j-lo+1, &entries[j].Unconfirmed)
+			}
 		}
 		return cmd[c0:len(cmd):len(cmd)], 1 + 2*(hi-lo)
 	})
@@ -164,8 +176,8 @@ func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entrie
 	refused := 0
 	var c versionCounts
 	for i, cm := range cmds {
-		es := part(i)
-		replies, fbad, err := store.VersionedManyReply(cm, len(es))
+		lo, hi := bounds[i], bounds[i+1]
+		replies, fbad, err := store.VersionedManyReply(cm, hi-lo)
 		if err != nil {
 			return 0, err
 		}
@@ -173,11 +185,11 @@ func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entrie
 			s.repairs.Repaired(store.KindFence, s.fence, fbad)
 		}
 		if replies == nil {
-			refused += len(es)
+			refused += hi - lo
 			continue
 		}
-		for j, e := range es {
-			checks[i*versionedSetManyChunk+j] = s.countVersioned(res, e, replies[j], &c)
+		for j, e := range entries[lo:hi] {
+			checks[lo+j] = s.countVersioned(res, e, replies[j], &c)
 		}
 	}
 	c.flush(s.ver)
