@@ -73,6 +73,20 @@ func TestVersionedExtendComparesBytes(t *testing.T) {
 					t.Fatalf("after SET %s KEEPTTL and a write: value %q, want the origin's", foreign, val)
 				}
 			}
+			// Another type under the untouched record: described by its type,
+			// replaced, and given the write's TTL.
+			c.Del(ctx, k)
+			c.HSet(ctx, k, "price", "100")
+			got := v.checked(k, `{"price":100}`, 4, 7, "")
+			if got.Reason != store.RepairValueMismatch || !strings.Contains(got.Found, "wrong type: hash") {
+				t.Errorf("after HSET: check %+v, want value_mismatch naming the hash", got)
+			}
+			if val := v.get(k); val != `{"price":100}` {
+				t.Fatalf("after HSET and a write: value %q, want the origin's", val)
+			}
+			if pt := c.PTTL(ctx, k).Val(); pt <= 0 || pt > time.Minute {
+				t.Errorf("after HSET and a write: TTL %v, want the write's minute", pt)
+			}
 		})
 	}
 }

@@ -97,10 +97,11 @@ local function hearth_versioned_set(e, es, vk, rk, value, ttl, seqs, ver, hash, 
   local info = ''
   if ce and ch == hash and cv == ver then
     -- The record says Redis holds these bytes: extend only if it does, byte
-    -- for byte (same version and length prove nothing).
-    local v = redis.pcall('GET', vk)
+    -- for byte (same version and length prove nothing). GETEX reads the value
+    -- and sets its TTL in one call: when the bytes differ (or vk holds another
+    -- type, which GETEX leaves alone) the SET below replaces value and TTL.
+    local v = redis.pcall('GETEX', vk, 'PX', ttl)
     if v == value then
-      redis.call('PEXPIRE', vk, ttl)
       -- Only the TTLs move. A record with a version orders writes by it, so
       -- its epoch:seq need not move either: it keeps the write that set the
       -- version, and costs Redis an expiry instead of a new string. One with
