@@ -2,9 +2,7 @@ package fence_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,51 +44,4 @@ func BenchmarkFencedSet(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*len(entries))/b.Elapsed().Seconds(), "keys/s")
-}
-
-// BenchmarkVersionedSetClientCPU measures what a version-checked write of
-// 1,000 keys (96-byte values, the same bytes each time: the conditional
-// extend of a steady refresh) costs the writing process: its CPU time per
-// key (getrusage, user + system), which waiting for Redis does not count.
-func BenchmarkVersionedSetClientCPU(b *testing.B) {
-	env := testenv.Redis(b)
-	ctx := context.Background()
-	off := false
-	fs := fence.NewFencedStore(fence.FencedStoreOptions{Client: env.Client, Namespace: env.Prefix + "hearth", PerSlot: &off, Registerer: prometheus.NewRegistry()})
-	l, err := leader.NewLease(leader.LeaseOptions{Client: env.Client, Namespace: env.Prefix + "hearth", Duration: time.Minute, Fence: fs, Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = l.Close(context.Background()) }()
-	term, err := l.Campaign(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = term.Release(ctx) }()
-	w := fs.Writer(term)
-	entries := make([]store.Entry, 1000)
-	for i := range entries {
-		entries[i] = store.Entry{Key: env.Prefix + "member:" + strconv.Itoa(i), Value: []byte(fmt.Sprintf("%096d", i)), TTL: time.Minute,
-			Seq: 1, Versioned: true, Version: int64(i), VersionTTL: 2 * time.Minute, Family: "f"}
-	}
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-			b.Fatal(err)
-		}
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	if _, err := w.SetChecked(ctx, entries); err != nil {
-		b.Fatal(err)
-	}
-	c0 := cpu()
-	for b.Loop() {
-		for i := range entries {
-			entries[i].Seq++
-		}
-		if _, err := w.SetChecked(ctx, entries); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(cpu()-c0)/float64(b.N*len(entries)), "cpu-ns/key")
 }
