@@ -3,7 +3,9 @@ package fence
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -139,7 +141,8 @@ func (s *FencedStore) setVersionedEach(ctx context.Context, epoch string, entrie
 // most versionedSetManyChunk entries of one stamp and record TTL (one load's
 // entries share both), which the call passes once.
 func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entries []store.Entry, res *WriteResults, checks []store.VersionCheck) (int, error) {
-	a := newPackedArgs(s.ns, entries)
+	a := getPackedArgs(s.ns, entries)
+	defer putPackedArgs(a)
 	var bounds []int // chunk i is entries[bounds[i]:bounds[i+1]]
 	for i := range entries {
 		if i == 0 || i-bounds[len(bounds)-1] == versionedSetManyChunk ||
@@ -197,47 +200,74 @@ func (s *FencedStore) setVersionedMany(ctx context.Context, epoch string, entrie
 }
 
 // packedArgs holds a batch's per-key script arguments that are not fields
-// of its entries, each kind in one array and every string cut from one
-// buffer: a version-checked write of n keys allocates a few arrays, not
-// several strings and boxed numbers per key.
+// of its entries, each kind in one array and every byte string cut from one
+// buffer, passed to Redis as they are (store.Bytes): a version-checked write
+// of n keys allocates nothing per key, and the arrays are reused from batch
+// to batch (packedPool) rather than collected.
 type packedArgs struct {
-	records, versions, hashes []string
+	buf                       []byte
+	records, versions, hashes []store.Bytes
 	ttls, vttls               []int64
 }
 
-func newPackedArgs(ns string, entries []store.Entry) *packedArgs {
-	n := len(entries)
-	a := &packedArgs{
-		records: make([]string, n), versions: make([]string, n), hashes: make([]string, n),
-		ttls: make([]int64, n), vttls: make([]int64, n),
+var packedPool sync.Pool
+
+// getPackedArgs fills a packedArgs from packedPool for entries: record name,
+// version and value hash per entry, and the TTLs in ms. Give it back with
+// putPackedArgs once the commands that point into it are read.
+func getPackedArgs(ns string, entries []store.Entry) *packedArgs {
+	a, _ := packedPool.Get().(*packedArgs)
+	if a == nil {
+		a = &packedArgs{}
 	}
+	n := len(entries)
 	size := 0
 	for _, e := range entries {
 		size += len(ns) + len(e.Key) + 16 + 20 + 40
 	}
-	buf := make([]byte, 0, size)
-	ends := make([]int, 0, 3*n)
+	a.buf = slices.Grow(a.buf[:0], size)
+	a.records, a.versions, a.hashes = resize(a.records, n), resize(a.versions, n), resize(a.hashes, n)
+	a.ttls, a.vttls = resize(a.ttls, n), resize(a.vttls, n)
+	// Each string is cut from the buffer as it fills. The size above leaves
+	// room for the longest slot tag (4 characters); were an append to move
+	// the buffer, the strings cut before it keep the old array, still whole.
+	cut := func(at int) store.Bytes { return a.buf[at:len(a.buf):len(a.buf)] }
 	for i, e := range entries {
-		buf = store.AppendVersionKey(buf, ns, e.Key)
-		ends = append(ends, len(buf))
+		at := len(a.buf)
+		a.buf = store.AppendVersionKey(a.buf, ns, e.Key)
+		a.records[i] = cut(at)
+		at = len(a.buf)
 		if e.Versioned {
-			buf = store.AppendVersion(buf, e.Version)
+			a.buf = store.AppendVersion(a.buf, e.Version)
 		}
-		ends = append(ends, len(buf))
-		buf = store.AppendValueHash(buf, e.Value)
-		ends = append(ends, len(buf))
+		a.versions[i] = cut(at)
+		at = len(a.buf)
+		a.buf = store.AppendValueHash(a.buf, e.Value)
+		a.hashes[i] = cut(at)
 		vttl := e.VersionTTL
 		if vttl <= 0 {
 			vttl = 2 * e.TTL
 		}
 		a.ttls[i], a.vttls[i] = max(1, e.TTL.Milliseconds()), max(1, vttl.Milliseconds())
 	}
-	all, at := string(buf), 0
-	for i := range entries {
-		a.records[i], a.versions[i], a.hashes[i] = all[at:ends[3*i]], all[ends[3*i]:ends[3*i+1]], all[ends[3*i+1]:ends[3*i+2]]
-		at = ends[3*i+2]
-	}
 	return a
+}
+
+// putPackedArgs returns a to packedPool; a batch far larger than the usual
+// is left to the collector, so that the pool does not keep its memory.
+func putPackedArgs(a *packedArgs) {
+	if cap(a.buf) > 1<<20 {
+		return
+	}
+	packedPool.Put(a)
+}
+
+// resize returns s with length n, reusing its array when it is large enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // versionCounts gathers a write's conditional extends and refusals per

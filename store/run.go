@@ -59,7 +59,8 @@ const ScriptHead = 3
 
 // RunPacked is RunScript for runs of many keys each, whose keys and
 // arguments args(i) packs into one slice: ScriptHead free slots, then the
-// keys (string or *string), then the arguments, nkeys the number of keys.
+// keys (string, *string or *Bytes), then the arguments, nkeys the number of
+// keys.
 // Pointers (*string, *int64, *Bytes) let a batch pass every key's keys and
 // arguments from arrays of its own, without an allocation per argument.
 func RunPacked(ctx context.Context, client redis.UniversalClient, script *redis.Script, n int, args func(i int) (cmd []any, nkeys int)) ([]*redis.Cmd, error) {
@@ -73,6 +74,10 @@ func RunPacked(ctx context.Context, client redis.UniversalClient, script *redis.
 					keys[j] = k
 				case *string:
 					keys[j] = *k
+				case *Bytes:
+					keys[j] = string(*k)
+				default:
+					panic(fmt.Sprintf("store.RunPacked: key %d is a %T", j, k))
 				}
 			}
 			return script.Eval(ctx, pipe, keys, cmd[ScriptHead+nkeys:]...)

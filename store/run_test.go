@@ -45,7 +45,7 @@ func TestRunScriptChunksAndReloads(t *testing.T) {
 
 // TestRunPackedResendsAfterAFlush: runs packed into one slice sized for one
 // pass (as fence's batched writes pack them), their keys and arguments
-// pointers, all come back right after the script cache was flushed: the
+// pointers (a key as bytes too), all come back right after the script cache was flushed: the
 // re-send packs every refused run again past that capacity, and neither pass
 // overwrites the other's commands.
 func TestRunPackedResendsAfterAFlush(t *testing.T) {
@@ -54,9 +54,9 @@ func TestRunPackedResendsAfterAFlush(t *testing.T) {
 	ctx := context.Background()
 	script := redis.NewScript(`return KEYS[1] .. '|' .. KEYS[2] .. '|' .. ARGV[1] .. '|' .. ARGV[2]`)
 	n := store.PipelineMax + 7
-	keys, nums, vals := make([]string, n), make([]int64, n), make([][]byte, n)
+	keys, nums, vals := make([][]byte, n), make([]int64, n), make([][]byte, n)
 	for i := range n {
-		keys[i], nums[i], vals[i] = "k"+strconv.Itoa(i), int64(i), []byte("v"+strconv.Itoa(i))
+		keys[i], nums[i], vals[i] = []byte("k"+strconv.Itoa(i)), int64(i), []byte("v"+strconv.Itoa(i))
 	}
 	for _, flush := range []bool{false, true} {
 		if flush {
@@ -67,7 +67,7 @@ func TestRunPackedResendsAfterAFlush(t *testing.T) {
 		cmd := make([]any, 0, n*(store.ScriptHead+4))
 		cmds, err := store.RunPacked(ctx, rdb, script, n, func(i int) ([]any, int) {
 			c0 := len(cmd)
-			cmd = append(cmd, nil, nil, nil, "f", &keys[i], &nums[i], (*store.Bytes)(&vals[i]))
+			cmd = append(cmd, nil, nil, nil, "f", (*store.Bytes)(&keys[i]), &nums[i], (*store.Bytes)(&vals[i]))
 			return cmd[c0:len(cmd):len(cmd)], 2
 		})
 		if err != nil {
