@@ -45,9 +45,9 @@ func TestRunScriptChunksAndReloads(t *testing.T) {
 
 // TestRunPackedResendsAfterAFlush: runs packed into one slice sized for one
 // pass (as fence's batched writes pack them), their keys and arguments
-// pointers (a key as bytes too), all come back right after the script cache was flushed: the
-// re-send packs every refused run again past that capacity, and neither pass
-// overwrites the other's commands.
+// pointers (a key as *Bytes), all come back right after the script cache was
+// flushed: the re-send packs every refused run again past that capacity, and
+// neither pass overwrites the other's commands.
 func TestRunPackedResendsAfterAFlush(t *testing.T) {
 	srv := testenv.PrivateRedis(t) // SCRIPT FLUSH: never on the shared server
 	rdb := srv.Client(t)
