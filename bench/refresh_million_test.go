@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +40,11 @@ import (
 // HEARTH_BENCH_CONFIGS picks some (comma-separated, also "plain": the bench
 // config of earlier rounds, no pattern, a 64–71-byte payload);
 // HEARTH_BASELINE_BIN=path runs every declaration against that binary first
-// (a build of main, say), so that before and after come from one run.
+// (a build of main, say), so that before and after come from one run;
+// HEARTH_BENCH_ROUNDS=n runs each declaration n times, the builds in
+// alternating order (A B, B A, …), and prints each build's medians and the
+// median of the pairs' ratios, so that the machine's drift within the run
+// falls on both builds alike.
 // HEARTH_BENCH_MEMBERS, HEARTH_BENCH_TTL and HEARTH_BENCH_INTERVALS (the
 // window, in intervals) scale it down; HEARTH_BENCH_CPUPROFILE=path saves a
 // 20 s CPU profile of each daemon (path.<build>.<config>, and its heap
@@ -48,6 +53,7 @@ func BenchmarkRefreshMillion(b *testing.B) {
 	members := envInt("HEARTH_BENCH_MEMBERS", 1_000_000)
 	ttl := envDuration("HEARTH_BENCH_TTL", 60*time.Second)
 	intervals := envInt("HEARTH_BENCH_INTERVALS", 3)
+	rounds := max(1, envInt("HEARTH_BENCH_ROUNDS", 1))
 	interval := ttl / 2
 	rs := testenv.PrivateRedis(b)
 	rdb := rs.Client(b)
@@ -95,6 +101,8 @@ func BenchmarkRefreshMillion(b *testing.B) {
 	}
 	type result struct {
 		build, config string
+		base          string // the build's label without its round
+		round         int
 		f             steady
 		usPerKey      float64
 		rss, peak     int64
@@ -107,13 +115,18 @@ func BenchmarkRefreshMillion(b *testing.B) {
 	for range b.N {
 		var results []result
 		for _, c := range configs {
-			for _, bd := range builds {
-				if err := rdb.FlushAll(ctx).Err(); err != nil { // a private server
-					b.Fatal(err)
+			for round := range rounds {
+				order := slices.Clone(builds)
+				if round%2 == 1 {
+					slices.Reverse(order) // A B, B A, …: the machine's drift falls on both
 				}
-				listen := e2e.FreeAddr(b)
-				cfg := filepath.Join(b.TempDir(), "config.yaml")
-				if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
+				for _, bd := range order {
+					if err := rdb.FlushAll(ctx).Err(); err != nil { // a private server
+						b.Fatal(err)
+					}
+					listen := e2e.FreeAddr(b)
+					cfg := filepath.Join(b.TempDir(), "config.yaml")
+					if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 redis:
   addrs: [%q]
   namespace: hb
@@ -140,42 +153,47 @@ keys:
     members_query: "SELECT id::text FROM members"
 %s
 `, rs.Addr, listen, pprof, members+1, pg.DSN, ttl, decls[c])), 0o600); err != nil {
-					b.Fatal(err)
-				}
-				proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg})
-				t0 := time.Now()
-				e2e.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, 3*time.Minute)
-				startup := time.Since(t0)
+						b.Fatal(err)
+					}
+					proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg})
+					t0 := time.Now()
+					e2e.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, 3*time.Minute)
+					startup := time.Since(t0)
 
-				// Steady state starts one interval later, when every key has
-				// been refreshed on schedule once after the start-up load.
-				time.Sleep(interval)
-				s := startSampler(rdb, members, 1000)
-				pid := proc.Cmd.Process.Pid
-				m0 := e2e.Metrics(b, "http://"+listen+"/metrics")
-				cpu0, r0, w0 := cpuTime(b, pid), redisCPU(b, rdb), time.Now()
-				if profile != "" {
-					path := profile + "." + strings.ReplaceAll(strings.Fields(bd.label)[0], " ", "") + "." + c
-					fetchProfile(b, "http://"+listen+"/debug/pprof/profile?seconds=20", path)
-					fetchProfile(b, "http://"+listen+"/debug/pprof/heap", path+".heap")
-				}
-				time.Sleep(time.Until(w0.Add(time.Duration(intervals) * interval)))
-				m1 := e2e.Metrics(b, "http://"+listen+"/metrics")
-				cpu1, r1, w1 := cpuTime(b, pid), redisCPU(b, rdb), time.Now()
-				rss, peak := rssNow(b, pid), peakRSS(b, pid)
-				minTTL, missing, polls := s.stop()
-				window := w1.Sub(w0)
-				f := steadyFigures(m0, m1, cpu1-cpu0, window, members, interval)
-				written := f.achieved * window.Seconds()
-				results = append(results, result{
-					build: bd.label, config: c, f: f,
-					usPerKey: (cpu1 - cpu0).Seconds() * 1e6 / max(1, written),
-					rss:      rss, peak: peak, redisCPU: (r1 - r0) / window.Seconds() * 100,
-					minTTL: minTTL, missing: missing, polls: polls, startup: startup,
-				})
-				proc.Signal(b, 15)
-				if code := proc.Wait(b, 60*time.Second); code != 0 {
-					b.Fatalf("%s, %s: exit %d", bd.label, c, code)
+					// Steady state starts one interval later, when every key has
+					// been refreshed on schedule once after the start-up load.
+					time.Sleep(interval)
+					s := startSampler(rdb, members, 1000)
+					pid := proc.Cmd.Process.Pid
+					m0 := e2e.Metrics(b, "http://"+listen+"/metrics")
+					cpu0, r0, w0 := cpuTime(b, pid), redisCPU(b, rdb), time.Now()
+					if profile != "" {
+						path := profile + "." + strings.ReplaceAll(strings.Fields(bd.label)[0], " ", "") + "." + c
+						fetchProfile(b, "http://"+listen+"/debug/pprof/profile?seconds=20", path)
+						fetchProfile(b, "http://"+listen+"/debug/pprof/heap", path+".heap")
+					}
+					time.Sleep(time.Until(w0.Add(time.Duration(intervals) * interval)))
+					m1 := e2e.Metrics(b, "http://"+listen+"/metrics")
+					cpu1, r1, w1 := cpuTime(b, pid), redisCPU(b, rdb), time.Now()
+					rss, peak := rssNow(b, pid), peakRSS(b, pid)
+					minTTL, missing, polls := s.stop()
+					window := w1.Sub(w0)
+					f := steadyFigures(m0, m1, cpu1-cpu0, window, members, interval)
+					written := f.achieved * window.Seconds()
+					label := bd.label
+					if rounds > 1 {
+						label = fmt.Sprintf("%s #%d", bd.label, round+1)
+					}
+					results = append(results, result{
+						build: label, base: bd.label, round: round, config: c, f: f,
+						usPerKey: (cpu1 - cpu0).Seconds() * 1e6 / max(1, written),
+						rss:      rss, peak: peak, redisCPU: (r1 - r0) / window.Seconds() * 100,
+						minTTL: minTTL, missing: missing, polls: polls, startup: startup,
+					})
+					proc.Signal(b, 15)
+					if code := proc.Wait(b, 60*time.Second); code != 0 {
+						b.Fatalf("%s, %s: exit %d", bd.label, c, code)
+					}
 				}
 			}
 		}
@@ -188,7 +206,7 @@ keys:
 		row := func(name string, cell func(r result) string) {
 			fmt.Printf("  %-26s", name)
 			for _, r := range results {
-				fmt.Printf(" | %-22s", cell(r))
+				fmt.Printf(" | %-26s", cell(r))
 			}
 			fmt.Println()
 		}
@@ -205,14 +223,52 @@ keys:
 		row("sampled: min TTL left", func(r result) string { return fmt.Sprintf("%.1f s", r.minTTL.Seconds()) })
 		row("start-up load", func(r result) string { return r.startup.Round(100 * time.Millisecond).String() })
 		fmt.Println("  targets: write rate ≥ 99.9 %, lag p99 < 100 ms, daemon CPU ≤ 10 % (shipped) / ≤ 12 % (versioned), RSS < 300 MB, Redis CPU (versioned) < 40 %, no key missing")
-		for _, r := range results {
-			if r.build != "this build" {
-				continue
+		// With rounds, the medians per build and, against a baseline, the
+		// ratio of each round's pair: what the drift between rounds does
+		// not move.
+		median := func(xs []float64) float64 {
+			slices.Sort(xs)
+			n := len(xs)
+			if n%2 == 1 {
+				return xs[n/2]
 			}
-			b.ReportMetric(r.f.cpu, r.config+"-%cpu")
-			b.ReportMetric(r.usPerKey, r.config+"-µs/key")
-			b.ReportMetric(r.redisCPU, r.config+"-redis-%cpu")
-			b.ReportMetric(float64(r.peak)/(1<<20), r.config+"-peak-MiB")
+			return (xs[max(0, n/2-1)] + xs[n/2]) / 2
+		}
+		pick := func(c, base string, f func(result) float64) []float64 {
+			var out []float64
+			for _, r := range results {
+				if r.config == c && r.base == base {
+					out = append(out, f(r))
+				}
+			}
+			return out
+		}
+		usKey := func(r result) float64 { return r.usPerKey }
+		cpu := func(r result) float64 { return r.f.cpu }
+		redisPct := func(r result) float64 { return r.redisCPU }
+		for _, c := range configs {
+			if rounds > 1 {
+				for _, bd := range builds {
+					fmt.Printf("  %s, %s: median of %d rounds %.2f µs per key, %.1f %% of a core, Redis %.1f %%\n", c, bd.label, rounds,
+						median(pick(c, bd.label, usKey)), median(pick(c, bd.label, cpu)), median(pick(c, bd.label, redisPct)))
+				}
+				if len(builds) > 1 {
+					before, after := pick(c, builds[0].label, usKey), pick(c, builds[1].label, usKey)
+					ratios := make([]float64, len(before))
+					lower := 0
+					for i := range before {
+						ratios[i] = after[i] / before[i]
+						if after[i] < before[i] {
+							lower++
+						}
+					}
+					fmt.Printf("  %s: this build / baseline, µs per key, round by round: median %.3f, lower in %d of %d\n", c, median(ratios), lower, rounds)
+				}
+			}
+			b.ReportMetric(median(pick(c, "this build", cpu)), c+"-%cpu")
+			b.ReportMetric(median(pick(c, "this build", usKey)), c+"-µs/key")
+			b.ReportMetric(median(pick(c, "this build", redisPct)), c+"-redis-%cpu")
+			b.ReportMetric(median(pick(c, "this build", func(r result) float64 { return float64(r.peak) / (1 << 20) })), c+"-peak-MiB")
 		}
 	}
 }
