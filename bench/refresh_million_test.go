@@ -102,7 +102,6 @@ func BenchmarkRefreshMillion(b *testing.B) {
 	type result struct {
 		build, config string
 		base          string // the build's label without its round
-		round         int
 		f             steady
 		usPerKey      float64
 		rss, peak     int64
@@ -185,7 +184,7 @@ keys:
 						label = fmt.Sprintf("%s #%d", bd.label, round+1)
 					}
 					results = append(results, result{
-						build: label, base: bd.label, round: round, config: c, f: f,
+						build: label, base: bd.label, config: c, f: f,
 						usPerKey: (cpu1 - cpu0).Seconds() * 1e6 / max(1, written),
 						rss:      rss, peak: peak, redisCPU: (r1 - r0) / window.Seconds() * 100,
 						minTTL: minTTL, missing: missing, polls: polls, startup: startup,

@@ -99,11 +99,17 @@ func versionArgs(e store.Entry) []any {
 	if e.Versioned {
 		ver = store.EncodeVersion(e.Version)
 	}
+	return []any{e.Value, max(1, e.TTL.Milliseconds()), e.Seq, ver, store.ValueHash(e.Value), recordTTLMillis(e)}
+}
+
+// recordTTLMillis is how long e's version record lives, in ms: e.VersionTTL,
+// else twice the value's TTL (store.Entry.VersionTTL), at least 1.
+func recordTTLMillis(e store.Entry) int64 {
 	vttl := e.VersionTTL
 	if vttl <= 0 {
 		vttl = 2 * e.TTL
 	}
-	return []any{e.Value, max(1, e.TTL.Milliseconds()), e.Seq, ver, store.ValueHash(e.Value), max(1, vttl.Milliseconds())}
+	return max(1, vttl.Milliseconds())
 }
 
 // setVersionedEach runs store.VersionedSet once per entry; it returns how many
@@ -226,8 +232,11 @@ func getPackedArgs(ns string, entries []store.Entry) *packedArgs {
 		size += len(ns) + len(e.Key) + 16 + 20 + 40
 	}
 	a.buf = slices.Grow(a.buf[:0], size)
-	a.records, a.versions, a.hashes = resize(a.records, n), resize(a.versions, n), resize(a.hashes, n)
-	a.ttls, a.vttls = resize(a.ttls, n), resize(a.vttls, n)
+	a.records = slices.Grow(a.records[:0], n)[:n]
+	a.versions = slices.Grow(a.versions[:0], n)[:n]
+	a.hashes = slices.Grow(a.hashes[:0], n)[:n]
+	a.ttls = slices.Grow(a.ttls[:0], n)[:n]
+	a.vttls = slices.Grow(a.vttls[:0], n)[:n]
 	// Each string is cut from the buffer as it fills. The size above leaves
 	// room for the longest slot tag (4 characters); were an append to move
 	// the buffer, the strings cut before it keep the old array, still whole.
@@ -244,11 +253,7 @@ func getPackedArgs(ns string, entries []store.Entry) *packedArgs {
 		at = len(a.buf)
 		a.buf = store.AppendValueHash(a.buf, e.Value)
 		a.hashes[i] = cut(at)
-		vttl := e.VersionTTL
-		if vttl <= 0 {
-			vttl = 2 * e.TTL
-		}
-		a.ttls[i], a.vttls[i] = max(1, e.TTL.Milliseconds()), max(1, vttl.Milliseconds())
+		a.ttls[i], a.vttls[i] = max(1, e.TTL.Milliseconds()), recordTTLMillis(e)
 	}
 	return a
 }
@@ -260,14 +265,6 @@ func putPackedArgs(a *packedArgs) {
 		return
 	}
 	packedPool.Put(a)
-}
-
-// resize returns s with length n, reusing its array when it is large enough.
-func resize[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
 }
 
 // versionCounts gathers a write's conditional extends and refusals per
