@@ -143,7 +143,7 @@ keys:
 				b.Fatal(err)
 			}
 			proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg})
-			e2e.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, time.Minute)
+			proc.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, time.Minute)
 			metrics := "http://" + listen + "/metrics"
 			deadline := time.Now().Add(30 * time.Second)
 			for e2e.Sum(e2e.Metrics(b, metrics), "hearth_change_refreshes_total", `kind="full"`) < 1 || e2e.Sum(e2e.Metrics(b, metrics), "hearth_change_listen_connected") < 1 {

@@ -108,7 +108,7 @@ keys:
 			a.proc = e2e.Start(b, []string{"run", "--config", cfg})
 		}
 		for _, a := range arms {
-			e2e.WaitHTTP(b, "http://"+a.listen+"/readyz", http.StatusOK, time.Minute)
+			a.proc.WaitHTTP(b, "http://"+a.listen+"/readyz", http.StatusOK, time.Minute)
 		}
 		m0 := make([]map[string]float64, len(arms))
 		start := time.Now()

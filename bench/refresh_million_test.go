@@ -156,7 +156,7 @@ keys:
 					}
 					proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg})
 					t0 := time.Now()
-					e2e.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, 3*time.Minute)
+					proc.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, 3*time.Minute)
 					startup := time.Since(t0)
 
 					// Steady state starts one interval later, when every key has

@@ -67,7 +67,7 @@ keys:
 	for range b.N {
 		proc := e2e.Start(b, []string{"run", "--config", cfg})
 		t0 := time.Now()
-		e2e.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, 2*time.Minute)
+		proc.WaitHTTP(b, "http://"+listen+"/readyz", http.StatusOK, 2*time.Minute)
 		startup := time.Since(t0)
 
 		// The start-up load writes everything at once; steady state starts one

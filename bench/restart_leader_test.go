@@ -87,7 +87,7 @@ keys:
 			}
 			addr := e2e.FreeAddr(b)
 			proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg, "--listen", addr})
-			e2e.WaitHTTP(b, "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)
+			proc.WaitHTTP(b, "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)
 			var first time.Duration
 			var later []time.Duration
 			for i := range restartTrials {

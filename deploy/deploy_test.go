@@ -267,7 +267,7 @@ keys:
 		t.Fatal(err)
 	}
 	hearth := e2e.Start(t, []string{"run", "--config", cfgPath, "--listen", listen})
-	e2e.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
+	hearth.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
 
 	// The shipped rule, shortened.
 	var alert rule

@@ -170,7 +170,7 @@ func startNodeBinary(t *testing.T, bin, name, config string) *node {
 	t.Helper()
 	addr := e2e.FreeAddr(t)
 	n := &node{name: name, proc: e2e.StartBinary(t, bin, []string{"run", "--config", config, "--listen", addr}), url: "http://" + addr}
-	e2e.WaitHTTP(t, n.url+"/healthz", http.StatusOK, 30*time.Second)
+	n.proc.WaitHTTP(t, n.url+"/healthz", http.StatusOK, 30*time.Second)
 	return n
 }
 

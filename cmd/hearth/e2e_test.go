@@ -120,7 +120,7 @@ keys:
 	}
 
 	proc := e2e.Start(t, []string{"run", "--config", cfg})
-	e2e.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 20*time.Second)
+	proc.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 20*time.Second)
 	ready := time.Now()
 
 	// Poll every key continuously for more than three TTLs.

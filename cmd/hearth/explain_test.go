@@ -103,7 +103,7 @@ keys:
 	data, _ = os.ReadFile(cast)
 	_, rest, _ := strings.Cut(string(data), "listen: \"")
 	addr, _, _ := strings.Cut(rest, "\"")
-	e2e.WaitHTTP(t, "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)
+	p.WaitHTTP(t, "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)
 	if out := p.Output(); !strings.Contains(out, "query plan: sequential scan") || !strings.Contains(out, `"family":"product"`) {
 		t.Errorf("hearth run logged no plan warning for the cast form:\n%s", out)
 	}

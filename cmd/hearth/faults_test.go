@@ -37,17 +37,7 @@ func startFaultDaemon(t *testing.T, yaml string, env ...string) *faultDaemon {
 	listen := e2e.FreeAddr(t)
 	p := e2e.Start(t, []string{"run", "--config", cfg, "--listen", listen}, env...)
 	d := &faultDaemon{Proc: p, base: "http://" + listen}
-	testenv.Eventually(t, 60*time.Second, "hearth ready", func() bool {
-		if p.Exited() {
-			t.Fatalf("hearth exited before it was ready:\n%s", p.Output())
-		}
-		resp, err := http.Get(d.base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	d.WaitHTTP(t, d.base+"/readyz", http.StatusOK, 60*time.Second)
 	return d
 }
 
@@ -78,7 +68,7 @@ func (d *faultDaemon) alive(t *testing.T) {
 	if d.Exited() {
 		t.Fatalf("hearth exited during the fault:\n%s", d.Output())
 	}
-	e2e.WaitHTTP(t, d.base+"/healthz", http.StatusOK, 5*time.Second)
+	d.WaitHTTP(t, d.base+"/healthz", http.StatusOK, 5*time.Second)
 }
 
 // stop sends SIGTERM and wants exit code 0.

@@ -76,7 +76,7 @@ keys:
 	}
 
 	proc := e2e.Start(t, []string{"run", "--config", cfg})
-	e2e.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
+	proc.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
 	metrics := "http://" + listen + "/metrics"
 	testenv.Eventually(t, 20*time.Second, "the listener connected", func() bool {
 		return e2e.Sum(e2e.Metrics(t, metrics), "hearth_change_listen_connected") == 1

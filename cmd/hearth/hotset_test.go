@@ -93,7 +93,7 @@ keys:
 
 	traffic("11", "12", "13", "14", "15")
 	leader := e2e.Start(t, []string{"run", "--config", cfgA})
-	e2e.WaitHTTP(t, "http://"+a+"/readyz", http.StatusOK, 20*time.Second)
+	leader.WaitHTTP(t, "http://"+a+"/readyz", http.StatusOK, 20*time.Second)
 	standby := e2e.Start(t, []string{"run", "--config", cfgB})
 	testenv.Eventually(t, 10*time.Second, "the hot keys written", func() bool { return present("11", "12", "13") })
 	if !gone("14", "15") {

@@ -146,7 +146,7 @@ func (s *setup) start(t *testing.T, name string) *node {
 	t.Helper()
 	addr := e2e.FreeAddr(t)
 	n := &node{name: name, proc: e2e.Start(t, []string{"run", "--config", s.config, "--listen", addr}), url: "http://" + addr}
-	e2e.WaitHTTP(t, n.url+"/healthz", http.StatusOK, 30*time.Second)
+	n.proc.WaitHTTP(t, n.url+"/healthz", http.StatusOK, 30*time.Second)
 	return n
 }
 

@@ -73,7 +73,7 @@ func startPlainDaemon(t *testing.T, cfg string, env ...string) *daemon {
 	addr := e2e.FreeAddr(t)
 	p := e2e.StartBinary(t, e2e.PlainBinary(t), []string{"run", "--config", path, "--listen", addr}, env...)
 	d := &daemon{Proc: p, URL: "http://" + addr, Config: path}
-	e2e.WaitHTTP(t, d.URL+"/readyz", http.StatusOK, 30*time.Second)
+	p.WaitHTTP(t, d.URL+"/readyz", http.StatusOK, 30*time.Second)
 	return d
 }
 

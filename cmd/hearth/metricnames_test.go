@@ -51,7 +51,7 @@ keys:
 		t.Fatal(err)
 	}
 	p := e2e.Start(t, []string{"run", "--config", path}, "HEARTH_ADMIN_TOKEN=tok")
-	e2e.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 20*time.Second)
+	p.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 20*time.Second)
 
 	golden := filepath.Join("testdata", "metrics.txt")
 	if *updateMetrics {

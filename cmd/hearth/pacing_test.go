@@ -71,7 +71,7 @@ keys:
     notify: {channel: %s}
 `, rd.Addr, e2e.Namespace(t, rd.Client), listen, pg.DSN, rate, rd.Prefix, d.channel))
 	d.proc = e2e.StartBinary(t, e2e.PlainBinary(t), []string{"run", "--config", cfg})
-	e2e.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
+	d.proc.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
 	testenv.Eventually(t, 20*time.Second, "the listener connected and its opening full refresh done", func() bool {
 		m := e2e.Metrics(t, d.metrics)
 		return e2e.Sum(m, "hearth_change_listen_connected") == 1 && d.fulls() == 1
@@ -216,7 +216,7 @@ keys:
   - {name: item, key: "item:{id}", source: db, ttl: 1h, members: ["1", "2", "3"], query: "SELECT m, 'v'::text FROM unnest($1::text[]) AS m"}
 `, srv.Addr, ns, listen, pg.DSN))
 	proc := e2e.StartBinary(t, e2e.PlainBinary(t), []string{"run", "--config", cfg})
-	e2e.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
+	proc.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
 	warm := func() bool {
 		n, err := rdb.Exists(ctx, "item:1", "item:2", "item:3").Result()
 		return err == nil && n == 3

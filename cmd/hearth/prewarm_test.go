@@ -285,7 +285,7 @@ func TestRewarmAfterFlushE2E(t *testing.T) {
 	c.record(t, products(5, 6, 7)...)
 	p := e2e.Start(t, []string{"run", "--config", c.config})
 	url := c.listen(t)
-	e2e.WaitHTTP(t, url+"/readyz", http.StatusOK, 30*time.Second)
+	p.WaitHTTP(t, url+"/readyz", http.StatusOK, 30*time.Second)
 	ctx := context.Background()
 	keys := []string{"fl:top", "fl:product:1", "fl:product:5", "fl:product:6", "fl:product:7"}
 	if n := rdb.Exists(ctx, keys...).Val(); n != int64(len(keys)) {
@@ -326,7 +326,7 @@ func TestRewarmAfterRestartE2E(t *testing.T) {
 	c.record(t, products(5, 6, 7)...)
 	p := e2e.Start(t, []string{"run", "--config", c.config})
 	url := c.listen(t)
-	e2e.WaitHTTP(t, url+"/readyz", http.StatusOK, 30*time.Second)
+	p.WaitHTTP(t, url+"/readyz", http.StatusOK, 30*time.Second)
 	ctx := context.Background()
 	keys := []string{"rs:top", "rs:product:1", "rs:product:5", "rs:product:6", "rs:product:7"}
 	if n := rdb.Exists(ctx, keys...).Val(); n != int64(len(keys)) {

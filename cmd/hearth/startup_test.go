@@ -188,7 +188,7 @@ keys:
 	}
 	poll.phase("load released: rest of the load, start-up catch-up")
 	o.openB()
-	e2e.WaitHTTP(t, "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)
+	p.WaitHTTP(t, "http://"+addr+"/readyz", http.StatusOK, 30*time.Second)
 	poll.phase("ready, waiting for the first scheduled run")
 
 	// Until the first scheduled run has rewritten the first batch's keys.

@@ -86,7 +86,7 @@ keys:
     version_column: version
 `, rd.Addr, ns, listen, pg.DSN, p, interval))
 	proc := e2e.Start(t, []string{"run", "--config", cfg})
-	e2e.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
+	proc.WaitHTTP(t, "http://"+listen+"/readyz", http.StatusOK, 30*time.Second)
 	metrics := "http://" + listen + "/metrics"
 
 	key := func(id int) string { return p + "product:" + strconv.Itoa(id) }

@@ -272,9 +272,25 @@ func FreeAddr(t testing.TB) string {
 // WaitHTTP polls url until it answers want, or fails the test after d.
 func WaitHTTP(t testing.TB, url string, want int, d time.Duration) {
 	t.Helper()
+	waitHTTP(t, nil, url, want, d)
+}
+
+// WaitHTTP is the package's WaitHTTP for a URL this process serves: it fails
+// the test as soon as the process exits (a refused config, say) instead of
+// polling out the whole of d, and the test's clean-up prints its output.
+func (p *Proc) WaitHTTP(t testing.TB, url string, want int, d time.Duration) {
+	t.Helper()
+	waitHTTP(t, p, url, want, d)
+}
+
+func waitHTTP(t testing.TB, p *Proc, url string, want int, d time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	var last string
 	for time.Now().Before(deadline) {
+		if p != nil && p.Exited() {
+			t.Fatalf("%s: hearth %v exited (%v) before it answered %d (last: %s)", url, p.Cmd.Args[1:], p.err, want, last)
+		}
 		resp, err := http.Get(url)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
