@@ -1,6 +1,9 @@
 package slot_test
 
 import (
+	"crypto/sha256"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/hearth-dev/hearth/internal/slot"
@@ -36,6 +39,26 @@ func TestTagLandsInItsSlot(t *testing.T) {
 			t.Fatalf("Tag(%d) = %q is used twice", n, tag)
 		}
 		seen[tag] = true
+	}
+}
+
+// Tags name record and fence keys that live in Redis across upgrades: the
+// table must give the very tags it always gave (the first base-36 number
+// landing in each slot), however it is stored.
+func TestTagsDoNotChange(t *testing.T) {
+	var all strings.Builder
+	for n := range slot.Count {
+		all.WriteString(slot.Tag(n))
+		all.WriteByte(',')
+	}
+	const want = "6dd2f15b88622b0e5e915e3b063d0550fc47f817535fbcbe39e9c132a0bc7522"
+	if got := fmt.Sprintf("%x", sha256.Sum256([]byte(all.String()))); got != want {
+		t.Errorf("SHA-256 of every slot's tag = %s, want %s: the tags changed", got, want)
+	}
+	for tag, n := range map[string]int{"0": slot.Of("0"), "1": slot.Of("1"), "z": slot.Of("z")} {
+		if got := slot.Tag(n); got != tag {
+			t.Errorf("Tag(%d) = %q, want %q (the first base-36 number in that slot)", n, got, tag)
+		}
 	}
 }
 
