@@ -64,6 +64,7 @@ func (m *Metrics) Overran(family string, duration, interval time.Duration, membe
 type Run struct {
 	m      *Metrics
 	family string
+	kind   string    // "catch-up" for a catch-up's batches, else "" (a run)
 	start  time.Time // when the batches began
 	due    []int64   // per batch in run order, 0: no deadline (see Watch)
 	ends   []int     // members in batches 0..i
@@ -86,7 +87,19 @@ type Run struct {
 // 0 when none was written yet). The batches begin at start. Watch keeps due
 // and changes it.
 func (m *Metrics) Watch(family string, batches [][]string, due []int64, start time.Time) *Run {
-	r := &Run{m: m, family: family, start: start, due: due, ends: make([]int, len(batches)), checked: start}
+	return m.watch(family, "", batches, due, start)
+}
+
+// WatchCatchUp is Watch for a catch-up's batches of family (the keys it found
+// missing or about to expire, soonest first): it is projected, logged and
+// counted as a run is, its log lines marked "run":"catch-up", so that a
+// catch-up too slow for the TTLs it races is never a silent expiry either.
+func (m *Metrics) WatchCatchUp(family string, batches [][]string, due []int64, start time.Time) *Run {
+	return m.watch(family, "catch-up", batches, due, start)
+}
+
+func (m *Metrics) watch(family, kind string, batches [][]string, due []int64, start time.Time) *Run {
+	r := &Run{m: m, family: family, kind: kind, start: start, due: due, ends: make([]int, len(batches)), checked: start}
 	n := 0
 	for i, b := range batches {
 		n += len(b)
@@ -152,16 +165,26 @@ func (r *Run) project(now time.Time) {
 	case short > 0 && !r.behind:
 		r.behind = true
 		r.count()
-		r.m.log.Warn().Str("family", r.family).Dur("shortfall_ms", short).
+		r.event(r.m.log.Warn()).Dur("shortfall_ms", short).
 			Int("members_done", r.done).Int("members_left", r.ends[len(r.ends)-1]-r.done).
 			Float64("keys_per_s", rate).Dur("elapsed_ms", elapsed).Dur("first_expiry_in_ms", time.Duration(first-now.UnixNano())).
 			Int("expired_at_start", r.expired).
 			Msg("refresh run falling behind: at its rate so far, keys will expire before it writes them (the oldest are written first)")
 	case short <= 0 && r.behind:
 		r.behind = false
-		r.m.log.Info().Str("family", r.family).Int("members_done", r.done).Float64("keys_per_s", rate).
+		r.event(r.m.log.Info()).Int("members_done", r.done).Float64("keys_per_s", rate).
 			Msg("refresh run caught up: at its rate now, every key left is written before its TTL runs out")
 	}
+}
+
+// event starts a log line of this run: its family, and what it is when not
+// a scheduled or requested run.
+func (r *Run) event(e *zerolog.Event) *zerolog.Event {
+	e = e.Str("family", r.family)
+	if r.kind != "" {
+		e = e.Str("run", r.kind)
+	}
+	return e
 }
 
 // count counts the run as behind, once. Call with r.mu held.
@@ -183,7 +206,7 @@ func (r *Run) Finish() {
 	r.m.seconds.WithLabelValues(r.family).Set(late.Seconds())
 	if late > 0 {
 		if !r.counted {
-			r.m.log.Warn().Str("family", r.family).Dur("late_ms", late).Int("expired_at_start", r.expired).
+			r.event(r.m.log.Warn()).Dur("late_ms", late).Int("expired_at_start", r.expired).
 				Msg("refresh run wrote keys after their TTLs ran out")
 		}
 		r.count()

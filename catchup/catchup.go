@@ -107,7 +107,10 @@ type dueBatch struct {
 // keys are loaded soonest-to-expire first, across declarations, in batches
 // under the warmer's load bound. So neither the gap a crashed leader leaves
 // nor the batches a drained leader skipped let a hot key expire, and a
-// takeover does not reload keys that are still fresh.
+// takeover does not reload keys that are still fresh. Each batch carries its
+// soonest TTL end, so that a catch-up too slow for the TTLs it races (a
+// start-up load that took longer than an interval, say) warns and counts as
+// a run falling behind does.
 func Run(ctx context.Context, e Engine, opts Options) (Result, error) {
 	var (
 		res  Result
@@ -130,6 +133,10 @@ func Run(ctx context.Context, e Engine, opts Options) (Result, error) {
 		for i, m := range members {
 			keys[i] = spec.Template.Key(m)
 		}
+		// Now is taken before the TTLs are read: a key's end (now + its TTL
+		// left) is then not later than the truth (but for PTTL's whole
+		// milliseconds), nor the horizon shorter.
+		now := time.Now()
 		ttls, err := e.PTTLs(ctx, keys)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("catch up %s: %w", name, err))
@@ -145,7 +152,6 @@ func Run(ctx context.Context, e Engine, opts Options) (Result, error) {
 		if !known {
 			res.Unscheduled++
 		}
-		now := time.Now()
 		size := spec.BatchSize
 		if size <= 0 {
 			size = max(1, len(members))
@@ -177,7 +183,7 @@ func Run(ctx context.Context, e Engine, opts Options) (Result, error) {
 		slices.SortStableFunc(stale, func(a, b dueKey) int { return cmp.Compare(a.left, b.left) })
 		for len(stale) > 0 {
 			n := min(size, len(stale))
-			b := dueBatch{Batch: warmer.Batch{Name: name, Members: make([]string, n)}, soonest: stale[0].left}
+			b := dueBatch{Batch: warmer.Batch{Name: name, Members: make([]string, n), Due: now.Add(stale[0].left).UnixNano()}, soonest: stale[0].left}
 			for i := range n {
 				b.Members[i] = stale[i].member
 			}

@@ -250,17 +250,46 @@ func TestCatchUpHottestFirst(t *testing.T) {
 	}
 	term := leadertest.Campaign(t, inst.Lease, 5*time.Second)
 	defer term.Release(ctx)
+	set := time.Now()
 	for k, ttl := range map[string]time.Duration{
 		"product:p1": 3 * time.Second, "product:p3": 1 * time.Second,
 		"xproduct:q1": 2 * time.Second, "xproduct:q2": 4 * time.Second,
 	} {
 		env.Client.Set(ctx, env.Prefix+k, "old", ttl)
 	}
+	setDone := time.Now() // each key ends between set and setDone, plus its TTL
 	// p2 is missing. Every key is due: the schedule is unknown.
-	if _, err := catchup.Run(ctx, w, catchup.Options{}); err != nil {
+	rec := &batchRecorder{Engine: w}
+	if _, err := catchup.Run(ctx, rec, catchup.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := src.Asked(), []string{"p2", "p3", "q1", "p1", "q2"}; !slices.Equal(got, want) {
 		t.Errorf("loaded in order %v, want %v", got, want)
 	}
+	// Each batch carries its TTL end, by which the warmer watches the
+	// catch-up for falling behind: the missing key's is already past.
+	if len(rec.batches) != 5 {
+		t.Fatalf("batches %+v, want 5", rec.batches)
+	}
+	if d := time.Unix(0, rec.batches[0].Due); d.After(time.Now()) {
+		t.Errorf("the missing key's batch is due at %s, in the future", d)
+	}
+	for i, want := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second} {
+		due := time.Unix(0, rec.batches[i+1].Due)
+		// PTTL counts whole milliseconds, from Redis's clock of its command.
+		if due.After(setDone.Add(want+2*time.Millisecond)) || due.Before(set.Add(want-time.Second)) {
+			t.Errorf("batch %d (%v) due %s after its key was set, want within a second below its TTL, %s", i+1, rec.batches[i+1].Members, due.Sub(set), want)
+		}
+	}
+}
+
+// batchRecorder is an Engine that keeps the batches a catch-up asks for.
+type batchRecorder struct {
+	catchup.Engine
+	batches []warmer.Batch
+}
+
+func (r *batchRecorder) RefreshBatches(ctx context.Context, batches []warmer.Batch) ([]warmer.Outcome, error) {
+	r.batches = append(r.batches, batches...)
+	return r.Engine.RefreshBatches(ctx, batches)
 }

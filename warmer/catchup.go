@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/hearth-dev/hearth/behind"
 	"github.com/hearth-dev/hearth/internal/claims"
 )
 
@@ -47,14 +48,42 @@ func (w *Warmer) Members(ctx context.Context, name string) ([]string, error) {
 type Batch struct {
 	Name    string
 	Members []string
+	// Due is the earliest TTL end among the batch's keys (unix nanoseconds;
+	// at or before the start for a key already missing; 0 when unknown): a
+	// catch-up's batches are watched against it as a run's are.
+	Due int64
 }
 
 // RefreshBatches loads and writes batches concurrently within the load bound,
 // each started in the order given, and returns the outcome of each (its
 // Members set) in that order; a batch not started (ctx ended, or its
-// declaration is gone) has the zero Outcome.
+// declaration is gone) has the zero Outcome. Each declaration's batches are
+// watched for falling behind as a run is (behind.Metrics.WatchCatchUp):
+// keys that will expire before the batches reach them are logged, counted
+// and shown in hearth_refresh_behind_seconds.
 func (w *Warmer) RefreshBatches(ctx context.Context, batches []Batch) ([]Outcome, error) {
 	out := make([]Outcome, len(batches))
+	type watched struct {
+		run     *behind.Run
+		members [][]string
+		due     []int64
+	}
+	fams := map[string]*watched{}
+	at := make([]int, len(batches)) // batch i is its declaration's at[i]-th
+	for i, b := range batches {
+		f := fams[b.Name]
+		if f == nil {
+			f = &watched{}
+			fams[b.Name] = f
+		}
+		at[i] = len(f.members)
+		f.members = append(f.members, b.Members)
+		f.due = append(f.due, b.Due)
+	}
+	start := w.now()
+	for name, f := range fams {
+		f.run = w.metrics.behind.WatchCatchUp(name, f.members, f.due, start)
+	}
 	var (
 		g   errgroup.Group
 		err error
@@ -67,13 +96,19 @@ func (w *Warmer) RefreshBatches(ctx context.Context, batches []Batch) ([]Outcome
 		if err = w.loads.Acquire(ctx, 1); err != nil {
 			break
 		}
+		run := fams[b.Name].run
+		run.Begun(at[i])
 		g.Go(func() error {
 			defer w.loads.Release(1)
 			out[i] = w.refreshBatch(ctx, spec, st, b.Members, claims.Place{})
 			out[i].Members = len(b.Members)
+			run.Completed(at[i], len(b.Members), out[i].Written+out[i].Negative > 0)
 			return nil
 		})
 	}
 	_ = g.Wait()
+	for _, f := range fams {
+		f.run.Finish()
+	}
 	return out, err
 }

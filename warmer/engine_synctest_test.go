@@ -295,3 +295,53 @@ func TestServeStaleUpToMaxStale(t *testing.T) {
 		}
 	})
 }
+
+// A catch-up's batches are watched as a run's are: when the keys it races
+// will expire before it reaches them (20 batches of 100 ms each, every key
+// due in 1 s), it warns while it goes, marked as a catch-up, and is counted;
+// one whose keys have time enough is not.
+func TestCatchUpBehindIsLoggedAndCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		spec, src := behindFamily(t)
+		log := &syncWriter{w: &bytes.Buffer{}}
+		w, st, reg := memWarmer(t, src, 1, log, spec)
+		batches := func(due time.Duration) []warmer.Batch {
+			var out []warmer.Batch
+			for i := 0; i < len(spec.Members); i += 2 {
+				out = append(out, warmer.Batch{Name: "slow", Members: spec.Members[i : i+2], Due: time.Now().Add(due).UnixNano()})
+			}
+			return out
+		}
+		if _, err := w.RefreshBatches(context.Background(), batches(10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got := promtest.Sum(t, reg, "hearth_refresh_behind_total"); got != 0 {
+			t.Fatalf("a catch-up with time enough counted behind %g times:\n%s", got, log.String())
+		}
+		outs, err := w.RefreshBatches(context.Background(), batches(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(outs) != 20 || outs[19].Written != 2 {
+			t.Fatalf("outcomes %+v, want 20 batches, all written", outs)
+		}
+		if got := promtest.Value(t, reg, "hearth_refresh_behind_total", "family", "slow"); got != 1 {
+			t.Errorf("hearth_refresh_behind_total = %g, want 1", got)
+		}
+		if got := promtest.Value(t, reg, "hearth_refresh_behind_seconds", "family", "slow"); got != 1 {
+			t.Errorf("hearth_refresh_behind_seconds = %g, want the last batch's lateness, 1 s", got)
+		}
+		logs := log.String()
+		if n := strings.Count(logs, "refresh run falling behind"); n != 1 {
+			t.Errorf("falling-behind warnings = %d, want 1:\n%s", n, logs)
+		}
+		for _, want := range []string{`"family":"slow"`, `"run":"catch-up"`, `"shortfall_ms":`} {
+			if !strings.Contains(logs, want) {
+				t.Errorf("logs lack %s:\n%s", want, logs)
+			}
+		}
+		if n := len(st.Writes()); n != 80 {
+			t.Errorf("%d writes, want every key written by each catch-up", n)
+		}
+	})
+}
