@@ -28,38 +28,20 @@ func HashSlot(key string) int {
 // SlotTag returns the hash tag that puts a key in the given slot (0 ≤ n <
 // SlotCount): the first base-36 number (0, 1, …, z, 10, …) whose CRC16 lands
 // in it, as the daemon names its per-slot fences.
-func SlotTag(n int) string {
-	t := slotTags()
-	return t.all[4*n : 4*n+int(t.len[n])]
-}
-
-// tagTable holds a tag for every slot, tag n at all[4n:4n+len[n]] (none is
-// longer than 4 characters): 80 KB in two arrays, which stay in the CPU's
-// cache when a refresh names a million record keys, where a string per slot
-// put 16,384 small allocations behind a 256 KB array of headers.
-type tagTable struct {
-	all string
-	len [SlotCount]uint8
-}
+func SlotTag(n int) string { return slotTags()[n] }
 
 // slotTags finds, once, a tag for every slot (about 170k CRC16s, a few
 // milliseconds).
-var slotTags = sync.OnceValue(func() *tagTable {
-	t := &tagTable{}
-	all := make([]byte, 4*SlotCount)
+var slotTags = sync.OnceValue(func() []string {
+	t := make([]string, SlotCount)
 	left := SlotCount
 	for i := 0; left > 0; i++ {
 		tag := strconv.FormatInt(int64(i), 36)
-		if s := crc16(tag) % SlotCount; t.len[s] == 0 {
-			if len(tag) > 4 {
-				panic("readside: a slot tag longer than 4 characters")
-			}
-			copy(all[4*s:], tag)
-			t.len[s] = uint8(len(tag))
+		if s := crc16(tag) % SlotCount; t[s] == "" {
+			t[s] = tag
 			left--
 		}
 	}
-	t.all = string(all)
 	return t
 })
 
