@@ -2,13 +2,12 @@ package changes
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
@@ -152,16 +151,13 @@ type payload struct {
 	All    bool     `json:"all"`
 }
 
-// parsePayload decodes a notification; anything but Hearth's format is an error.
+// parsePayload decodes a notification; anything but Hearth's format is an
+// error: one JSON object whose member names match exactly (no other member, no
+// name twice, no other case), nothing after it.
 func parsePayload(s string) (payload, error) {
 	var p payload
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
+	if err := jsonv2.Unmarshal([]byte(s), &p, jsonv2.RejectUnknownMembers(true)); err != nil {
 		return p, fmt.Errorf("not hearth's payload: %w", err)
-	}
-	if dec.More() {
-		return p, errors.New("not hearth's payload: trailing data")
 	}
 	if p.Hearth != 1 {
 		return p, fmt.Errorf("not hearth's payload: hearth is %d, want 1", p.Hearth)

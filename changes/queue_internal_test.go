@@ -433,6 +433,10 @@ func TestParsePayload(t *testing.T) {
 		{`{"hearth":"1","ids":["1"]}`, false},
 		{`[]`, false},
 		{``, false},
+		{`{"hearth":1,"ids":["1"],"table":"x"}`, false},             // a member Hearth does not send
+		{`{"hearth":1,"ids":["1"]} {"hearth":1,"all":true}`, false}, // trailing data
+		{`{"hearth":1,"ids":["1"],"ids":["2"]}`, false},             // a name twice: which one?
+		{`{"Hearth":1,"IDS":["1"]}`, false},                         // names match exactly
 	} {
 		_, err := parsePayload(tc.in)
 		if (err == nil) != tc.ok {
