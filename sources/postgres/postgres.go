@@ -207,9 +207,13 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		dest[0] = nil // read from RawValues
 	}
 	// A text value is copied from its raw bytes into a buffer shared by the
-	// batch's values, not into a slice of its own per row.
+	// batch's values, not into a slice of its own per row. Each buffer is
+	// sized for the rows still expected at the size of the one that needs
+	// it, up to 32 KB: a change-driven load of two short values does not
+	// allocate (and clear) 32 KB.
 	rawValue := len(fds) > 1 && (fds[1].DataTypeOID == pgtype.TextOID || fds[1].DataTypeOID == pgtype.VarcharOID)
 	var arena []byte
+	rowsRead := 0
 	if rawValue {
 		dest[1] = nil
 	}
@@ -220,14 +224,20 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		dest = append(dest, &version)
 	}
 	for rows.Next() {
+		rowsRead++
 		value, version = nil, nil
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("keys[%s].query: %w: %w", spec.Name, warmer.ErrBadPayload, err)
 		}
 		if rawValue {
-			if raw := rows.RawValues()[1]; raw != nil {
+			switch raw := rows.RawValues()[1]; {
+			case raw == nil: // NULL
+			case len(raw) == 0:
+				value = []byte{} // empty, not NULL (a slice of no buffer yet would be nil)
+			default:
 				if cap(arena)-len(arena) < len(raw) {
-					arena = make([]byte, 0, max(32<<10, len(raw)))
+					left := max(1, len(members)-rowsRead+1)
+					arena = make([]byte, 0, max(len(raw), min(32<<10, left*len(raw))))
 				}
 				at := len(arena)
 				arena = append(arena, raw...)

@@ -397,3 +397,26 @@ func TestPrepareOpensConnectionsAndDescribes(t *testing.T) {
 		t.Errorf("Prepare with an ended context opened %d connections, want none", got)
 	}
 }
+
+// An empty text value is a value: written as zero bytes, never taken for
+// NULL, whether it comes first in its batch or after another value.
+func TestEmptyTextIsNotNull(t *testing.T) {
+	src, pg := setup(t)
+	if _, err := pg.Pool.Exec(context.Background(), `INSERT INTO items VALUES ('0', '', ''), ('4', '', '')`); err != nil {
+		t.Fatal(err)
+	}
+	s := spec(t, "item:{id}", "SELECT id, note FROM items WHERE id = ANY($1) ORDER BY id")
+	rs, err := src.Load(context.Background(), s, []string{"0", "1", "4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 {
+		t.Fatalf("results %v, want 3", rs)
+	}
+	for _, r := range rs {
+		want := map[string]string{"0": "", "1": "one", "4": ""}[r.Member]
+		if r.Err != nil || string(r.Value) != want || r.Value == nil {
+			t.Errorf("member %s: value %q (nil %v), err %v; want %q, a value", r.Member, r.Value, r.Value == nil, r.Err, want)
+		}
+	}
+}
