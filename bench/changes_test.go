@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -39,6 +40,8 @@ import (
 // build of main, say), so that before and after come from one run; its
 // figures are reported with a "base-" prefix. HEARTH_BENCH_SOURCE_RATE sets the
 // source's rate (calls/s, default 1000 here; 0 is unbounded).
+// HEARTH_BENCH_CPUPROFILE=path saves a CPU profile of each daemon during the
+// 2,000/s phase at path.2000 (path.base-2000 for the baseline).
 func BenchmarkChangeLatency(b *testing.B) {
 	const rows = 10_000
 	// The source's rate bound (default 100 calls/s) paces change-driven loads
@@ -98,6 +101,20 @@ func BenchmarkChangeLatency(b *testing.B) {
 	fmt.Printf("\nchange to Redis: %d products, notify.coalesce at its default, source rate %d calls/s; trigger cost on PostgreSQL %.0f µs per single-row UPDATE (%.0f with vs %.0f µs without, %d sequential UPDATEs each)\n",
 		rows, sourceRate, overhead.with-overhead.without, overhead.with, overhead.without, overhead.n)
 
+	// The reference: the same 2,000 updates/s with no Hearth running (the
+	// trigger still notifies), so that a rate the updaters cannot reach, or
+	// a machine already saturated, is seen as the machine's, not Hearth's.
+	{
+		busy0, total0 := machineCPU(b)
+		pg0, w0 := commandCPU("postgres"), time.Now()
+		n := paceUpdates(b, updPool, rows, 2000, 10*time.Second, func(int64, int64, time.Time) {})
+		window := time.Since(w0)
+		busy1, total1 := machineCPU(b)
+		pg1 := commandCPU("postgres")
+		fmt.Printf("reference, no Hearth running: 2,000 updates/s asked, %.0f/s achieved; machine %.0f %% busy (of %d cores), PostgreSQL %.0f %% of one core\n",
+			float64(n)/window.Seconds(), (busy1-busy0)/max(1e-9, total1-total0)*100, runtime.NumCPU(), (pg1-pg0).Seconds()/window.Seconds()*100)
+	}
+
 	type build struct{ label, prefix, bin string }
 	builds := []build{{"this build", "", e2e.PlainBinary(b)}}
 	if base := os.Getenv("HEARTH_BASELINE_BIN"); base != "" {
@@ -108,6 +125,11 @@ func BenchmarkChangeLatency(b *testing.B) {
 		rate int
 		d    time.Duration
 	}{{"isolated", 5, 8 * time.Second}, {"200/s", 200, 10 * time.Second}, {"2000/s", 2000, 10 * time.Second}}
+	profile := os.Getenv("HEARTH_BENCH_CPUPROFILE")
+	pprof := "" // only when asked: a binary of another commit may not know the field
+	if profile != "" {
+		pprof = "\n  pprof: true"
+	}
 	for range b.N {
 		for _, bd := range builds {
 			listen := e2e.FreeAddr(b)
@@ -117,7 +139,7 @@ func BenchmarkChangeLatency(b *testing.B) {
 redis:
   addrs: [%q]
 http:
-  listen: %q
+  listen: %q%s
 log:
   format: json
   level: warn
@@ -139,7 +161,7 @@ keys:
     version_column: version
     notify:
       channel: %s
-`, rs.Addr, listen, pg.DSN, sourceRate, prefix, channel)), 0o600); err != nil {
+`, rs.Addr, listen, pprof, pg.DSN, sourceRate, prefix, channel)), 0o600); err != nil {
 				b.Fatal(err)
 			}
 			proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg})
@@ -156,15 +178,23 @@ keys:
 			pid := proc.Cmd.Process.Pid
 			fmt.Printf("%s:\n", bd.label)
 			for _, ph := range phases {
+				var prof sync.WaitGroup
+				if profile != "" && ph.rate == 2000 {
+					path := fmt.Sprintf("%s.%s2000", profile, bd.prefix)
+					prof.Go(func() {
+						fetchProfile(b, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", listen, int(ph.d.Seconds())-2), path)
+					})
+				}
 				r := measureChanges(b, updPool, rdb, prefix, rows, ph.rate, ph.d, metrics, pid)
+				prof.Wait()
 				for _, m := range []struct {
 					v    float64
 					unit string
 				}{{r.p50 * 1000, "p50-ms"}, {r.p90 * 1000, "p90-ms"}, {r.p99 * 1000, "p99-ms"}, {r.cpu, "cpu-%"}} {
 					b.ReportMetric(m.v, bd.prefix+m.unit+"@"+ph.name)
 				}
-				fmt.Printf("  %8s: %d updates (%.0f/s achieved), outside lag p50 %.1f ms p90 %.1f ms p99 %.1f ms max %.1f ms (%d seen); hearth_change_lag_seconds p50 ≤ %.0f ms p99 ≤ %.0f ms; queue wait p50 ≤ %.1f ms p99 ≤ %.1f ms; origin load p50 ≤ %.1f ms p99 ≤ %.1f ms; daemon CPU %.1f%% of one core; %.0f member refreshes (%.1f members each); refused as older %.0f\n",
-					ph.name, r.updates, r.achieved, r.p50*1000, r.p90*1000, r.p99*1000, r.max*1000, r.seen, r.hp50*1000, r.hp99*1000, r.wait50*1000, r.wait99*1000, r.load50*1000, r.load99*1000, r.cpu, r.loads, float64(r.updates)/max(1, r.loads), r.refused)
+				fmt.Printf("  %8s: %d updates (%.0f/s achieved), outside lag p50 %.1f ms p90 %.1f ms p99 %.1f ms max %.1f ms (%d seen); hearth_change_lag_seconds p50 ≤ %.0f ms p99 ≤ %.0f ms; queue wait p50 ≤ %.1f ms p99 ≤ %.1f ms; origin load p50 ≤ %.1f ms p99 ≤ %.1f ms; daemon CPU %.1f%% of one core; %.0f member refreshes (%.1f members each); refused as older %.0f; machine %.0f %% busy (of %d cores), PostgreSQL %.0f %% of one core\n",
+					ph.name, r.updates, r.achieved, r.p50*1000, r.p90*1000, r.p99*1000, r.max*1000, r.seen, r.hp50*1000, r.hp99*1000, r.wait50*1000, r.wait99*1000, r.load50*1000, r.load99*1000, r.cpu, r.loads, float64(r.updates)/max(1, r.loads), r.refused, r.machineBusy, r.cores, r.pgCPU)
 			}
 			proc.Signal(b, 15)
 			if code := proc.Wait(b, 30*time.Second); code != 0 {
@@ -212,6 +242,11 @@ type changeResult struct {
 	load50, load99     float64 // hearth_origin_load_duration_seconds
 	cpu, refused       float64
 	loads              float64 // change-driven member refreshes
+	// The whole machine over the same window: how busy its cores were (% of
+	// all of them) and PostgreSQL's processes' CPU (% of one core), to tell
+	// a tail Hearth causes from one of a saturated machine.
+	machineBusy, pgCPU float64
+	cores              int
 }
 
 func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix string, rows, rate int, d time.Duration, metrics string, pid int) changeResult {
@@ -282,6 +317,59 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 
 	m0 := e2e.Metrics(b, metrics)
 	cpu0, w0 := cpuTime(b, pid), time.Now()
+	busy0, total0 := machineCPU(b)
+	pg0 := commandCPU("postgres")
+	updates := paceUpdates(b, pool, rows, rate, d, func(id, v int64, at time.Time) {
+		mu.Lock()
+		pending[id] = append(pending[id], commit{v, at})
+		if sn := seen[id]; sn.version >= v {
+			settle(id, sn.version, sn.at)
+		}
+		mu.Unlock()
+	})
+	window := time.Since(w0)
+	busy1, total1 := machineCPU(b)
+	pg1 := commandCPU("postgres")
+	// Let the last changes land before reading the figures.
+	time.Sleep(2 * time.Second)
+	cpu1 := cpuTime(b, pid)
+	m1 := e2e.Metrics(b, metrics)
+	_ = sub.Close()
+	obs.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	sort.Float64s(lags)
+	q := func(p float64) float64 {
+		if len(lags) == 0 {
+			return math.NaN()
+		}
+		return lags[min(len(lags)-1, int(p*float64(len(lags))))]
+	}
+	r := changeResult{
+		updates: updates, seen: len(lags), achieved: float64(updates) / window.Seconds(),
+		p50: q(0.50), p90: q(0.90), p99: q(0.99), max: q(1),
+		hp50:        histQuantile(0.50, bucketsOf(m1, "hearth_change_lag_seconds"), bucketsOf(m0, "hearth_change_lag_seconds")),
+		hp99:        histQuantile(0.99, bucketsOf(m1, "hearth_change_lag_seconds"), bucketsOf(m0, "hearth_change_lag_seconds")),
+		wait50:      histQuantile(0.50, bucketsOf(m1, "hearth_change_wait_seconds"), bucketsOf(m0, "hearth_change_wait_seconds")),
+		wait99:      histQuantile(0.99, bucketsOf(m1, "hearth_change_wait_seconds"), bucketsOf(m0, "hearth_change_wait_seconds")),
+		load50:      histQuantile(0.50, bucketsOf(m1, "hearth_origin_load_duration_seconds"), bucketsOf(m0, "hearth_origin_load_duration_seconds")),
+		load99:      histQuantile(0.99, bucketsOf(m1, "hearth_origin_load_duration_seconds"), bucketsOf(m0, "hearth_origin_load_duration_seconds")),
+		cpu:         (cpu1 - cpu0).Seconds() / (window + 2*time.Second).Seconds() * 100,
+		refused:     e2e.Sum(m1, "hearth_version_refused_writes_total") - e2e.Sum(m0, "hearth_version_refused_writes_total"),
+		loads:       e2e.Sum(m1, "hearth_change_refreshes_total", `kind="members"`) - e2e.Sum(m0, "hearth_change_refreshes_total", `kind="members"`),
+		machineBusy: (busy1 - busy0) / max(1e-9, total1-total0) * 100,
+		pgCPU:       (pg1 - pg0).Seconds() / window.Seconds() * 100,
+		cores:       runtime.NumCPU(),
+	}
+	return r
+}
+
+// paceUpdates updates random rows of products at rate per second for d, from
+// up to updaters connections, each pacing its share, and calls committed
+// (from the updater's goroutine) with each row's id, new version and the
+// moment its commit was acknowledged. It returns how many it made.
+func paceUpdates(b *testing.B, pool *pgxpool.Pool, rows, rate int, d time.Duration, committed func(id, version int64, at time.Time)) int {
+	ctx := context.Background()
 	workers := min(updaters, rate)
 	var (
 		wg      sync.WaitGroup
@@ -306,12 +394,7 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 					b.Error(err)
 					return
 				}
-				mu.Lock()
-				pending[id] = append(pending[id], commit{v, time.Now()})
-				if sn := seen[id]; sn.version >= v {
-					settle(id, sn.version, sn.at)
-				}
-				mu.Unlock()
+				committed(id, v, time.Now())
 				umu.Lock()
 				updates++
 				umu.Unlock()
@@ -319,36 +402,7 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 		})
 	}
 	wg.Wait()
-	window := time.Since(w0)
-	// Let the last changes land before reading the figures.
-	time.Sleep(2 * time.Second)
-	cpu1 := cpuTime(b, pid)
-	m1 := e2e.Metrics(b, metrics)
-	_ = sub.Close()
-	obs.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	sort.Float64s(lags)
-	q := func(p float64) float64 {
-		if len(lags) == 0 {
-			return math.NaN()
-		}
-		return lags[min(len(lags)-1, int(p*float64(len(lags))))]
-	}
-	r := changeResult{
-		updates: updates, seen: len(lags), achieved: float64(updates) / window.Seconds(),
-		p50: q(0.50), p90: q(0.90), p99: q(0.99), max: q(1),
-		hp50:    histQuantile(0.50, bucketsOf(m1, "hearth_change_lag_seconds"), bucketsOf(m0, "hearth_change_lag_seconds")),
-		hp99:    histQuantile(0.99, bucketsOf(m1, "hearth_change_lag_seconds"), bucketsOf(m0, "hearth_change_lag_seconds")),
-		wait50:  histQuantile(0.50, bucketsOf(m1, "hearth_change_wait_seconds"), bucketsOf(m0, "hearth_change_wait_seconds")),
-		wait99:  histQuantile(0.99, bucketsOf(m1, "hearth_change_wait_seconds"), bucketsOf(m0, "hearth_change_wait_seconds")),
-		load50:  histQuantile(0.50, bucketsOf(m1, "hearth_origin_load_duration_seconds"), bucketsOf(m0, "hearth_origin_load_duration_seconds")),
-		load99:  histQuantile(0.99, bucketsOf(m1, "hearth_origin_load_duration_seconds"), bucketsOf(m0, "hearth_origin_load_duration_seconds")),
-		cpu:     (cpu1 - cpu0).Seconds() / (window + 2*time.Second).Seconds() * 100,
-		refused: e2e.Sum(m1, "hearth_version_refused_writes_total") - e2e.Sum(m0, "hearth_version_refused_writes_total"),
-		loads:   e2e.Sum(m1, "hearth_change_refreshes_total", `kind="members"`) - e2e.Sum(m0, "hearth_change_refreshes_total", `kind="members"`),
-	}
-	return r
+	return updates
 }
 
 // bucketsOf reads one histogram's buckets from a scrape, summed over the

@@ -192,3 +192,51 @@ func histQuantile(q float64, after, before []bucket) float64 {
 	}
 	return math.Inf(1)
 }
+
+// machineCPU reads /proc/stat's first line: the time every core of the
+// machine spent busy (all but idle and iowait) and in all, in seconds.
+func machineCPU(b *testing.B) (busy, total float64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		if i < 8 { // user nice system idle iowait irq softirq steal (guest is in user)
+			total += v / 100
+			if i != 3 && i != 4 {
+				busy += v / 100
+			}
+		}
+	}
+	return busy, total
+}
+
+// commandCPU sums the CPU time (user + system) of every process whose
+// command name is comm (PostgreSQL's backends and workers: "postgres"); a
+// process that ended in between is not counted.
+func commandCPU(comm string) time.Duration {
+	dirs, _ := os.ReadDir("/proc")
+	var sum time.Duration
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != comm {
+			continue
+		}
+		fields := strings.Fields(s[end+2:])
+		utime, _ := strconv.ParseFloat(fields[11], 64)
+		stime, _ := strconv.ParseFloat(fields[12], 64)
+		sum += time.Duration((utime + stime) / 100 * float64(time.Second))
+	}
+	return sum
+}
