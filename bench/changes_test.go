@@ -41,7 +41,8 @@ import (
 // figures are reported with a "base-" prefix. HEARTH_BENCH_SOURCE_RATE sets the
 // source's rate (calls/s, default 1000 here; 0 is unbounded).
 // HEARTH_BENCH_CPUPROFILE=path saves a CPU profile of each daemon during the
-// 2,000/s phase at path.2000 (path.base-2000 for the baseline).
+// 2,000/s phase at path.2000 (path.base-2000 for the baseline);
+// HEARTH_BENCH_COALESCE sets notify.coalesce (a duration).
 func BenchmarkChangeLatency(b *testing.B) {
 	const rows = 10_000
 	// The source's rate bound (default 100 calls/s) paces change-driven loads
@@ -125,6 +126,10 @@ func BenchmarkChangeLatency(b *testing.B) {
 		rate int
 		d    time.Duration
 	}{{"isolated", 5, 8 * time.Second}, {"200/s", 200, 10 * time.Second}, {"2000/s", 2000, 10 * time.Second}}
+	coalesce := "" // notify.coalesce at its default unless HEARTH_BENCH_COALESCE says
+	if v := os.Getenv("HEARTH_BENCH_COALESCE"); v != "" {
+		coalesce = "\n      coalesce: " + v
+	}
 	profile := os.Getenv("HEARTH_BENCH_CPUPROFILE")
 	pprof := "" // only when asked: a binary of another commit may not know the field
 	if profile != "" {
@@ -160,8 +165,8 @@ keys:
       FROM products WHERE id = ANY($1::bigint[])
     version_column: version
     notify:
-      channel: %s
-`, rs.Addr, listen, pprof, pg.DSN, sourceRate, prefix, channel)), 0o600); err != nil {
+      channel: %s%s
+`, rs.Addr, listen, pprof, pg.DSN, sourceRate, prefix, channel, coalesce)), 0o600); err != nil {
 				b.Fatal(err)
 			}
 			proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg})

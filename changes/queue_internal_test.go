@@ -281,6 +281,71 @@ func TestQueueGathersWhileInFlight(t *testing.T) {
 	})
 }
 
+// TestQueueGathersUnderSustainedChange: at 2,500 changes a second with
+// loads of 1 ms, natural batching alone would load two members at a time;
+// once a load of more than one runs and more arrive, the next waits Gather
+// from its first member's arrival, so loads carry a dozen. Changes a load
+// apart or more are still loaded the moment they arrive, and so is a change
+// after the flood.
+func TestQueueGathersUnderSustainedChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t, "p:{id}")
+		r.loadTime = time.Millisecond
+		q := runQueue(t, r, newPacing(DefaultMinFullInterval))
+		sent := map[string]time.Time{}
+		change := func(id string) {
+			sent[id] = time.Now()
+			q.add(payload{Hearth: 1, IDs: []string{id}}, time.Now())
+		}
+		// Spaced 3 ms: each goes at once, one per load.
+		for i := range 5 {
+			change("s" + strconv.Itoa(i))
+			time.Sleep(3 * time.Millisecond)
+		}
+		// The flood: 250 changes 0.4 ms apart.
+		for i := range 250 {
+			change(strconv.Itoa(i))
+			time.Sleep(400 * time.Microsecond)
+		}
+		time.Sleep(time.Second)
+		change("after")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, id := range []string{"s0", "s1", "s2", "s3", "s4", "0", "after"} {
+			if got := r.loads[id]; len(got) != 1 || !got[0].Equal(sent[id]) {
+				t.Errorf("change %s loaded at %v, want once, the moment it arrived (%v)", id, got, sent[id])
+			}
+		}
+		loaded, big, worst := 0, 0, time.Duration(0)
+		for _, c := range r.calls {
+			loaded += len(c.members)
+			if len(c.members) >= 10 {
+				big++
+			}
+			for _, m := range c.members {
+				worst = max(worst, c.at.Sub(sent[m]))
+			}
+		}
+		if loaded != 5+250+1 {
+			t.Fatalf("%d members loaded, want 256, each once", loaded)
+		}
+		// 5 single loads, the flood's first two (1, then what arrived
+		// during it), then loads of about 13 (5 ms at 0.4 ms, plus the load
+		// in flight), the one after.
+		if n := len(r.calls); n > 5+2+250/10+1 {
+			t.Errorf("%d loads for 256 changes, want at most %d: the flood was not gathered", n, 5+2+250/10+1)
+		}
+		if big < 15 {
+			t.Errorf("%d loads of 10 members or more, want at least 15", big)
+		}
+		if worst > Gather+r.loadTime {
+			t.Errorf("a change waited %v before its load, want at most Gather + one load in flight (%v)", worst, Gather+r.loadTime)
+		}
+	})
+}
+
 // TestQueueBatchCap: seven changes gathered during a load are loaded at most
 // batch (3) at a time, the earliest changed first, one load right after the
 // other.
