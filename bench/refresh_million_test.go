@@ -247,14 +247,6 @@ keys:
 		// With rounds, the medians per build and, against a baseline, the
 		// ratio of each round's pair: what the drift between rounds does
 		// not move.
-		median := func(xs []float64) float64 {
-			slices.Sort(xs)
-			n := len(xs)
-			if n%2 == 1 {
-				return xs[n/2]
-			}
-			return (xs[max(0, n/2-1)] + xs[n/2]) / 2
-		}
 		pick := func(c, base string, f func(result) float64) []float64 {
 			var out []float64
 			for _, r := range results {

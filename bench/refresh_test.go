@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -191,6 +192,20 @@ func histQuantile(q float64, after, before []bucket) float64 {
 		}
 	}
 	return math.Inf(1)
+}
+
+// median is the middle of xs (the mean of the two middle ones when even),
+// sorting xs in place.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n == 0 {
+		return math.NaN()
+	}
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // machineCPU reads /proc/stat's first line: the time every core of the
