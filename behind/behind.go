@@ -24,6 +24,13 @@ type Metrics struct {
 	overruns *prometheus.CounterVec
 	log      zerolog.Logger
 	now      func() time.Time
+
+	// running holds, per family, each running run's latest figure: a
+	// family's catch-up and its scheduled run can overlap, and the gauge is
+	// the worse of the two, not whichever spoke last. Taken after a Run's
+	// own lock, never before it.
+	mu      sync.Mutex
+	running map[string]map[*Run]time.Duration
 }
 
 // NewMetrics registers the series with f; runs log to log and read the time
@@ -36,15 +43,44 @@ func NewMetrics(f promauto.Factory, log zerolog.Logger, now func() time.Time) *M
 		}, []string{"family"}),
 		seconds: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_refresh_behind_seconds",
-			Help: "How far past their TTL end the running refresh would write its latest keys at its rate so far (the last run's actual figure after it ended); 0 when on time.",
+			Help: "How far past their TTL end the running refresh would write its latest keys at its rate so far (the worst of the family's runs and catch-ups running; once none runs, the last one's actual figure); 0 when on time.",
 		}, []string{"family"}),
 		overruns: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "hearth_refresh_overruns_total",
 			Help: "Scheduled refresh runs that took longer than their declaration's interval.",
 		}, []string{"family"}),
-		log: log,
-		now: now,
+		log:     log,
+		now:     now,
+		running: map[string]map[*Run]time.Duration{},
 	}
+}
+
+// publish records run r's figure d (its projected shortfall, or once it
+// has finished its actual lateness) and sets its family's gauge: the worst
+// figure of the family's running runs, or, when none is left running, the
+// figure of the run that finished last.
+func (m *Metrics) publish(r *Run, d time.Duration, finished bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	runs := m.running[r.family]
+	if finished {
+		delete(runs, r)
+	} else {
+		if runs == nil {
+			runs = map[*Run]time.Duration{}
+			m.running[r.family] = runs
+		}
+		runs[r] = d
+	}
+	if len(runs) == 0 {
+		delete(m.running, r.family)
+	} else {
+		d = 0
+		for _, v := range runs {
+			d = max(d, v)
+		}
+	}
+	m.seconds.WithLabelValues(r.family).Set(max(d, 0).Seconds())
 }
 
 // Overran counts and logs a scheduled run of family that took duration,
@@ -109,7 +145,7 @@ func (m *Metrics) watch(family, kind string, batches [][]string, due []int64, st
 			r.due[i] = 0
 		}
 	}
-	m.seconds.WithLabelValues(family).Set(0)
+	m.publish(r, 0, false)
 	// From 0, so that the first increase shows in a rate (alerts on it).
 	m.behind.WithLabelValues(family)
 	m.overruns.WithLabelValues(family)
@@ -160,7 +196,7 @@ func (r *Run) project(now time.Time) {
 		eta := now.UnixNano() + int64(float64(r.ends[i]-r.done)/rate*1e9)
 		short = max(short, time.Duration(eta-r.due[i]))
 	}
-	r.m.seconds.WithLabelValues(r.family).Set(short.Seconds())
+	r.m.publish(r, short, false)
 	switch {
 	case short > 0 && !r.behind:
 		r.behind = true
@@ -195,15 +231,17 @@ func (r *Run) count() {
 	}
 }
 
-// Finish publishes what the run did: the gauge holds, until the next run's
-// first projection, how far past its TTL end the latest batch was written
-// (0 when every one was in time), and a run that wrote keys late without
-// being projected to is counted and logged too.
+// Finish publishes what the run did: unless another run of the family is
+// still running, the gauge holds, until the next run's first projection, how
+// far past its TTL end the latest batch was written (0 when every one was in
+// time), and a run that wrote keys late without being projected to is
+// counted and logged too. Every watched run must be finished: until then it
+// counts in its family's gauge.
 func (r *Run) Finish() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	late := max(r.late, 0)
-	r.m.seconds.WithLabelValues(r.family).Set(late.Seconds())
+	r.m.publish(r, late, true)
 	if late > 0 {
 		if !r.counted {
 			r.event(r.m.log.Warn()).Dur("late_ms", late).Int("expired_at_start", r.expired).

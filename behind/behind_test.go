@@ -116,3 +116,53 @@ func TestOverran(t *testing.T) {
 		t.Errorf("overrun not logged with its 2 s: %q", logs.String())
 	}
 }
+
+// A family's catch-up and its scheduled run can overlap: the gauge is the
+// worse of the two, so a run on time does not hide a catch-up falling
+// behind by starting or projecting after it; once none runs, it is the
+// last one's actual figure.
+func TestOverlappingRunsShowTheWorse(t *testing.T) {
+	m, reg, _, c := setup()
+	gauge := func() float64 { return promtest.Value(t, reg, "hearth_refresh_behind_seconds", "family", "f") }
+	due := make([]int64, 10)
+	for i := range due {
+		due[i] = c.at(5 * time.Second)
+	}
+	catchUp := m.WatchCatchUp("f", one(10), due, c.now())
+	catchUp.Begun(0)
+	c.advance(2 * time.Second)
+	catchUp.Completed(0, 1, true)
+	if got := gauge(); got != 15 {
+		t.Fatalf("catch-up alone: behind_seconds = %g, want 15", got)
+	}
+
+	later := make([]int64, 10)
+	for i := range later {
+		later[i] = c.at(time.Minute)
+	}
+	run := m.Watch("f", one(10), later, c.now())
+	if got := gauge(); got != 15 {
+		t.Errorf("a run starting beside the catch-up set behind_seconds to %g, want the catch-up's 15", got)
+	}
+	run.Begun(0)
+	c.advance(time.Second)
+	run.Completed(0, 1, true) // on time: 9 more at 1/s, due in 59 s
+	if got := gauge(); got != 15 {
+		t.Errorf("a run on time beside the catch-up: behind_seconds = %g, want the catch-up's 15", got)
+	}
+
+	catchUp.Finish() // its one batch written in time: late 0
+	if got := gauge(); got != 0 {
+		t.Errorf("catch-up finished, run on time: behind_seconds = %g, want 0", got)
+	}
+	run.Begun(1)
+	c.advance(3 * time.Minute) // the run's second batch lands 121 s past its TTL end (62 s)
+	run.Completed(1, 1, true)
+	if got := gauge(); got <= 0 {
+		t.Errorf("a run projecting a shortfall alone: behind_seconds = %g, want > 0", got)
+	}
+	run.Finish()
+	if got := gauge(); got != 121 {
+		t.Errorf("after the last run: behind_seconds = %g, want its lateness, 121", got)
+	}
+}
