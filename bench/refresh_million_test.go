@@ -395,20 +395,7 @@ func fetchProfile(b *testing.B, url, path string) {
 }
 
 // rssNow is the process's resident set (VmRSS), in bytes.
-func rssNow(b *testing.B, pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmRSS")
-	return 0
-}
+func rssNow(b *testing.B, pid int) int64 { return procStatus(b, pid, "VmRSS") }
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {

@@ -138,18 +138,21 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 }
 
 // peakRSS is the process's high-water resident set (VmHWM), in bytes.
-func peakRSS(b *testing.B, pid int) int64 {
+func peakRSS(b *testing.B, pid int) int64 { return procStatus(b, pid, "VmHWM") }
+
+// procStatus reads one size field (in kB) of /proc/pid/status, in bytes.
+func procStatus(b *testing.B, pid int, field string) int64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			return kb << 10
 		}
 	}
-	b.Fatal("no VmHWM")
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }
 
