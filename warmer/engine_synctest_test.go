@@ -343,5 +343,16 @@ func TestCatchUpBehindIsLoggedAndCounted(t *testing.T) {
 		if n := len(st.Writes()); n != 80 {
 			t.Errorf("%d writes, want every key written by each catch-up", n)
 		}
+		// Batches with no deadline (a traffic-driven promotion) are not
+		// watched: they leave the gauge and the counter as they were.
+		if _, err := w.RefreshBatches(context.Background(), []warmer.Batch{{Name: "slow", Members: spec.Members[:2]}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := promtest.Value(t, reg, "hearth_refresh_behind_seconds", "family", "slow"); got != 1 {
+			t.Errorf("after a promotion, hearth_refresh_behind_seconds = %g, want the catch-up's 1 s still", got)
+		}
+		if got := promtest.Value(t, reg, "hearth_refresh_behind_total", "family", "slow"); got != 1 {
+			t.Errorf("after a promotion, hearth_refresh_behind_total = %g, want 1", got)
+		}
 	})
 }
