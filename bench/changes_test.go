@@ -214,8 +214,8 @@ keys:
 				r := measureChanges(b, updPool, rdb, prefix, rows, ph.rate, ph.d, metrics, pid)
 				prof.Wait()
 				results[key{bd.prefix, ph.name}] = append(results[key{bd.prefix, ph.name}], r)
-				fmt.Printf("  %8s: %d updates (%.0f/s achieved), outside lag p50 %.1f ms p90 %.1f ms p99 %.1f ms max %.1f ms (%d seen); hearth_change_lag_seconds p50 ≤ %.0f ms p99 ≤ %.0f ms; queue wait p50 ≤ %.1f ms p99 ≤ %.1f ms; origin load p50 ≤ %.1f ms p99 ≤ %.1f ms; daemon CPU %.1f%% of one core; %.0f member refreshes (%.1f members each); refused as older %.0f; machine %.0f %% busy (of %d cores), PostgreSQL %.0f %% of one core\n",
-					ph.name, r.updates, r.achieved, r.p50*1000, r.p90*1000, r.p99*1000, r.max*1000, r.seen, r.hp50*1000, r.hp99*1000, r.wait50*1000, r.wait99*1000, r.load50*1000, r.load99*1000, r.cpu, r.loads, float64(r.updates)/max(1, r.loads), r.refused, r.machineBusy, r.cores, r.pgCPU)
+				fmt.Printf("  %8s: %d updates (%.0f/s achieved), outside lag p50 %.1f ms p90 %.1f ms p99 %.1f ms max %.1f ms (%d seen); hearth_change_lag_seconds p50 ≤ %.0f ms p99 ≤ %.0f ms; delivery (trigger → received) p50 ≤ %.1f ms p99 ≤ %.1f ms; queue wait p50 ≤ %.1f ms p99 ≤ %.1f ms; origin load p50 ≤ %.1f ms p99 ≤ %.1f ms; daemon CPU %.1f%% of one core; %.0f member refreshes (%.1f members each); refused as older %.0f; machine %.0f %% busy (of %d cores), PostgreSQL %.0f %% of one core\n",
+					ph.name, r.updates, r.achieved, r.p50*1000, r.p90*1000, r.p99*1000, r.max*1000, r.seen, r.hp50*1000, r.hp99*1000, r.deliver50*1000, r.deliver99*1000, r.wait50*1000, r.wait99*1000, r.load50*1000, r.load99*1000, r.cpu, r.loads, float64(r.updates)/max(1, r.loads), r.refused, r.machineBusy, r.cores, r.pgCPU)
 			}
 			proc.Signal(b, 15)
 			if code := proc.Wait(b, 30*time.Second); code != 0 {
@@ -287,9 +287,12 @@ type changeResult struct {
 	p50, p90, p99, max float64
 	hp50, hp99         float64
 	wait50, wait99     float64 // hearth_change_wait_seconds (not in older builds: NaN)
-	load50, load99     float64 // hearth_origin_load_duration_seconds
-	cpu, refused       float64
-	loads              float64 // change-driven member refreshes
+	// hearth_change_delivery_seconds: trigger → notification received (the
+	// writer's commit and PostgreSQL's delivery; not in older builds: NaN)
+	deliver50, deliver99 float64
+	load50, load99       float64 // hearth_origin_load_duration_seconds
+	cpu, refused         float64
+	loads                float64 // change-driven member refreshes
 	// The whole machine over the same window: how busy its cores were (% of
 	// all of them) and PostgreSQL's processes' CPU (% of one core), to tell
 	// a tail Hearth causes from one of a saturated machine.
@@ -393,15 +396,18 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 		}
 		return lags[min(len(lags)-1, int(p*float64(len(lags))))]
 	}
+	hq := func(p float64, name string) float64 { return histQuantile(p, bucketsOf(m1, name), bucketsOf(m0, name)) }
 	r := changeResult{
 		updates: updates, seen: len(lags), achieved: float64(updates) / window.Seconds(),
 		p50: q(0.50), p90: q(0.90), p99: q(0.99), max: q(1),
-		hp50:        histQuantile(0.50, bucketsOf(m1, "hearth_change_lag_seconds"), bucketsOf(m0, "hearth_change_lag_seconds")),
-		hp99:        histQuantile(0.99, bucketsOf(m1, "hearth_change_lag_seconds"), bucketsOf(m0, "hearth_change_lag_seconds")),
-		wait50:      histQuantile(0.50, bucketsOf(m1, "hearth_change_wait_seconds"), bucketsOf(m0, "hearth_change_wait_seconds")),
-		wait99:      histQuantile(0.99, bucketsOf(m1, "hearth_change_wait_seconds"), bucketsOf(m0, "hearth_change_wait_seconds")),
-		load50:      histQuantile(0.50, bucketsOf(m1, "hearth_origin_load_duration_seconds"), bucketsOf(m0, "hearth_origin_load_duration_seconds")),
-		load99:      histQuantile(0.99, bucketsOf(m1, "hearth_origin_load_duration_seconds"), bucketsOf(m0, "hearth_origin_load_duration_seconds")),
+		hp50:        hq(0.50, "hearth_change_lag_seconds"),
+		hp99:        hq(0.99, "hearth_change_lag_seconds"),
+		wait50:      hq(0.50, "hearth_change_wait_seconds"),
+		wait99:      hq(0.99, "hearth_change_wait_seconds"),
+		deliver50:   hq(0.50, "hearth_change_delivery_seconds"),
+		deliver99:   hq(0.99, "hearth_change_delivery_seconds"),
+		load50:      hq(0.50, "hearth_origin_load_duration_seconds"),
+		load99:      hq(0.99, "hearth_origin_load_duration_seconds"),
 		cpu:         (cpu1 - cpu0).Seconds() / (window + 2*time.Second).Seconds() * 100,
 		refused:     e2e.Sum(m1, "hearth_version_refused_writes_total") - e2e.Sum(m0, "hearth_version_refused_writes_total"),
 		loads:       e2e.Sum(m1, "hearth_change_refreshes_total", `kind="members"`) - e2e.Sum(m0, "hearth_change_refreshes_total", `kind="members"`),

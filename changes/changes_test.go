@@ -592,6 +592,11 @@ func TestChangesFollowReload(t *testing.T) {
 	fulls := func() float64 { return e.metric("hearth_change_refreshes_total", "family=product", "kind=full") }
 	testenv.Eventually(t, 20*time.Second, "the first session's full refresh", func() bool { return fulls() >= 1 })
 	before := fulls()
+	e.exec(`UPDATE products SET name = 'before the move', version = version + 1 WHERE id = 7`)
+	e.waitName(7, "before the move")
+	if got := e.metric("hearth_change_delivery_seconds", "channel="+e.channel); got != 1 {
+		t.Fatalf("the channel's delivery series holds %g observations, want 1", got)
+	}
 
 	// The same declarations: nothing restarts.
 	if err := e.chg.Apply([]*warmer.Spec{spec}); err != nil {
@@ -620,6 +625,9 @@ func TestChangesFollowReload(t *testing.T) {
 	}
 	if got := e.metric("hearth_change_notifications_total", "channel="+moved.Notify, "result=ok"); got != 1 {
 		t.Errorf("the new channel's series reports %g notifications, want 1", got)
+	}
+	if got := e.metric("hearth_change_delivery_seconds", "channel="+e.channel); got != 0 {
+		t.Errorf("the old channel's delivery series still holds %g observations", got)
 	}
 	if got := fulls(); got != before+1 {
 		t.Errorf("%g full refreshes since the first session, want 1: only the move restarted the listener", got-before)
@@ -720,6 +728,7 @@ func TestChangesIsolatedAtOnce(t *testing.T) {
 			e := newChangeEnvWith(t, pg.Pool, pg.DSN, pg.DSN, 20, envOptions{coalesce: tc.coalesce})
 			e.settle()
 			n0, s0 := e.histogram("hearth_change_wait_seconds")
+			d0, ds0 := e.histogram("hearth_change_delivery_seconds")
 			sent := time.Now()
 			e.exec(`UPDATE products SET name = 'isolated', version = version + 1 WHERE id = 3`)
 			e.waitName(3, "isolated")
@@ -732,7 +741,13 @@ func TestChangesIsolatedAtOnce(t *testing.T) {
 			if w := s1 - s0; !tc.ok(w) {
 				t.Errorf("the isolated change waited %.1f ms in the queue, want %s", w*1000, tc.want)
 			}
-			t.Logf("queue wait %.2f ms; UPDATE to the new value read from outside %v", (s1-s0)*1000, seen.Round(time.Microsecond))
+			// The notification's delivery (trigger → receipt) is observed
+			// once, and lies within what the outside reader saw.
+			d1, ds1 := e.histogram("hearth_change_delivery_seconds")
+			if d1 != d0+1 || ds1-ds0 < 0 || ds1-ds0 > seen.Seconds() {
+				t.Errorf("hearth_change_delivery_seconds: %d observation(s) of %.2f ms, want 1 within the %v the outside reader saw", d1-d0, (ds1-ds0)*1000, seen)
+			}
+			t.Logf("delivery %.2f ms, queue wait %.2f ms; UPDATE to the new value read from outside %v", (ds1-ds0)*1000, (s1-s0)*1000, seen.Round(time.Microsecond))
 		})
 	}
 }

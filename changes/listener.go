@@ -186,6 +186,8 @@ func (l *listener) handle(channel, raw string) {
 	ts := time.UnixMicro(p.TS)
 	if p.TS <= 0 || ts.After(now.Add(time.Minute)) || now.Sub(ts) > maxPayloadAge {
 		ts = now // no usable commit time: measured from receipt
+	} else {
+		l.m.delivery.WithLabelValues(channel).Observe(max(0, now.Sub(ts)).Seconds())
 	}
 	for _, q := range queues {
 		q.add(p, ts)

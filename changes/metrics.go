@@ -15,6 +15,7 @@ type metrics struct {
 	overflows     *prometheus.CounterVec
 	lag           *prometheus.HistogramVec
 	wait          *prometheus.HistogramVec
+	delivery      *prometheus.HistogramVec
 	connected     *prometheus.GaugeVec
 	reconnects    *prometheus.CounterVec
 }
@@ -48,6 +49,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Per change-driven members refresh, how long its longest-waiting member waited in the queue before the refresh started (the coalesce wait, a refresh in flight, a capped batch ahead).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"family"}),
+		delivery: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hearth_change_delivery_seconds",
+			Help:    "From a change (the trigger's clock_timestamp, before the writer's commit) to its notification's receipt: the writer's commit and PostgreSQL's delivery, the part of hearth_change_lag_seconds before Hearth's queue. Notifications without a usable timestamp are not counted.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"channel"}),
 		connected: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hearth_change_listen_connected",
 			Help: "1 while the source's LISTEN connection is up (on the leader), else 0.",
@@ -94,6 +100,7 @@ func (m *metrics) forget(old, next []*warmer.Spec) {
 		}
 		if !keep[[2]string{"channel", s.Notify}] {
 			m.notifications.DeletePartialMatch(prometheus.Labels{"channel": s.Notify})
+			m.delivery.DeletePartialMatch(prometheus.Labels{"channel": s.Notify})
 		}
 		if !keep[[2]string{"source", s.Source}] {
 			l := prometheus.Labels{"source": s.Source}
