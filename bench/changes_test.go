@@ -42,7 +42,8 @@ import (
 // source's rate (calls/s, default 1000 here; 0 is unbounded).
 // HEARTH_BENCH_CPUPROFILE=path saves a CPU profile of each daemon during the
 // 2,000/s phase at path.2000 (path.base-2000 for the baseline);
-// HEARTH_BENCH_COALESCE sets notify.coalesce (a duration).
+// HEARTH_BENCH_COALESCE sets notify.coalesce and HEARTH_BENCH_GATHER
+// notify.gather (durations).
 // HEARTH_BENCH_ROUNDS=n runs the builds n times, alternately (A B, B A, …),
 // and reports medians; the table is vacuumed before each build's run.
 func BenchmarkChangeLatency(b *testing.B) {
@@ -128,9 +129,12 @@ func BenchmarkChangeLatency(b *testing.B) {
 		rate int
 		d    time.Duration
 	}{{"isolated", 5, 8 * time.Second}, {"200/s", 200, 10 * time.Second}, {"2000/s", 2000, 10 * time.Second}}
-	coalesce := "" // notify.coalesce at its default unless HEARTH_BENCH_COALESCE says
+	notifyOpts := "" // notify.coalesce and notify.gather at their defaults unless HEARTH_BENCH_COALESCE or HEARTH_BENCH_GATHER says
 	if v := os.Getenv("HEARTH_BENCH_COALESCE"); v != "" {
-		coalesce = "\n      coalesce: " + v
+		notifyOpts = "\n      coalesce: " + v
+	}
+	if v := os.Getenv("HEARTH_BENCH_GATHER"); v != "" { // a build of notify.gather or later
+		notifyOpts += "\n      gather: " + v
 	}
 	profile := os.Getenv("HEARTH_BENCH_CPUPROFILE")
 	pprof := "" // only when asked: a binary of another commit may not know the field
@@ -183,7 +187,7 @@ keys:
     version_column: version
     notify:
       channel: %s%s
-`, rs.Addr, listen, pprof, pg.DSN, sourceRate, prefix, channel, coalesce)), 0o600); err != nil {
+`, rs.Addr, listen, pprof, pg.DSN, sourceRate, prefix, channel, notifyOpts)), 0o600); err != nil {
 				b.Fatal(err)
 			}
 			proc := e2e.StartBinary(b, bd.bin, []string{"run", "--config", cfg})

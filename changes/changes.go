@@ -163,7 +163,7 @@ func (c *Listeners) start(ctx context.Context) (*running, error) {
 }
 
 // Apply makes the listeners follow reloaded declarations: when what they
-// listen for changed (a declaration's notify channel, coalesce wait, batch
+// listen for changed (a declaration's notify channel, coalesce and gather waits, batch
 // size or source, or which declarations have one), the running listeners stop
 // and new ones start. Each new session refreshes its declarations in full
 // once, as after a reconnection, which covers what changed in between. An
@@ -218,7 +218,7 @@ func notifySignature(specs []*warmer.Spec) string {
 	var b strings.Builder
 	for _, s := range specs {
 		if s != nil && s.Notify != "" {
-			fmt.Fprintf(&b, "%q %q %q %d %d\n", s.Name, s.Notify, s.Source, s.Coalesce, s.BatchSize)
+			fmt.Fprintf(&b, "%q %q %q %d %d %d\n", s.Name, s.Notify, s.Source, s.Coalesce, s.Gather, s.BatchSize)
 		}
 	}
 	return b.String()
@@ -260,7 +260,7 @@ func (c *Listeners) build(specs []*warmer.Spec) ([]*listener, error) {
 			pace = newPacing(opts.MinFullInterval)
 			c.paces[s.Name] = pace
 		}
-		q := newQueue(s.Name, s.Coalesce, s.BatchSize, l, pace)
+		q := newQueue(s.Name, s.Coalesce, s.Gather, s.BatchSize, l, pace)
 		l.channels[s.Notify] = append(l.channels[s.Notify], q)
 		l.queues = append(l.queues, q)
 		c.m.init(s.Name, s.Notify, s.Source)

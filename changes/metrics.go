@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"family"}),
 		wait: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hearth_change_wait_seconds",
-			Help:    "Per change-driven members refresh, how long its longest-waiting member waited in the queue before the refresh started (the coalesce wait, a refresh in flight, a capped batch ahead).",
+			Help:    "Per change-driven members refresh, how long its longest-waiting member waited in the queue before the refresh started (the coalesce wait, the gather wait under sustained change, a refresh in flight, a capped batch ahead).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"family"}),
 		delivery: f.NewHistogramVec(prometheus.HistogramOpts{

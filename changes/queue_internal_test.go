@@ -41,7 +41,7 @@ func TestQueueOverflow(t *testing.T) {
 	}
 	m := newMetrics(prometheus.NewRegistry())
 	l := &listener{w: specOnly{&warmer.Spec{Name: "p", Template: tmpl}}, m: m, now: time.Now}
-	q := newQueue("p", time.Hour, 100, l, newPacing(DefaultMinFullInterval))
+	q := newQueue("p", time.Hour, testGather, 100, l, newPacing(DefaultMinFullInterval))
 	ids := make([]string, MaxPendingChanges+500)
 	for i := range ids {
 		ids[i] = strconv.Itoa(i)
@@ -130,11 +130,21 @@ func runQueue(t *testing.T, r *recorder, pace *pacing) *queue {
 	return runQueueWith(t, r, pace, 0, 100)
 }
 
+// testGather is the gather wait the queue tests run with (notify.gather's
+// default is config.DefaultGather, 3 ms).
+const testGather = 5 * time.Millisecond
+
 // runQueueWith is runQueue with a coalesce wait and a batch size.
 func runQueueWith(t *testing.T, r *recorder, pace *pacing, coalesce time.Duration, batch int) *queue {
 	t.Helper()
+	return runQueueGather(t, r, pace, coalesce, testGather, batch)
+}
+
+// runQueueGather is runQueueWith with a gather wait.
+func runQueueGather(t *testing.T, r *recorder, pace *pacing, coalesce, gather time.Duration, batch int) *queue {
+	t.Helper()
 	l := &listener{w: r, m: newMetrics(prometheus.NewRegistry()), now: time.Now, log: zerolog.Nop()}
-	q := newQueue("p", coalesce, batch, l, pace)
+	q := newQueue("p", coalesce, gather, batch, l, pace)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); q.run(ctx) }()
@@ -283,10 +293,10 @@ func TestQueueGathersWhileInFlight(t *testing.T) {
 
 // TestQueueGathersUnderSustainedChange: at 2,500 changes a second with
 // loads of 1 ms, natural batching alone would load two members at a time;
-// once a load of more than one runs and more arrive, the next waits Gather
-// from its first member's arrival, so loads carry a dozen. Changes a load
-// apart or more are still loaded the moment they arrive, and so is a change
-// after the flood.
+// once a load of more than one runs and more arrive, the next waits the
+// gather wait from its first member's arrival (testGather), so loads carry
+// a dozen. Changes a load apart or more are still loaded the
+// moment they arrive, and so is a change after the flood.
 func TestQueueGathersUnderSustainedChange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder(t, "p:{id}")
@@ -340,8 +350,47 @@ func TestQueueGathersUnderSustainedChange(t *testing.T) {
 		if big < 15 {
 			t.Errorf("%d loads of 10 members or more, want at least 15", big)
 		}
-		if worst > Gather+r.loadTime {
-			t.Errorf("a change waited %v before its load, want at most Gather + one load in flight (%v)", worst, Gather+r.loadTime)
+		if worst > testGather+r.loadTime {
+			t.Errorf("a change waited %v before its load, want at most the gather wait + one load in flight (%v)", worst, testGather+r.loadTime)
+		}
+	})
+}
+
+// TestQueueGatherZero: with notify.gather's wait at zero (what the tests
+// above run with five), the same flood is loaded as natural batching alone
+// loads it: what arrived during a load of 1 ms, about two members at a
+// time, none of them held back.
+func TestQueueGatherZero(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRecorder(t, "p:{id}")
+		r.loadTime = time.Millisecond
+		q := runQueueGather(t, r, newPacing(DefaultMinFullInterval), 0, 0, 100)
+		sent := map[string]time.Time{}
+		for i := range 250 {
+			id := strconv.Itoa(i)
+			sent[id] = time.Now()
+			q.add(payload{Hearth: 1, IDs: []string{id}}, time.Now())
+			time.Sleep(400 * time.Microsecond)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		loaded, worst := 0, time.Duration(0)
+		for _, c := range r.calls {
+			loaded += len(c.members)
+			for _, m := range c.members {
+				worst = max(worst, c.at.Sub(sent[m]))
+			}
+		}
+		if loaded != 250 {
+			t.Fatalf("%d members loaded, want 250, each once", loaded)
+		}
+		if n := len(r.calls); n < 250/3 {
+			t.Errorf("%d loads for 250 changes 0.4 ms apart with no gather wait, want at least %d (about two members each)", n, 250/3)
+		}
+		if worst > r.loadTime {
+			t.Errorf("a change waited %v before its load, want at most one load in flight (%v)", worst, r.loadTime)
 		}
 	})
 }

@@ -216,10 +216,46 @@ func TestEdgeDurations(t *testing.T) {
 		{"redis: {dial_timeout: 1ms}\n" + base, "redis.dial_timeout: must be at least 10ms (got 1ms)"},
 		{"refresh: {shutdown_timeout: 1ns}\n" + base, "refresh.shutdown_timeout: must be at least 100ms (got 1ns)"},
 		{key("notify: {channel: c, coalesce: 1ns}"), "keys[p].notify.coalesce: must be 0 (no extra wait) or at least 1ms (got 1ns)"},
+		{key("notify: {channel: c, gather: 1ns}"), "keys[p].notify.gather: must be 0 (the default 3ms) or at least 1ms (got 1ns)"},
 	} {
 		_, err := config.Parse("edge.yaml", []byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), "edge.yaml: "+tc.want) {
 			t.Errorf("err = %v\nwant %q", err, tc.want)
+		}
+	}
+}
+
+// TestNotifyGather: notify.gather defaults to config.DefaultGather and
+// takes what is set, within its bounds (TestEdgeDurations has the refusals).
+func TestNotifyGather(t *testing.T) {
+	key := func(extra string) string {
+		return strings.Replace(base, "    ttl: 60s\n", "    ttl: 60s\n    "+extra+"\n", 1)
+	}
+	for _, tc := range []struct {
+		notify string
+		want   time.Duration
+	}{
+		{"notify: {channel: c}", config.DefaultGather},
+		{"notify: {channel: c, gather: 0s}", config.DefaultGather},
+		{"notify: {channel: c, gather: 1ms}", time.Millisecond},
+		{"notify: {channel: c, gather: 10s}", 10 * time.Second},
+	} {
+		cfg, err := config.Parse("gather.yaml", []byte(key(tc.notify)))
+		if err != nil {
+			t.Fatalf("%s: refused: %v", tc.notify, err)
+		}
+		if got := cfg.Specs()[0].Gather; got != tc.want {
+			t.Errorf("%s: gather %v, want %v", tc.notify, got, tc.want)
+		}
+	}
+	for _, bad := range []struct{ gather, want string }{
+		{"11s", "keys[p].notify.gather: must be"},
+		{"5", `keys[p].notify.gather: a duration needs a unit, e.g. "5s" (got 5)`},
+		{"-1ms", "keys[p].notify.gather: must be"},
+	} {
+		_, err := config.Parse("gather.yaml", []byte(key("notify: {channel: c, gather: "+bad.gather+"}")))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("gather %s: err = %v, want %q", bad.gather, err, bad.want)
 		}
 	}
 }

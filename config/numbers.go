@@ -113,6 +113,7 @@ var Bounds = []Bound{
 	{Path: "keys[].members_from.access_log.hysteresis", Lo: 0, Hi: 1},
 	{Path: "keys[].members_from.access_log.demote_after", Lo: 1, Hi: maxDemoteAfter, Zero: "the default 2"},
 	{Path: "keys[].notify.coalesce", Min: MinTimeout, Max: MaxCoalesce, Zero: "no extra wait"},
+	{Path: "keys[].notify.gather", Min: MinTimeout, Max: MaxCoalesce, Zero: "the default 3ms"},
 
 	{Path: "access_log.bucket", Min: time.Second, Max: maxBucket, Step: time.Second},
 	{Path: "access_log.rollup_interval", Min: time.Second, Max: MaxDuration, Zero: "no roll-up"},

@@ -71,6 +71,10 @@ type Spec struct {
 	// more changes into it; zero refreshes at once when idle and gathers only
 	// while a refresh is in flight.
 	Coalesce time.Duration
+	// Gather is how long, under sustained change, a members refresh waits
+	// from its first member's arrival to gather more (see package changes);
+	// zero gathers nothing beyond what arrives during a refresh.
+	Gather time.Duration
 }
 
 // JitteredTTL returns TTL * (1 + Jitter*(r-0.5)) for r in [0,1). A jitter
