@@ -163,12 +163,12 @@ func (c *Listeners) start(ctx context.Context) (*running, error) {
 }
 
 // Apply makes the listeners follow reloaded declarations: when what they
-// listen for changed (a declaration's notify channel, coalesce and gather waits, batch
-// size or source, or which declarations have one), the running listeners stop
-// and new ones start. Each new session refreshes its declarations in full
-// once, as after a reconnection, which covers what changed in between. An
-// error (a notify declaration on a source that is not postgres) leaves the
-// running listeners as they are.
+// listen for changed (a declaration's notify channel, coalesce and gather
+// waits, batch size or source, or which declarations have one), the running
+// listeners stop and new ones start. Each new session refreshes its
+// declarations in full once, as after a reconnection, which covers what
+// changed in between. An error (a notify declaration on a source that is not
+// postgres) leaves the running listeners as they are.
 func (c *Listeners) Apply(specs []*warmer.Spec) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -19,12 +19,11 @@ import (
 // declaration runs at a time. Under sustained change (the last refresh
 // carried more than one member and more arrived while it ran) the next one
 // gathers for the gather wait (notify.gather, config.DefaultGather unless
-// set) from its first member's arrival, as PostgreSQL's
-// commit_delay waits only when other commits are in flight: at 2,000
-// changes a second, loads of four members instead of two at the default
-// 3 ms (seven at 5 ms), fewer origin queries and less CPU for a few
-// milliseconds of median lag, while a change after a quiet spell still
-// goes at once.
+// set) from its first member's arrival, as PostgreSQL's commit_delay waits
+// only when other commits are in flight: at 2,000 changes a second, loads
+// of four members instead of two at the default 3 ms (seven at 5 ms),
+// fewer origin queries and less CPU for a few milliseconds of median lag,
+// while a change after a quiet spell still goes at once.
 type queue struct {
 	name     string
 	coalesce time.Duration
