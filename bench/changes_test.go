@@ -218,8 +218,8 @@ keys:
 				r := measureChanges(b, updPool, rdb, prefix, rows, ph.rate, ph.d, metrics, pid)
 				prof.Wait()
 				results[key{bd.prefix, ph.name}] = append(results[key{bd.prefix, ph.name}], r)
-				fmt.Printf("  %8s: %d updates (%.0f/s achieved), outside lag p50 %.1f ms p90 %.1f ms p99 %.1f ms max %.1f ms (%d seen); hearth_change_lag_seconds p50 ≤ %.0f ms p99 ≤ %.0f ms; delivery (trigger → received) p50 ≤ %.1f ms p99 ≤ %.1f ms; queue wait p50 ≤ %.1f ms p99 ≤ %.1f ms; origin load p50 ≤ %.1f ms p99 ≤ %.1f ms; daemon CPU %.1f%% of one core; %.0f member refreshes (%.1f members each); refused as older %.0f; machine %.0f %% busy (of %d cores), PostgreSQL %.0f %% of one core\n",
-					ph.name, r.updates, r.achieved, r.p50*1000, r.p90*1000, r.p99*1000, r.max*1000, r.seen, r.hp50*1000, r.hp99*1000, r.deliver50*1000, r.deliver99*1000, r.wait50*1000, r.wait99*1000, r.load50*1000, r.load99*1000, r.cpu, r.loads, float64(r.updates)/max(1, r.loads), r.refused, r.machineBusy, r.cores, r.pgCPU)
+				fmt.Printf("  %8s: %d updates (%.0f/s achieved), outside lag p50 %.1f ms p90 %.1f ms p99 %.1f ms max %.1f ms (%d seen); hearth_change_lag_seconds p50 ≤ %.0f ms p99 ≤ %.0f ms; delivery (trigger → received) p50 ≤ %.1f ms p99 ≤ %.1f ms; queue wait p50 ≤ %.1f ms p99 ≤ %.1f ms; origin load p50 ≤ %.1f ms p99 ≤ %.1f ms; daemon CPU %.1f%% of one core; %.0f member refreshes (%.1f members each); refused as older %.0f; machine %.0f %% busy (of %d cores; steal %.1f %%), PostgreSQL %.0f %% of one core; the worst 1 %% of lags in %d slots of 100 ms, the largest holding %.0f %% of them\n",
+					ph.name, r.updates, r.achieved, r.p50*1000, r.p90*1000, r.p99*1000, r.max*1000, r.seen, r.hp50*1000, r.hp99*1000, r.deliver50*1000, r.deliver99*1000, r.wait50*1000, r.wait99*1000, r.load50*1000, r.load99*1000, r.cpu, r.loads, float64(r.updates)/max(1, r.loads), r.refused, r.machineBusy, r.cores, r.steal, r.pgCPU, r.tailSlots, r.tailTop*100)
 			}
 			proc.Signal(b, 15)
 			if code := proc.Wait(b, 30*time.Second); code != 0 {
@@ -302,6 +302,14 @@ type changeResult struct {
 	// a tail Hearth causes from one of a saturated machine.
 	machineBusy, pgCPU float64
 	cores              int
+	// steal: the hypervisor's share of the machine's cores (% of all).
+	steal float64
+	// The worst 1 % of lags by when their commits were acknowledged, in
+	// 100 ms slots: how many slots hold them and the largest slot's share.
+	// One stall (a pause of any process on the path, or of the machine)
+	// sets the p99 when a single slot holds most of them.
+	tailSlots int
+	tailTop   float64
 }
 
 func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix string, rows, rate int, d time.Duration, metrics string, pid int) changeResult {
@@ -320,6 +328,7 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 		pending = map[int64][]commit{}
 		seen    = map[int64]sighting{} // the newest version read per key
 		lags    []float64
+		commits []time.Time // lags[i]'s commit acknowledgement
 	)
 	// settle records the lag of every pending commit of id that version
 	// covers. Call with mu held.
@@ -330,6 +339,7 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 				// A write can land before the updater got its commit
 				// acknowledged: that is a lag of 0.
 				lags = append(lags, max(0, at.Sub(c.at).Seconds()))
+				commits = append(commits, c.at)
 			} else {
 				keep = append(keep, c)
 			}
@@ -372,7 +382,7 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 
 	m0 := e2e.Metrics(b, metrics)
 	cpu0, w0 := cpuTime(b, pid), time.Now()
-	busy0, total0 := machineCPU(b)
+	busy0, total0, steal0 := machineCPUSteal(b)
 	pg0 := commandCPU("postgres")
 	updates := paceUpdates(b, pool, rows, rate, d, func(id, v int64, at time.Time) {
 		mu.Lock()
@@ -383,7 +393,7 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 		mu.Unlock()
 	})
 	window := time.Since(w0)
-	busy1, total1 := machineCPU(b)
+	busy1, total1, steal1 := machineCPUSteal(b)
 	pg1 := commandCPU("postgres")
 	// Let the last changes land before reading the figures.
 	time.Sleep(2 * time.Second)
@@ -393,6 +403,7 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 	obs.Wait()
 	mu.Lock()
 	defer mu.Unlock()
+	tailSlots, tailTop := tailSpread(lags, commits, w0, 100*time.Millisecond)
 	sort.Float64s(lags)
 	q := func(p float64) float64 {
 		if len(lags) == 0 {
@@ -416,6 +427,9 @@ func measureChanges(b *testing.B, pool *pgxpool.Pool, rdb *redis.Client, prefix 
 		refused:     e2e.Sum(m1, "hearth_version_refused_writes_total") - e2e.Sum(m0, "hearth_version_refused_writes_total"),
 		loads:       e2e.Sum(m1, "hearth_change_refreshes_total", `kind="members"`) - e2e.Sum(m0, "hearth_change_refreshes_total", `kind="members"`),
 		machineBusy: (busy1 - busy0) / max(1e-9, total1-total0) * 100,
+		steal:       (steal1 - steal0) / max(1e-9, total1-total0) * 100,
+		tailSlots:   tailSlots,
+		tailTop:     tailTop,
 		pgCPU:       (pg1 - pg0).Seconds() / window.Seconds() * 100,
 		cores:       runtime.NumCPU(),
 	}
@@ -487,4 +501,54 @@ func bucketsOf(m map[string]float64, name string, labels ...string) []bucket {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].le < out[j].le })
 	return out
+}
+
+// tailSpread places the worst 1 % of lags (at least one) by their commits'
+// time since start in slots of width: the number of slots they fall in and
+// the largest slot's share of them. lags and commits are parallel.
+func tailSpread(lags []float64, commits []time.Time, start time.Time, width time.Duration) (slots int, top float64) {
+	if len(lags) == 0 {
+		return 0, math.NaN()
+	}
+	idx := make([]int, len(lags))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return lags[idx[a]] > lags[idx[b]] })
+	n := max(1, len(lags)/100)
+	count := map[int64]int{}
+	most := 0
+	for _, i := range idx[:n] {
+		s := int64(commits[i].Sub(start) / width)
+		count[s]++
+		most = max(most, count[s])
+	}
+	return len(count), float64(most) / float64(n)
+}
+
+// TestTailSpread: a tail one stall made sits in one slot; a spread one in
+// many.
+func TestTailSpread(t *testing.T) {
+	start := time.Unix(0, 0)
+	lags := make([]float64, 1000)
+	commits := make([]time.Time, 1000)
+	for i := range lags {
+		commits[i] = start.Add(time.Duration(i) * 10 * time.Millisecond)
+		lags[i] = 0.001
+	}
+	for i := 500; i < 510; i++ { // one stall: ten commits in 100 ms
+		lags[i] = 0.050
+	}
+	if slots, top := tailSpread(lags, commits, start, 100*time.Millisecond); slots != 1 || top != 1 {
+		t.Errorf("one stall: %d slots, top %.2f; want 1, 1", slots, top)
+	}
+	for i := 500; i < 510; i++ {
+		lags[i] = 0.001
+	}
+	for i := 0; i < 1000; i += 100 { // ten slow commits, 1 s apart
+		lags[i] = 0.050
+	}
+	if slots, top := tailSpread(lags, commits, start, 100*time.Millisecond); slots != 10 || top != 0.1 {
+		t.Errorf("spread: %d slots, top %.2f; want 10, 0.10", slots, top)
+	}
 }
