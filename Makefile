@@ -5,7 +5,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 GO      ?= go
 CONFIG  ?= config.yaml
 
-.PHONY: build run demo test test-daemon test-alone test-readside test-deps soak fuzz bench lint docker clean
+.PHONY: build run demo test test-daemon test-alone test-readside test-deps soak fuzz bench bench-readside lint docker clean
 
 build: ## static binary in bin/hearth (the daemon; the demo is bin/hearth-demo, built by make demo)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/hearth ./cmd/hearth
@@ -67,6 +67,10 @@ fuzz: ## run each fuzz target for $(FUZZTIME) (one target per go test invocation
 bench: ## benchmarks that print figures (see README "Performance")
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
 	cd bench/readside && $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m .
+
+READSIDE_DURATION ?= 5m
+bench-readside: ## the read side's origin loads per TTL window over $(READSIDE_DURATION) (default 5m: a short run's count is mostly its edges), against the plain-lock reference, FLUSHDB mid-run
+	cd bench/readside && READSIDE_BENCH_DURATION=$(READSIDE_DURATION) $(GO) test -run '^$$' -bench 'Stampede/^(plain_lock.*|readside)$$/flush' -benchtime 1x -timeout 60m .
 
 lint: ## gofmt, go vet, go mod tidy
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
