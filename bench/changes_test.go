@@ -311,7 +311,8 @@ type changeResult struct {
 	tailSlots int
 	tailTop   float64
 	// The outside reader: the most SETs it read in one pipeline, and how
-	// many of its pipelines read more than one (it caught up on a backlog).
+	// many of its pipelines read more than one (the SETs of one of Hearth's
+	// writes arrive together; a large batch is a backlog caught up).
 	obsBatch, obsBatchN int
 }
 
