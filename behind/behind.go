@@ -5,6 +5,7 @@
 package behind
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -130,7 +131,14 @@ func (m *Metrics) Watch(family string, batches [][]string, due []int64, start ti
 // missing or about to expire, soonest first): it is projected, logged and
 // counted as a run is, its log lines marked "run":"catch-up", so that a
 // catch-up too slow for the TTLs it races is never a silent expiry either.
+// Batches none of which has a deadline (a traffic-driven promotion) are not
+// watched: there is nothing to project, and their end would reset the
+// family's gauge over a real shortfall. It returns nil then, a Run that
+// notes nothing.
 func (m *Metrics) WatchCatchUp(family string, batches [][]string, due []int64, start time.Time) *Run {
+	if !slices.ContainsFunc(due, func(d int64) bool { return d != 0 }) {
+		return nil
+	}
 	return m.watch(family, "catch-up", batches, due, start)
 }
 
@@ -152,8 +160,12 @@ func (m *Metrics) watch(family, kind string, batches [][]string, due []int64, st
 	return r
 }
 
-// Begun notes that batch i was started.
+// Begun notes that batch i was started. Begun, Completed and Finish do
+// nothing on a nil Run (an unwatched catch-up, see WatchCatchUp).
 func (r *Run) Begun(i int) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	r.started = i + 1
 	r.mu.Unlock()
@@ -162,6 +174,9 @@ func (r *Run) Begun(i int) {
 // Completed notes that batch i (of n members) finished, having written some
 // of its keys or not, and recomputes the projection when it is due.
 func (r *Run) Completed(i, n int, wrote bool) {
+	if r == nil {
+		return
+	}
 	now := r.m.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -238,6 +253,9 @@ func (r *Run) count() {
 // counted and logged too. Every watched run must be finished: until then it
 // counts in its family's gauge.
 func (r *Run) Finish() {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	late := max(r.late, 0)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -61,9 +60,8 @@ type Batch struct {
 // declaration is gone) has the zero Outcome. Each declaration's batches are
 // watched for falling behind as a run is (behind.Metrics.WatchCatchUp):
 // keys that will expire before the batches reach them are logged, counted
-// and shown in hearth_refresh_behind_seconds. A declaration none of whose
-// batches has a Due (a traffic-driven promotion) is not watched: there is
-// nothing to project, and its end would reset the family's gauge.
+// and shown in hearth_refresh_behind_seconds (a declaration none of whose
+// batches has a Due, a traffic-driven promotion, is not).
 func (w *Warmer) RefreshBatches(ctx context.Context, batches []Batch) ([]Outcome, error) {
 	out := make([]Outcome, len(batches))
 	type watched struct {
@@ -85,9 +83,7 @@ func (w *Warmer) RefreshBatches(ctx context.Context, batches []Batch) ([]Outcome
 	}
 	start := w.now()
 	for name, f := range fams {
-		if slices.ContainsFunc(f.due, func(d int64) bool { return d != 0 }) {
-			f.run = w.metrics.behind.WatchCatchUp(name, f.members, f.due, start)
-		}
+		f.run = w.metrics.behind.WatchCatchUp(name, f.members, f.due, start)
 	}
 	var (
 		g   errgroup.Group
@@ -102,24 +98,18 @@ func (w *Warmer) RefreshBatches(ctx context.Context, batches []Batch) ([]Outcome
 			break
 		}
 		run := fams[b.Name].run
-		if run != nil {
-			run.Begun(at[i])
-		}
+		run.Begun(at[i])
 		g.Go(func() error {
 			defer w.loads.Release(1)
 			out[i] = w.refreshBatch(ctx, spec, st, b.Members, claims.Place{})
 			out[i].Members = len(b.Members)
-			if run != nil {
-				run.Completed(at[i], len(b.Members), out[i].Written+out[i].Negative > 0)
-			}
+			run.Completed(at[i], len(b.Members), out[i].Written+out[i].Negative > 0)
 			return nil
 		})
 	}
 	_ = g.Wait()
 	for _, f := range fams {
-		if f.run != nil {
-			f.run.Finish()
-		}
+		f.run.Finish()
 	}
 	return out, err
 }
