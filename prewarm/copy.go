@@ -241,8 +241,12 @@ const scanCount = 1000
 // access-log key, at most n keys in all. On a Cluster every master is scanned.
 func (r *prewarmRun) scanSource(ctx context.Context, n int) error {
 	src := r.po.Copy
+	r.reader.checkAll() // the ranking's keys, counted as the ranking's
 	r.reader.scanning = true
-	defer func() { r.reader.scanning = false }()
+	defer func() {
+		r.reader.checkAll()
+		r.reader.scanning = false
+	}()
 	added := 0
 	add := func(key string) bool {
 		if added >= n {

@@ -9,8 +9,9 @@ package prewarm
 // The low bit of every hash is set, so that 0 can mark an empty slot; two
 // hashes that differ only in that bit count as one (63 bits are left).
 type hashSet struct {
-	slots []uint64
-	n     int
+	slots   []uint64
+	n       int
+	touched uint64 // addAll's reads, summed only so that they are made
 }
 
 // newHashSet returns a set sized for n hashes without growing.
@@ -38,6 +39,25 @@ func (s *hashSet) add(h uint64) bool {
 			}
 			return true
 		}
+	}
+}
+
+// addAll adds hs in order, as add would one at a time, and sets fresh[i]
+// (len(fresh) >= len(hs)) to whether hs[i] was new; a hash repeated within hs
+// is new the first time only. It first reads every hash's home slot, reads
+// that do not wait for each other, so that their cache misses overlap (a
+// pre-warm's set is larger than the caches PostgreSQL and Redis share with it);
+// the adds then find their slots in cache, where add alone waits for each miss
+// in turn.
+func (s *hashSet) addAll(hs []uint64, fresh []bool) {
+	mask := uint64(len(s.slots) - 1)
+	var sum uint64
+	for _, h := range hs {
+		sum += s.slots[(h|1)&mask]
+	}
+	s.touched += sum // keeps the reads from being dropped
+	for i, h := range hs {
+		fresh[i] = s.add(h)
 	}
 }
 

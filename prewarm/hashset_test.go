@@ -83,6 +83,25 @@ func BenchmarkHashSetCold(b *testing.B) {
 		}
 		b.ReportMetric(float64(took.Nanoseconds())/float64(b.N*len(hs)), "ns/key")
 	})
+	b.Run("hashSet.addAll", func(b *testing.B) {
+		var took time.Duration
+		fresh := make([]bool, 1000)
+		for b.Loop() {
+			s := newHashSet(len(hs))
+			for i := 0; i < len(hs); i += 1000 {
+				flush()
+				t0 := time.Now()
+				s.addAll(hs[i:i+1000], fresh)
+				took += time.Since(t0)
+				for _, ok := range fresh {
+					if !ok {
+						b.Fatal("a new hash was taken for a repeat")
+					}
+				}
+			}
+		}
+		b.ReportMetric(float64(took.Nanoseconds())/float64(b.N*len(hs)), "ns/key")
+	})
 	b.Run("map", func(b *testing.B) {
 		var took time.Duration
 		for b.Loop() {

@@ -226,7 +226,7 @@ func (p *Prewarmer) Status() Status {
 	return st
 }
 
-// prewarmJob is one batch of one declaration, queued or still being filled.
+// prewarmJob is one batch of one declaration, queued to load.
 type prewarmJob struct {
 	spec    *warmer.Spec
 	members []string
@@ -304,9 +304,9 @@ type prewarmRun struct {
 
 // prewarmReader is what the access-log reader keeps between keys.
 type prewarmReader struct {
-	pending map[*warmer.Spec]*prewarmJob
-	order   []*prewarmJob // in order of each declaration's hottest key
-	last    *prewarmJob   // the batch of the last key (keys of one family come in runs)
+	pending map[*warmer.Spec]*pendingBatch
+	order   []*pendingBatch // in order of each declaration's hottest key
+	last    *pendingBatch   // the batch of the last key (keys of one family come in runs)
 	// seen holds a hash of every family key queued so far, so that a key
 	// repeated in the ranking is loaded once. A key names one member of one
 	// declaration (templates do not overlap), so keys stand for both. Hashes,
@@ -314,13 +314,60 @@ type prewarmReader struct {
 	// pointers for the collector to scan. The seed is random per run, so no
 	// access log can be written to collide (a collision, odds about 6 in 10^8
 	// at 10^6 keys with the set's 63 bits, leaves one key to its first read).
-	seen *hashSet
-	seed maphash.Seed
+	// A batch's keys are checked together when it is full (checkBatch).
+	seen  *hashSet
+	seed  maphash.Seed
+	fresh []bool // checkBatch's answers, reused
 	// Counted since they were last added to the report (flushLocked).
 	candidates int
 	skipped    map[string]int
 	// scanning: keys come from a scan of a copy's source, not the ranking.
 	scanning bool
+}
+
+// pendingBatch is a declaration's batch being filled by the reader.
+type pendingBatch struct {
+	spec    *warmer.Spec
+	members []string
+	// hashes[i] is the key hash of members[checked+i]: members added since
+	// the batch was last checked against the set.
+	hashes  []uint64
+	checked int
+}
+
+// checkBatch checks b's members added since its last check against the
+// set of keys queued (all at once: hashSet.addAll), and drops the repeats.
+func (rd *prewarmReader) checkBatch(b *pendingBatch) {
+	if len(b.hashes) == 0 {
+		return
+	}
+	if cap(rd.fresh) < len(b.hashes) {
+		rd.fresh = make([]bool, len(b.hashes))
+	}
+	fresh := rd.fresh[:len(b.hashes)]
+	rd.seen.addAll(b.hashes, fresh)
+	keep := b.checked
+	for i, ok := range fresh {
+		if !ok {
+			if !rd.scanning { // a scan finds the declared members again: not a repeat
+				rd.skipped[SkipDuplicate]++
+			}
+			continue
+		}
+		b.members[keep] = b.members[b.checked+i]
+		keep++
+	}
+	clear(b.members[keep:]) // no repeat kept alive
+	b.members, b.checked, b.hashes = b.members[:keep], keep, b.hashes[:0]
+}
+
+// checkAll checks every batch being filled: before the reading ends, and
+// before its keys change from the ranking's to a scan's (or back), which
+// count repeats differently.
+func (rd *prewarmReader) checkAll() {
+	for _, b := range rd.order {
+		rd.checkBatch(b)
+	}
 }
 
 func (p *Prewarmer) prewarm(ctx context.Context, po Options) (Report, error) {
@@ -332,7 +379,7 @@ func (p *Prewarmer) prewarm(ctx context.Context, po Options) (Report, error) {
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 		ready:  make(chan struct{}),
-		reader: prewarmReader{pending: map[*warmer.Spec]*prewarmJob{}, skipped: map[string]int{}},
+		reader: prewarmReader{pending: map[*warmer.Spec]*pendingBatch{}, skipped: map[string]int{}},
 	}
 	if po.Copy != nil {
 		r.rep.From = po.Copy.Name
@@ -463,7 +510,7 @@ func (r *prewarmRun) add(key string) {
 	b := rd.last
 	if b == nil || b.spec != spec {
 		if b = rd.pending[spec]; b == nil {
-			b = &prewarmJob{spec: spec}
+			b = &pendingBatch{spec: spec}
 			rd.pending[spec] = b
 			rd.order = append(rd.order, b)
 		}
@@ -475,22 +522,22 @@ func (r *prewarmRun) add(key string) {
 		rd.seen = newHashSet(min(r.po.TopN, maxSeenHint))
 		rd.seed = maphash.MakeSeed()
 	}
-	if !rd.seen.add(maphash.String(rd.seed, key)) {
-		if !rd.scanning { // a scan finds the declared members again: not a repeat
-			rd.skipped[SkipDuplicate]++
-		}
-		return
-	}
 	if b.members == nil && spec.BatchSize > 0 {
 		b.members = make([]string, 0, spec.BatchSize)
+		b.hashes = make([]uint64, 0, spec.BatchSize)
 	}
 	b.members = append(b.members, member)
+	b.hashes = append(b.hashes, maphash.String(rd.seed, key))
 	if size := spec.BatchSize; size > 0 && len(b.members) >= size {
+		// Full: checked for repeats, and queued unless some were dropped.
+		if rd.checkBatch(b); len(b.members) < size {
+			return
+		}
 		r.mu.Lock()
 		r.flushLocked()
 		r.pushLocked(prewarmJob{spec: spec, members: b.members})
 		r.mu.Unlock()
-		b.members = nil
+		b.members, b.hashes, b.checked = nil, nil, 0
 	}
 }
 
@@ -509,12 +556,13 @@ func (r *prewarmRun) flushLocked() {
 
 // finishReading queues the partial batches and closes the queue.
 func (r *prewarmRun) finishReading() {
+	r.reader.checkAll()
 	r.mu.Lock()
 	r.flushLocked()
 	for _, b := range r.reader.order {
 		if len(b.members) > 0 {
 			r.pushLocked(prewarmJob{spec: b.spec, members: b.members})
-			b.members = nil
+			b.members, b.hashes, b.checked = nil, nil, 0
 		}
 	}
 	r.closed = true

@@ -8,6 +8,7 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -240,6 +241,66 @@ func TestPrewarmRepeatedKeysLoadOnce(t *testing.T) {
 	}
 	if rep.Coverage != 1 {
 		t.Errorf("coverage = %g, want 1: every key asked for once was loaded", rep.Coverage)
+	}
+}
+
+// TestPrewarmRepeatsKeepBatchesFull is a property test: for stored rankings
+// that repeat keys anywhere (next to each other, across a batch's end, long
+// after), at random batch sizes, each member is loaded exactly once, in the
+// order of its first place in the ranking, in full batches but the last; and
+// every repeat is counted as skipped, never as wanted.
+func TestPrewarmRepeatsKeepBatchesFull(t *testing.T) {
+	rd := testenv.Redis(t)
+	const products = 60
+	for round := range 8 {
+		r := mrand.New(mrand.NewPCG(uint64(round), 7))
+		batch := 2 + r.IntN(6)
+		t.Run(fmt.Sprintf("round %d batch %d", round, batch), func(t *testing.T) {
+			prefix := fmt.Sprintf("%sr%d:", rd.Prefix, round)
+			e := prewarmtest.New(t, rd.Client, prefix, products, batch, "")
+			ctx := context.Background()
+			var ranking, first []string
+			seen := map[string]bool{}
+			for len(ranking) < 90 {
+				m := strconv.Itoa(1 + r.IntN(products))
+				if r.IntN(4) == 0 && len(ranking) > 0 { // the last key again
+					m = strings.TrimPrefix(ranking[len(ranking)-1], prefix+"product:")
+				}
+				ranking = append(ranking, prefix+"product:"+m)
+				if !seen[m] {
+					seen[m] = true
+					first = append(first, m)
+				}
+			}
+			if _, err := e.PG.Pool.Exec(ctx, `INSERT INTO hearth_access_rank (chunk, keys) VALUES (0, $1::text[])`, ranking); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.PG.Pool.Exec(ctx, `INSERT INTO hearth_access_rank_info (computed_at, window_ms, top_n, keys) VALUES (now(), 3600000, 1000, $1)`, len(ranking)); err != nil {
+				t.Fatal(err)
+			}
+			e.Log.UseRanking(time.Hour)
+			opts := e.Options(1000)
+			opts.Concurrency = 1 // loads start in queue order
+			rep, err := e.PW.Run(ctx, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var asked []string
+			loads := e.Src.Loads()[1:] // after the single key's
+			for i, l := range loads {
+				if i < len(loads)-1 && len(l) != batch {
+					t.Errorf("load %d of %d asked for %d members %q: want full batches of %d but the last", i+1, len(loads), len(l), l, batch)
+				}
+				asked = append(asked, l...)
+			}
+			if !slices.Equal(asked, first) {
+				t.Errorf("members asked %q, want each once in ranking order %q", asked, first)
+			}
+			dups := len(ranking) - len(first)
+			if got, want := [3]int{rep.Candidates, rep.Wanted, rep.Skipped[prewarm.SkipDuplicate]}, [3]int{len(ranking), len(first) + 1, dups}; got != want {
+				t.Errorf("candidates, wanted, skipped duplicate = %v, want %v (%d repeats)", got, want, dups)
+			}
+		})
 	}
 }
 
