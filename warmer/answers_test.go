@@ -2,7 +2,9 @@ package warmer_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"testing/synctest"
 
@@ -105,4 +107,95 @@ func TestHotSetRepeatsWrittenOnce(t *testing.T) {
 		}
 		writtenOnce(t, st, spec, "0", "1", "2", "h")
 	})
+}
+
+// inOrder answers a load in the order asked, each member once (an index
+// scan: a repeated member is one row), as PostgreSQL answers a batch of ids.
+type inOrder struct{ warmer.Source }
+
+func (o inOrder) Load(ctx context.Context, spec *warmer.Spec, members []string) ([]warmer.Result, error) {
+	rs, err := o.Source.Load(ctx, spec, members)
+	seen := map[string]bool{}
+	return slices.DeleteFunc(rs, func(r warmer.Result) bool {
+		dup := seen[r.Member]
+		seen[r.Member] = true
+		return dup
+	}), err
+}
+
+// A property of batches handed in by another caller (no known place), rising
+// or not, with repeats anywhere and members the origin lacks, answered in
+// order, reversed or repeated: each member is written exactly once, with its
+// value, or as not found when the origin has no row for it; never both.
+func TestUnplacedBatchesWriteEachMemberOnce(t *testing.T) {
+	for seed := range uint64(300) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		n := 1 + r.IntN(12)
+		batch := make([]string, n)
+		for i := range batch {
+			batch[i] = strconv.Itoa(r.IntN(15))
+		}
+		if r.IntN(2) == 0 { // rising, as ids in index order, with repeats kept
+			slices.SortFunc(batch, func(a, b string) int {
+				if warmer.MemberRises(a, b) {
+					return -1
+				}
+				if a == b {
+					return 0
+				}
+				return 1
+			})
+		}
+		shape := r.IntN(3)
+		synctest.Test(t, func(t *testing.T) {
+			spec, src := fakeFamily(t, "p", 15)
+			missing := map[string]bool{}
+			for _, m := range spec.Members {
+				if r.IntN(4) == 0 {
+					missing[m] = true
+					src.Set(m, nil)
+				}
+			}
+			var o warmer.Source = inOrder{src}
+			switch shape {
+			case 1:
+				o = reversed{src}
+			case 2:
+				o = src // a repeated member answered as often as asked
+			}
+			w, st, _ := memWarmer(t, o, 1, nil, spec)
+			out, _ := w.RefreshMembers(context.Background(), "p", batch)
+			distinct := map[string]bool{}
+			wantWritten, wantNegative := 0, 0
+			for _, m := range batch {
+				if distinct[m] {
+					continue
+				}
+				distinct[m] = true
+				if missing[m] {
+					wantNegative++
+				} else {
+					wantWritten++
+				}
+			}
+			if out.Written != wantWritten || out.Negative != wantNegative || out.Failed != 0 {
+				t.Errorf("seed %d, batch %q (shape %d): outcome %+v, want %d written and %d not found", seed, batch, shape, out, wantWritten, wantNegative)
+			}
+			writes := map[string]int{}
+			for _, wr := range st.Writes() {
+				writes[wr.Key]++
+			}
+			for m := range distinct {
+				k := spec.Template.Key(m)
+				v, ok := st.Get(k)
+				want := "v" + m
+				if missing[m] {
+					want = "" // the not-found sentinel
+				}
+				if !ok || string(v) != want || writes[k] != 1 {
+					t.Errorf("seed %d, batch %q (shape %d): %s = %q (present %v) written %d times, want %q once", seed, batch, shape, k, v, ok, writes[k], want)
+				}
+			}
+		})
+	}
 }

@@ -101,6 +101,19 @@ func (s *Spec) MaxTTL() time.Duration { return s.JitteredTTL(1) }
 
 func defaultRand() float64 { return rand.Float64() }
 
+// MemberRises reports whether member b comes strictly after a, shorter first
+// and equal lengths bytewise: the order of numbers written without leading
+// zeros (the order an index gives a batch of ids), and a total order on all
+// strings. A batch's answers matched to its members in order, one after the
+// other, while the members rise, cannot be matched to a repeated member: no
+// index of the members is needed.
+func MemberRises(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
 // Result is what an origin returned for one member (Member is "" for a single key).
 type Result struct {
 	Member string

@@ -627,19 +627,19 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 		entries, okm = make([]store.Entry, 0, len(batch)), make([]string, 0, len(batch))
 		// answered[i] says the member at position i was answered; okPos[i]
 		// is okm[i]'s position. A member's position is its first in the
-		// batch (another caller's batch may repeat one). A scheduled run's
-		// batch (a known place) holds distinct members (members and withHot
-		// de-duplicate them), which the origin usually answers in the order
-		// asked: an answer is first compared with the next member, and the
-		// index is built only when one comes out of that order.
+		// batch (another caller's batch may repeat one). The origin usually
+		// answers in the order asked (a scheduled run's batch, whose known
+		// place says its members are distinct, or a batch of ids in index
+		// order): an answer is first compared with the next member, and the
+		// index is built only when one comes out of that order. Without a
+		// known place, members matched in order must rise strictly
+		// (MemberRises), so that none of them is a repeat.
 		answered := make([]bool, len(batch))
+		nAnswered := 0
 		var index map[string]int32
-		next := len(batch) // the member the next answer is expected for
-		if p.Known() {
-			next = 0
-		}
+		next := 0 // the member the next answer is expected for
 		position := func(m string) (int32, bool) {
-			if next < len(batch) && batch[next] == m {
+			if next < len(batch) && batch[next] == m && (next == 0 || p.Known() || MemberRises(batch[next-1], m)) {
 				next++
 				return int32(next - 1), true
 			}
@@ -668,6 +668,7 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 				continue
 			}
 			answered[pos] = true
+			nAnswered++
 			if r.Err == nil && !r.Missing && spec.MaxValueBytes > 0 && len(r.Value) > spec.MaxValueBytes {
 				r.Err = fmt.Errorf("%w: %d bytes, max_value_bytes is %d", ErrTooLarge, len(r.Value), spec.MaxValueBytes)
 			}
@@ -694,9 +695,14 @@ func (w *Warmer) loadAndWrite(ctx context.Context, ws Store, spec *Spec, st *dec
 			}
 		}
 		for i, m := range batch {
+			if nAnswered == len(batch) {
+				break // every position answered: no member left without an answer
+			}
 			j := i
-			if !p.Known() {
-				q, _ := position(m) // a repeated member's state is its first's
+			if !p.Known() && (index != nil || i >= next) {
+				// A repeated member's state is its first's; the members
+				// before next were matched in order, each at its first.
+				q, _ := position(m)
 				j = int(q)
 			}
 			if answered[j] {

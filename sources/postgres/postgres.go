@@ -177,7 +177,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	var asked map[string]int
 	next := 0 // the member the next row is expected to answer
 	position := func(raw []byte) (int, bool) {
-		if next < len(members) && members[next] == string(raw) && (next == 0 || risesFrom(members[next-1], members[next])) {
+		if next < len(members) && members[next] == string(raw) && (next == 0 || warmer.MemberRises(members[next-1], members[next])) {
 			next++
 			return next - 1, true
 		}
@@ -298,16 +298,6 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		return nil, s.queryError(spec, err)
 	}
 	return dedupe(out), nil
-}
-
-// risesFrom reports whether b comes strictly after a, shorter strings first
-// and equal lengths bytewise: the order of numbers written without leading
-// zeros, and a total order on all strings.
-func risesFrom(a, b string) bool {
-	if len(a) != len(b) {
-		return len(a) < len(b)
-	}
-	return a < b
 }
 
 // paramKind is the type of a family query's member parameter ($1), for how
