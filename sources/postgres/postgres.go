@@ -597,12 +597,12 @@ func (s *Source) describe(ctx context.Context, spec *warmer.Spec) (*shape, error
 		if versioned {
 			xver, cols = ", x.ver", cols+", ver"
 		}
-		sql = "SELECT " + outer + "CASE WHEN octet_length(x.v) <= " + bound + " THEN x.v END, octet_length(x.v)::int8" + xver +
+		sql = "SELECT " + outer + "CASE WHEN octet_length(x.v) <= " + bound + " THEN x.v END, octet_length(x.v)" + xver +
 			"\nFROM (SELECT " + in + "q.v::text" + ver + " FROM (\n" + inner + "\n) AS q(" + cols + ") OFFSET 0) AS x(" + cols + ")"
 	case family:
-		sql = fmt.Sprintf("SELECT q.m, CASE WHEN %[1]s <= $2 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(m, v%[4]s)", size, inner, ver, verCol)
+		sql = fmt.Sprintf("SELECT q.m, CASE WHEN %[1]s <= $2 THEN q.v END, %[1]s%[3]s\nFROM (\n%[2]s\n) AS q(m, v%[4]s)", size, inner, ver, verCol)
 	default:
-		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s::int8%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
+		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
 	}
 	sh := &shape{sql: sql, versioned: versioned}
 	if family && len(sd.ParamOIDs) == 1 {
