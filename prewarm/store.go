@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -204,39 +205,38 @@ func (s *Store) SetEach(ctx context.Context, entries []store.Entry) ([]store.Set
 	}
 	out := make([]store.SetOutcome, len(entries))
 	if !s.fenced {
-		if s.versioned != nil {
-			// No leader here yet (a green Redis): entries that carry an
-			// origin version (copied from a serving Redis with their
-			// record) still get their record, so that the leader that
-			// starts here never replaces them with an older row.
-			var versioned, plain []int
-			for i, e := range entries {
-				if e.Seq > 0 && e.Versioned {
-					versioned = append(versioned, i)
-				} else {
-					plain = append(plain, i)
-				}
-			}
-			if len(versioned) > 0 {
-				return s.setSplit(ctx, entries, out, versioned, plain)
-			}
+		// No leader here yet (a green Redis): entries that carry an origin
+		// version (copied from a serving Redis with their record) still get
+		// their record, so that the leader that starts here never replaces
+		// them with an older row.
+		if s.versioned != nil && slices.ContainsFunc(entries, hasOriginVersion) {
+			versioned, plain := split(entries, hasOriginVersion)
+			return s.setSplit(ctx, entries, out, versioned, plain)
 		}
 		return out, s.setPlain(ctx, entries, out)
 	}
-	if s.versioned != nil {
-		var stamped, plain []int
-		for i, e := range entries {
-			if e.Seq > 0 {
-				stamped = append(stamped, i)
-			} else {
-				plain = append(plain, i)
-			}
-		}
-		if len(stamped) > 0 {
-			return s.setSplit(ctx, entries, out, stamped, plain)
-		}
+	if s.versioned != nil && slices.ContainsFunc(entries, isStamped) {
+		stamped, plain := split(entries, isStamped)
+		return s.setSplit(ctx, entries, out, stamped, plain)
 	}
 	return out, s.setFenced(ctx, entries, out)
+}
+
+// isStamped: an entry the leader version-checks; hasOriginVersion: one that
+// also carries an origin version.
+func isStamped(e store.Entry) bool        { return e.Seq > 0 }
+func hasOriginVersion(e store.Entry) bool { return e.Seq > 0 && e.Versioned }
+
+// split returns the indexes of the entries in and not in, in order.
+func split(entries []store.Entry, in func(store.Entry) bool) (yes, no []int) {
+	for i, e := range entries {
+		if in(e) {
+			yes = append(yes, i)
+		} else {
+			no = append(no, i)
+		}
+	}
+	return yes, no
 }
 
 // setSplit writes the stamped entries (indexes into entries) through the
