@@ -307,7 +307,7 @@ keys:
     batch_size: %d
     param_pattern: "[0-9]{1,9}"
     members: ["1"]
-    query: "SELECT id::text, v FROM %s WHERE id = ANY($1::bigint[])"
+    query: "SELECT id, v FROM %s WHERE id = ANY($1::bigint[])"
 `, redisAddr, "bench-"+strings.Trim(strings.NewReplacer(":", "-").Replace(prefix), "-"), dsn, prewarmKeys,
 		workers, strings.TrimSuffix(p.family, ":"), prefix+p.family+"{id}", prewarmTTL, chunk, p.table)
 	path := filepath.Join(b.TempDir(), "config.yaml")

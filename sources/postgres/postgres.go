@@ -5,6 +5,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -174,6 +175,21 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	// none of them is matched twice through a repeated member.
 	fds := rows.FieldDescriptions()
 	rawMember := len(fds) > 0 && (fds[0].DataTypeOID == pgtype.TextOID || fds[0].DataTypeOID == pgtype.VarcharOID)
+	// An integer member column (SELECT id, …) is read from its binary
+	// form and written out as the database writes it, id::text's digits,
+	// into num: the same bytes, without the server converting each row.
+	intMember := 0
+	if len(fds) > 0 && fds[0].Format == pgtype.BinaryFormatCode {
+		switch fds[0].DataTypeOID {
+		case pgtype.Int8OID:
+			intMember = 8
+		case pgtype.Int4OID:
+			intMember = 4
+		case pgtype.Int2OID:
+			intMember = 2
+		}
+	}
+	var num [20]byte
 	var asked map[string]int
 	next := 0 // the member the next row is expected to answer
 	position := func(raw []byte) (int, bool) {
@@ -203,7 +219,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		ver8    pgtype.Int8
 	)
 	dest := []any{&member, &value, &size}
-	if rawMember {
+	if rawMember || intMember > 0 {
 		dest[0] = nil // read from RawValues
 	}
 	// A text value is copied from its raw bytes into a buffer shared by the
@@ -246,10 +262,16 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		}
 		var m string
 		dup, isAsked := false, false
-		if rawMember {
+		if rawMember || intMember > 0 {
 			raw := rows.RawValues()[0]
 			if raw == nil {
 				continue
+			}
+			if intMember > 0 {
+				if len(raw) != intMember {
+					return nil, fmt.Errorf("keys[%s].query: %w: a %d-byte integer member, want %d bytes", spec.Name, warmer.ErrBadPayload, len(raw), intMember)
+				}
+				raw = appendIntMember(num[:0], raw)
 			}
 			if i, ok := position(raw); ok {
 				m, dup, isAsked = members[i], answered[i], true
@@ -298,6 +320,22 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		return nil, s.queryError(spec, err)
 	}
 	return dedupe(out), nil
+}
+
+// appendIntMember appends the decimal digits of raw, a big-endian integer of
+// 8, 4 or 2 bytes (PostgreSQL's binary bigint, integer or smallint), as the
+// database writes it as text.
+func appendIntMember(dst, raw []byte) []byte {
+	var v int64
+	switch len(raw) {
+	case 8:
+		v = int64(binary.BigEndian.Uint64(raw))
+	case 4:
+		v = int64(int32(binary.BigEndian.Uint32(raw)))
+	case 2:
+		v = int64(int16(binary.BigEndian.Uint16(raw)))
+	}
+	return strconv.AppendInt(dst, v, 10)
 }
 
 // paramKind is the type of a family query's member parameter ($1), for how

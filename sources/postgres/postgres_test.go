@@ -420,3 +420,61 @@ func TestEmptyTextIsNotNull(t *testing.T) {
 		}
 	}
 }
+
+// An integer member column (SELECT id, …, no ::text) is read in binary and
+// answers exactly as the same query with the column cast to text does: for
+// bigint, integer and smallint ids, negative and extreme ones among them,
+// members asked in random order with repeats and absent ones.
+func TestIntegerMemberColumnAnswersAsText(t *testing.T) {
+	src, pg := setup(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, `
+		CREATE TABLE nums (i8 bigint PRIMARY KEY, i4 integer UNIQUE, i2 smallint UNIQUE, v text);
+		INSERT INTO nums SELECT n, n, n, 'v' || n FROM generate_series(-300, 300) n;
+		INSERT INTO nums VALUES (9223372036854775807, 2147483647, 32767, 'max'), (-9223372036854775808, -2147483648, -32768, 'min');`); err != nil {
+		t.Fatal(err)
+	}
+	pool := []string{"9223372036854775807", "-9223372036854775808", "2147483647", "-2147483648", "32767", "-32768", "0", "404", "-404"}
+	for n := -300; n <= 300; n += 7 {
+		pool = append(pool, strconv.Itoa(n))
+	}
+	answers := func(t *testing.T, query string, members []string) map[string]string {
+		t.Helper()
+		rs, err := src.Load(ctx, spec(t, "n:{id}", query), members)
+		if err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		got := map[string]string{}
+		for _, r := range rs {
+			if r.Err != nil {
+				got[r.Member] = "error: " + r.Err.Error()
+				continue
+			}
+			got[r.Member] = string(r.Value)
+		}
+		return got
+	}
+	for _, col := range []struct{ name, typ string }{{"i8", "bigint"}, {"i4", "integer"}, {"i2", "smallint"}} {
+		for round := range 20 {
+			var members []string
+			for k := range 1 + round%9 {
+				members = append(members, pool[(round*31+k*17)%len(pool)])
+			}
+			if round%3 == 0 {
+				members = append(members, members[0]) // a repeat
+			}
+			where := fmt.Sprintf(" FROM nums WHERE %s = ANY($1::%s[])", col.name, col.typ)
+			if round%2 == 0 {
+				where += " ORDER BY v" // out of the order asked
+			}
+			got := answers(t, "SELECT "+col.name+", v"+where, members)
+			want := answers(t, "SELECT "+col.name+"::text, v"+where, members)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s round %d, members %q: integer column answered %v, its text %v", col.typ, round, members, got, want)
+			}
+			if len(want) == 0 && round%9 > 2 {
+				t.Errorf("%s round %d: no answers at all to compare (members %q)", col.typ, round, members)
+			}
+		}
+	}
+}
