@@ -44,6 +44,40 @@ func TestHashSetAgreesWithMap(t *testing.T) {
 	}
 }
 
+// addAll answers as add one hash at a time does, in chunks of any length,
+// for hashes repeated within a chunk and across chunks, across growth.
+func TestHashSetAddAllAgreesWithAdd(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	all, one := newHashSet(4), newHashSet(4)
+	fresh := make([]bool, 64)
+	for range 2_000 {
+		chunk := make([]uint64, r.IntN(64))
+		for i := range chunk {
+			switch r.IntN(4) {
+			case 0:
+				chunk[i] = uint64(r.IntN(300)) // repeats across chunks
+			case 1:
+				if i > 0 {
+					chunk[i] = chunk[r.IntN(i)] // a repeat within the chunk
+					break
+				}
+				fallthrough
+			default:
+				chunk[i] = r.Uint64()
+			}
+		}
+		all.addAll(chunk, fresh)
+		for i, h := range chunk {
+			if want := one.add(h); fresh[i] != want {
+				t.Fatalf("addAll said %v for %#x at %d of its chunk, add says %v", fresh[i], h, i, want)
+			}
+		}
+		if all.len() != one.len() {
+			t.Fatalf("addAll's set holds %d hashes, add's %d", all.len(), one.len())
+		}
+	}
+}
+
 // BenchmarkHashSetCold adds 100,000 key hashes, as a pre-warm of 100,000 keys
 // does, in runs of 1,000 with the CPU caches flushed between runs (in a
 // pre-warm, PostgreSQL and Redis stream the values through them meanwhile):
