@@ -538,8 +538,14 @@ func (r *prewarmRun) add(key string) {
 		r.pushLocked(prewarmJob{spec: spec, members: b.members})
 		r.mu.Unlock()
 		b.members, b.hashes, b.checked = nil, nil, 0
+	} else if size <= 0 && len(b.hashes) >= uncheckedMax {
+		rd.checkBatch(b) // one batch for all its keys: checked as it grows
 	}
 }
+
+// uncheckedMax bounds the keys a declaration without a batch size holds
+// before they are checked for repeats.
+const uncheckedMax = 1024
 
 // flushLocked adds what the reader counted since the last flush to the
 // report and the progress.
