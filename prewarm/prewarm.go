@@ -523,8 +523,10 @@ func (r *prewarmRun) add(key string) {
 		rd.seed = maphash.MakeSeed()
 	}
 	if b.members == nil && spec.BatchSize > 0 {
-		b.members = make([]string, 0, spec.BatchSize)
-		b.hashes = make([]uint64, 0, spec.BatchSize)
+		b.members = make([]string, 0, spec.BatchSize) // handed on with the batch
+	}
+	if b.hashes == nil && spec.BatchSize > 0 {
+		b.hashes = make([]uint64, 0, spec.BatchSize) // kept: empty once checked
 	}
 	b.members = append(b.members, member)
 	b.hashes = append(b.hashes, maphash.String(rd.seed, key))
@@ -537,7 +539,7 @@ func (r *prewarmRun) add(key string) {
 		r.flushLocked()
 		r.pushLocked(prewarmJob{spec: spec, members: b.members})
 		r.mu.Unlock()
-		b.members, b.hashes, b.checked = nil, nil, 0
+		b.members, b.checked = nil, 0
 	} else if size <= 0 && len(b.hashes) >= uncheckedMax {
 		rd.checkBatch(b) // one batch for all its keys: checked as it grows
 	}
