@@ -177,15 +177,42 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		// the time since the read was taken off: the write's own latency
 		// under load). A write slower than the read by more than that
 		// margin could still land a copy that much past the source's expiry.
-		spent := time.Since(read) + readRTT + time.Millisecond
+		// The slowest write of the run so far is taken off too, so that
+		// one as slow needs no repair; one slower is repaired below.
+		est := time.Duration(r.copyWrite.Load())
+		at := time.Now()
+		spent := at.Sub(read) + readRTT + time.Millisecond + est
 		for i := range entries {
 			entries[i].TTL = max(time.Millisecond, entries[i].TTL-spent)
 		}
 		res, err := src.Target.SetEach(ctx, entries)
+		took := time.Since(at)
+		if d := int64(took); d > r.copyWrite.Load() {
+			r.copyWrite.Store(d) // a race may keep a smaller one: it only costs a repair
+		}
 		if err != nil {
 			out.Failed += len(entries)
 			out.LastError = fmt.Errorf("write %d copied keys of %s: %w", len(entries), spec.Name, err)
 		} else {
+			// A copy expires at most took - readRTT - 1ms - est after its
+			// source (its SET ran before the write returned; the source's
+			// PTTL was read after the read was sent): when that is positive,
+			// the written copies are shortened by it, each counted from its
+			// own expiry, so that no copy outlives its source however long
+			// the write or the repair took.
+			if late := took - readRTT - time.Millisecond - est; late > 0 {
+				if sh, ok := src.Target.(shortener); ok {
+					var keys []string
+					for i, o := range res {
+						if o == store.SetWritten {
+							keys = append(keys, entries[i].Key)
+						}
+					}
+					if err := sh.Shorten(ctx, keys, late); err != nil {
+						out.LastError = fmt.Errorf("shorten %d copied keys of %s by %s: %w", len(keys), spec.Name, late, err)
+					}
+				}
+			}
 			for i, o := range res {
 				switch o {
 				case store.SetWritten:
@@ -223,6 +250,12 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		out.LastError = err
 	}
 	return out, out.LastError
+}
+
+// shortener is a copy's target that can take time off keys' TTLs, counted
+// from their own expiry (Store.Shorten).
+type shortener interface {
+	Shorten(ctx context.Context, keys []string, by time.Duration) error
 }
 
 // isKeyLevel reports whether a pipeline's error is one key's (absent, wrong

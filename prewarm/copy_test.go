@@ -2,11 +2,19 @@ package prewarm_test
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
 	"github.com/hearth-dev/hearth/internal/testenv"
+	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/prewarm"
+	"github.com/hearth-dev/hearth/store"
+	"github.com/hearth-dev/hearth/warmer"
 )
 
 // TestCopyScanPatternEscaped: the source SCAN's MATCH pattern takes a
@@ -32,4 +40,71 @@ func TestCopyScanPatternEscaped(t *testing.T) {
 	if len(got) != 1 || got[0] != p+"g[1]*?:5" {
 		t.Errorf("escaped pattern matched %q, want only %q", got, p+"g[1]*?:5")
 	}
+}
+
+// TestCopyNeverOutlivesItsSource: a copy from another Redis whose write is
+// held up far longer than the read took still expires no later than its
+// source: the time the write took beyond what the TTL allowed for is taken
+// off each copy afterwards, counted from the copy's own expiry.
+func TestCopyNeverOutlivesItsSource(t *testing.T) {
+	blue := testenv.Redis(t)
+	green := testenv.PrivateRedis(t).Client(t)
+	ctx := context.Background()
+	tpl, err := keytmpl.Parse(blue.Prefix + "c:{id}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &warmer.Spec{Name: "c", Template: tpl, Source: "s", TTL: time.Minute, Interval: 30 * time.Second,
+		LoadTimeout: time.Second, MaxMembers: 100, BatchSize: 10, NegativeTTL: time.Second, MaxValueBytes: 1 << 10}
+	w, err := warmer.New(warmer.Options{
+		Store: &store.RedisStore{Client: green}, Sources: map[string]warmer.Source{"s": staticSource()},
+		Specs: []*warmer.Spec{spec}, MaxConcurrentLoads: 8, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys keyList
+	for i := range 30 {
+		k := tpl.Key(strconv.Itoa(i + 1))
+		keys = append(keys, k)
+		if err := blue.Client.Set(ctx, k, "blue:"+k, 20*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := prewarm.NewStore(prewarm.StoreOptions{Client: green, Namespace: blue.Prefix + "ns"})
+	if _, err := target.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Three batches in turn, each write held up longer than the last, so
+	// that each is slower than any before it.
+	delays := []time.Duration{60 * time.Millisecond, 120 * time.Millisecond, 180 * time.Millisecond}
+	var n atomic.Int32
+	slow := &slowByBatch{Store: target, delay: func() time.Duration { return delays[min(int(n.Add(1))-1, len(delays)-1)] }}
+	pw := prewarm.New(w, prometheus.NewRegistry(), zerolog.Nop())
+	rep, err := pw.Run(ctx, prewarm.Options{AccessLog: keys, TopN: len(keys), Window: time.Hour, Concurrency: 1, Reason: "test",
+		Copy: &prewarm.CopySource{Client: blue.Client, Name: "blue", Target: slow, FromOnly: true}})
+	if err != nil || rep.Copied != len(keys) {
+		t.Fatalf("copy: %v, %d copied, want %d", err, rep.Copied, len(keys))
+	}
+	for _, k := range keys {
+		gt := green.PTTL(ctx, k).Val() // green first: blue's is read later, so it is not favoured
+		bt := blue.Client.PTTL(ctx, k).Val()
+		if gt <= 0 || gt > bt {
+			t.Errorf("green %s PTTL %s, blue's %s: a copy must never outlive its source", k, gt, bt)
+		}
+		if v := green.Get(ctx, k).Val(); v != "blue:"+k {
+			t.Errorf("green %s = %q, want blue's value", k, v)
+		}
+	}
+}
+
+// slowByBatch holds up each write by delay(), asked once per write.
+type slowByBatch struct {
+	*prewarm.Store
+	delay func() time.Duration
+}
+
+func (s *slowByBatch) SetEach(ctx context.Context, entries []store.Entry) ([]store.SetOutcome, error) {
+	time.Sleep(s.delay())
+	return s.Store.SetEach(ctx, entries)
 }

@@ -15,6 +15,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -295,6 +296,9 @@ type prewarmRun struct {
 	wake     chan struct{} // a batch was queued
 	done     chan struct{} // closed with the queue: every idle worker returns
 	ready    chan struct{} // closed once the sources are ready for the loads
+	// copyWrite is the longest a copy's write took so far in this run
+	// (nanoseconds): a copy's TTL is shortened by it up front.
+	copyWrite atomic.Int64
 
 	// reader is the access-log reader's own state, touched by it alone (add,
 	// finishReading) and so without the lock: the lock is taken once per

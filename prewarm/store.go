@@ -336,6 +336,30 @@ func (s *Store) setPlain(ctx context.Context, entries []store.Entry, out []store
 	return nil
 }
 
+// Shorten takes by off the TTL of each key, counted from the key's own expiry
+// (store.Shorten), so that how long the call takes does not matter: a copy
+// from another Redis whose write took longer than its TTL allowed for ends no
+// later than its source. A key left with no TTL is deleted; a key that is
+// absent, or has no TTL, is left alone.
+func (s *Store) Shorten(ctx context.Context, keys []string, by time.Duration) error {
+	if len(keys) == 0 || by <= 0 {
+		return nil
+	}
+	ms := strconv.FormatInt(max(1, (by+time.Millisecond-1).Milliseconds()), 10)
+	cmds, err := store.RunScript(ctx, s.client, store.Shorten, len(keys), func(i int) ([]string, []any) {
+		return []string{keys[i]}, []any{ms}
+	})
+	if err != nil {
+		return fmt.Errorf("shorten %d keys: %w", len(keys), err)
+	}
+	for i, c := range cmds {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("shorten %s: %w", quoteKey(keys[i]), err)
+		}
+	}
+	return nil
+}
+
 // Extend implements warmer.Store like store.RedisStore (PEXPIRE … GT never shortens a TTL
 // and never creates a key); a pre-warm extends only keys it failed to load.
 func (s *Store) Extend(ctx context.Context, keys []string, ttls []time.Duration) ([]bool, error) {

@@ -108,6 +108,9 @@ var (
 	PrewarmSet = plainScript("prewarm_set.lua")
 	// PrewarmVersioned: the pre-warm's write through the version record.
 	PrewarmVersioned = stateScript("lib_version.lua", "prewarm_versioned.lua")
+	// Shorten: KEYS key; ARGV ms. Takes ms off the key's TTL, counted from
+	// its own expiry (a copy's write that took longer than its TTL allowed for).
+	Shorten = plainScript("shorten.lua")
 )
 
 // Marker checks the re-warm marker and writes it back when absent or

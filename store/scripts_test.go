@@ -35,8 +35,8 @@ func TestScriptsLoad(t *testing.T) {
 			t.Errorf("SCRIPT LOAD %s: %v", name, err)
 		}
 	}
-	if len(sources) != 14 {
-		t.Errorf("%d scripts, want 14 (update this count with the list in scripts.go)", len(sources))
+	if len(sources) != 15 {
+		t.Errorf("%d scripts, want 15 (update this count with the list in scripts.go)", len(sources))
 	}
 }
 
