@@ -25,7 +25,9 @@ type CopySource struct {
 	// Name names the source in the report and the logs; it holds no password.
 	Name string
 	// Target writes the copies, fill-absent and fenced: the Store of
-	// `hearth prewarm`, which the engine's loads write through too.
+	// `hearth prewarm`, which the engine's loads write through too. Its
+	// Shorten repairs the copies of a write that took longer than their TTLs
+	// allowed for (a target without one is not repaired).
 	Target warmer.EachStore
 	// Namespace is the source's redis.namespace, where its version records
 	// are (store.VersionKey).
@@ -175,8 +177,8 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		// plus a millisecond of rounding, is taken off, so that a copy does
 		// not outlive its source (CI caught a copy 22 ms past it when only
 		// the time since the read was taken off: the write's own latency
-		// under load). A write slower than the read by more than that
-		// margin could still land a copy that much past the source's expiry.
+		// under load). A write slower than that margin allows for is
+		// repaired once it returns (below).
 		// The slowest write of the run so far is taken off too, so that
 		// one as slow needs no repair; one slower is repaired below.
 		est := time.Duration(r.copyWrite.Load())
