@@ -11,10 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
-	"github.com/hearth-dev/hearth/keytmpl"
 	"github.com/hearth-dev/hearth/prewarm"
 	"github.com/hearth-dev/hearth/store"
-	"github.com/hearth-dev/hearth/warmer"
 )
 
 // TestCopyScanPatternEscaped: the source SCAN's MATCH pattern takes a
@@ -50,19 +48,7 @@ func TestCopyNeverOutlivesItsSource(t *testing.T) {
 	blue := testenv.Redis(t)
 	green := testenv.PrivateRedis(t).Client(t)
 	ctx := context.Background()
-	tpl, err := keytmpl.Parse(blue.Prefix + "c:{id}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := &warmer.Spec{Name: "c", Template: tpl, Source: "s", TTL: time.Minute, Interval: 30 * time.Second,
-		LoadTimeout: time.Second, MaxMembers: 100, BatchSize: 10, NegativeTTL: time.Second, MaxValueBytes: 1 << 10}
-	w, err := warmer.New(warmer.Options{
-		Store: &store.RedisStore{Client: green}, Sources: map[string]warmer.Source{"s": staticSource()},
-		Specs: []*warmer.Spec{spec}, MaxConcurrentLoads: 8, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, tpl := familyWarmer(t, green, staticSource(), blue.Prefix+"c:{id}", 10)
 	var keys keyList
 	for i := range 30 {
 		k := tpl.Key(strconv.Itoa(i + 1))

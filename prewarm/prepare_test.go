@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/testenv"
@@ -23,20 +24,8 @@ import (
 func TestPrewarmPreparesTheOriginFirst(t *testing.T) {
 	rd := testenv.Redis(t)
 	ctx := context.Background()
-	tpl, err := keytmpl.Parse(rd.Prefix + "p:{id}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := &warmer.Spec{Name: "p", Template: tpl, Source: "s", TTL: time.Minute, Interval: 30 * time.Second,
-		LoadTimeout: time.Second, MaxMembers: 100, BatchSize: 5, NegativeTTL: time.Second, MaxValueBytes: 1 << 10}
 	src := staticSource()
-	w, err := warmer.New(warmer.Options{
-		Store: &store.RedisStore{Client: rd.Client}, Sources: map[string]warmer.Source{"s": src},
-		Specs: []*warmer.Spec{spec}, MaxConcurrentLoads: 8, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, tpl := familyWarmer(t, rd.Client, src, rd.Prefix+"p:{id}", 5)
 	var keys keyList
 	for i := range 20 {
 		keys = append(keys, tpl.Key(string(rune('a'+i))))
@@ -63,4 +52,24 @@ func TestPrewarmPreparesTheOriginFirst(t *testing.T) {
 	if ns, _ := src.Prepared(); len(ns) != 1 {
 		t.Errorf("a copy prepared the origin: %v", ns)
 	}
+}
+
+// familyWarmer is an engine with one family, template key, loaded from src
+// (source "s") in batches of batch, writing to rdb.
+func familyWarmer(t *testing.T, rdb *redis.Client, src warmer.Source, key string, batch int) (*warmer.Warmer, keytmpl.Template) {
+	t.Helper()
+	tpl, err := keytmpl.Parse(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &warmer.Spec{Name: "f", Template: tpl, Source: "s", TTL: time.Minute, Interval: 30 * time.Second,
+		LoadTimeout: time.Second, MaxMembers: 100, BatchSize: batch, NegativeTTL: time.Second, MaxValueBytes: 1 << 10}
+	w, err := warmer.New(warmer.Options{
+		Store: &store.RedisStore{Client: rdb}, Sources: map[string]warmer.Source{"s": src},
+		Specs: []*warmer.Spec{spec}, MaxConcurrentLoads: 8, Registerer: prometheus.NewRegistry(), Logger: zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, tpl
 }
