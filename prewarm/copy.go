@@ -25,10 +25,8 @@ type CopySource struct {
 	// Name names the source in the report and the logs; it holds no password.
 	Name string
 	// Target writes the copies, fill-absent and fenced: the Store of
-	// `hearth prewarm`, which the engine's loads write through too. Its
-	// Shorten repairs the copies of a write that took longer than their TTLs
-	// allowed for (a target without one is not repaired).
-	Target warmer.EachStore
+	// `hearth prewarm`, which the engine's loads write through too.
+	Target CopyTarget
 	// Namespace is the source's redis.namespace, where its version records
 	// are (store.VersionKey).
 	Namespace string
@@ -177,10 +175,9 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		// plus a millisecond of rounding, is taken off, so that a copy does
 		// not outlive its source (CI caught a copy 22 ms past it when only
 		// the time since the read was taken off: the write's own latency
-		// under load). A write slower than that margin allows for is
-		// repaired once it returns (below).
-		// The slowest write of the run so far is taken off too, so that
-		// one as slow needs no repair; one slower is repaired below.
+		// under load). The slowest write of the run so far is taken off
+		// too, so that one as slow needs no repair; one slower is repaired
+		// once it returns (below).
 		est := time.Duration(r.copyWrite.Load())
 		at := time.Now()
 		spent := at.Sub(read) + readRTT + time.Millisecond + est
@@ -203,16 +200,14 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 			// own expiry, so that no copy outlives its source however long
 			// the write or the repair took.
 			if late := took - readRTT - time.Millisecond - est; late > 0 {
-				if sh, ok := src.Target.(shortener); ok {
-					var keys []string
-					for i, o := range res {
-						if o == store.SetWritten {
-							keys = append(keys, entries[i].Key)
-						}
+				var keys []string
+				for i, o := range res {
+					if o == store.SetWritten {
+						keys = append(keys, entries[i].Key)
 					}
-					if err := sh.Shorten(ctx, keys, late); err != nil {
-						out.LastError = fmt.Errorf("shorten %d copied keys of %s by %s: %w", len(keys), spec.Name, late, err)
-					}
+				}
+				if err := src.Target.Shorten(ctx, keys, late); err != nil {
+					out.LastError = fmt.Errorf("shorten %d copied keys of %s by %s: %w", len(keys), spec.Name, late, err)
 				}
 			}
 			for i, o := range res {
@@ -254,9 +249,11 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	return out, out.LastError
 }
 
-// shortener is a copy's target that can take time off keys' TTLs, counted
-// from their own expiry (Store.Shorten).
-type shortener interface {
+// CopyTarget is where a copy writes (Store). Shorten repairs the copies of a
+// write that took longer than their TTLs allowed for: it takes by off each
+// key's TTL, counted from the key's own expiry.
+type CopyTarget interface {
+	warmer.EachStore
 	Shorten(ctx context.Context, keys []string, by time.Duration) error
 }
 

@@ -68,7 +68,7 @@ type Store struct {
 	versioned VersionedWriter
 }
 
-var _ warmer.EachStore = (*Store)(nil)
+var _ CopyTarget = (*Store)(nil)
 
 // NewStore builds a Store; call Prepare before writing.
 func NewStore(opts StoreOptions) *Store {
