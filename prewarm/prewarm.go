@@ -505,7 +505,9 @@ func (r *prewarmRun) add(key string) {
 		if reason == SkipNamespace {
 			ev = r.p.log.Warn() // someone recorded Hearth's own key as an application read
 		}
-		ev.Str("reason", reason).Str("key", quoteKey(key)).Msg("pre-warm: access-log key skipped")
+		if ev.Enabled() { // the key is quoted only for a line that is written
+			ev.Str("reason", reason).Str("key", quoteKey(key)).Msg("pre-warm: access-log key skipped")
+		}
 		return
 	}
 	if !spec.Template.IsFamily() {
