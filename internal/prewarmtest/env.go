@@ -149,3 +149,28 @@ func (e *Env) Keys(t *testing.T) []string {
 	sort.Strings(out)
 	return out
 }
+
+// NoLaterExpiry checks that key, copied from source to copy, expires in copy
+// no later than in source. It compares the absolute instants each server
+// holds (PEXPIRETIME: milliseconds of the clock both servers on this machine
+// read), so neither the order nor the timing of the two reads can make the
+// check pass or fail, as comparing two PTTLs read one after the other could
+// by the time between them.
+func NoLaterExpiry(ctx context.Context, copy, source redis.Cmdable, key string) error {
+	c, err := copy.PExpireTime(ctx, key).Result()
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", key, err)
+	}
+	s, err := source.PExpireTime(ctx, key).Result()
+	if err != nil {
+		return fmt.Errorf("source %s: %w", key, err)
+	}
+	switch {
+	case c < 0:
+		return fmt.Errorf("copy %s has no expiry (PEXPIRETIME %d)", key, c)
+	case s >= 0 && c > s:
+		return fmt.Errorf("copy %s expires at %s, %s after its source (%s): a copy must never outlive its source",
+			key, time.UnixMilli(c.Milliseconds()).UTC().Format("15:04:05.000"), c-s, time.UnixMilli(s.Milliseconds()).UTC().Format("15:04:05.000"))
+	}
+	return nil
+}
