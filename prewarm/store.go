@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -209,13 +208,13 @@ func (s *Store) SetEach(ctx context.Context, entries []store.Entry) ([]store.Set
 		// version (copied from a serving Redis with their record) still get
 		// their record, so that the leader that starts here never replaces
 		// them with an older row.
-		if s.versioned != nil && slices.ContainsFunc(entries, hasOriginVersion) {
+		if s.versioned != nil && anyEntry(entries, hasOriginVersion) {
 			versioned, plain := split(entries, hasOriginVersion)
 			return s.setSplit(ctx, entries, out, versioned, plain)
 		}
 		return out, s.setPlain(ctx, entries, out)
 	}
-	if s.versioned != nil && slices.ContainsFunc(entries, isStamped) {
+	if s.versioned != nil && anyEntry(entries, isStamped) {
 		stamped, plain := split(entries, isStamped)
 		return s.setSplit(ctx, entries, out, stamped, plain)
 	}
@@ -224,13 +223,24 @@ func (s *Store) SetEach(ctx context.Context, entries []store.Entry) ([]store.Set
 
 // isStamped: an entry the leader version-checks; hasOriginVersion: one that
 // also carries an origin version.
-func isStamped(e store.Entry) bool        { return e.Seq > 0 }
-func hasOriginVersion(e store.Entry) bool { return e.Seq > 0 && e.Versioned }
+func isStamped(e *store.Entry) bool        { return e.Seq > 0 }
+func hasOriginVersion(e *store.Entry) bool { return e.Seq > 0 && e.Versioned }
+
+// anyEntry reports whether some entry is in. The entries are looked at in
+// place: a batch's thousand entries are not copied one by one to be asked.
+func anyEntry(entries []store.Entry, in func(*store.Entry) bool) bool {
+	for i := range entries {
+		if in(&entries[i]) {
+			return true
+		}
+	}
+	return false
+}
 
 // split returns the indexes of the entries in and not in, in order.
-func split(entries []store.Entry, in func(store.Entry) bool) (yes, no []int) {
-	for i, e := range entries {
-		if in(e) {
+func split(entries []store.Entry, in func(*store.Entry) bool) (yes, no []int) {
+	for i := range entries {
+		if in(&entries[i]) {
 			yes = append(yes, i)
 		} else {
 			no = append(no, i)

@@ -209,6 +209,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	}
 	answered := make([]bool, len(members))
 	var seen map[string]bool // the other members answered
+	twice := false           // some member was answered twice: dedupe the results
 	var (
 		// Scanned into values, not pointers, through one destination list:
 		// no allocation per row for them. Each scan gives value a new slice.
@@ -306,6 +307,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		case r.Err != nil:
 		case dup:
 			r.Err = fmt.Errorf("%w: query returned member %q twice", warmer.ErrDuplicate, m)
+			twice = true
 		case size.Valid && size.Int64 > valueBound(spec):
 			r.Value = nil
 			r.Err = tooLarge(size.Int64, spec)
@@ -319,7 +321,10 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	if err := rows.Err(); err != nil {
 		return nil, s.queryError(spec, err)
 	}
-	return dedupe(out), nil
+	if twice {
+		return dedupe(out), nil
+	}
+	return out, nil
 }
 
 // appendIntMember appends the decimal digits of raw, a big-endian integer of
