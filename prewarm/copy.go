@@ -96,6 +96,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	}
 	var (
 		entries  []store.Entry
+		members  []string // entries[i] is members[i]'s
 		negative []bool
 		fallback []string
 	)
@@ -140,7 +141,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		if j := spec.Jitter; j > 0 && j < 1 {
 			ttl -= time.Duration(float64(ttl) * j / 2 * rand.Float64())
 		}
-		e := store.Entry{Key: spec.Template.Key(c.member), Value: v, TTL: max(time.Millisecond, ttl)}
+		e := store.Entry{Key: spec.Template.Key(c.member), Value: v, TTL: ttl} // checked below, once the time spent is known
 		if warmer.Stamped(spec) {
 			// warmer.Stamped: written through the version check, which orders the
 			// copy (epoch, 0) before every load of the target leader's term.
@@ -158,6 +159,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 			}
 		}
 		entries = append(entries, e)
+		members = append(members, c.member)
 		negative = append(negative, neg)
 	}
 	r.mu.Lock()
@@ -168,22 +170,31 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		r.rep.SourceSkipped[k] += n
 	}
 	r.mu.Unlock()
-	if len(entries) > 0 {
-		// The source's TTLs count from its answer, and the target's from
-		// when it runs the write: the time since the read began, plus the
-		// read's own round trip for the write's (a script, not cheaper),
-		// plus a millisecond of rounding, is taken off, so that a copy does
-		// not outlive its source (CI caught a copy 22 ms past it when only
-		// the time since the read was taken off: the write's own latency
-		// under load). The slowest write of the run so far is taken off
-		// too, so that one as slow needs no repair; one slower is repaired
-		// once it returns (below).
-		est := time.Duration(r.copyWrite.Load())
-		at := time.Now()
-		spent := at.Sub(read) + readRTT + time.Millisecond + est
-		for i := range entries {
-			entries[i].TTL = max(time.Millisecond, entries[i].TTL-spent)
+	// The source's TTLs count from its answer, and the target's from when it
+	// runs the write: the time since the read began, plus the read's own
+	// round trip for the write's (a script, not cheaper), plus a millisecond
+	// of rounding, is taken off, so that a copy does not outlive its source
+	// (CI caught a copy 22 ms past it when only the time since the read was
+	// taken off: the write's own latency under load). The slowest write of
+	// the run so far is taken off too, so that one as slow needs no repair;
+	// one slower is repaired once it returns (below).
+	est := time.Duration(r.copyWrite.Load())
+	at := time.Now()
+	spent := at.Sub(read) + readRTT + time.Millisecond + est
+	kept := 0
+	for i := range entries {
+		ttl, ok := copyTTL(entries[i].TTL, spent)
+		if !ok {
+			// As good as expired: a copy of it would outlive it.
+			fallback = append(fallback, members[i])
+			continue
 		}
+		entries[i].TTL = ttl
+		entries[kept], negative[kept] = entries[i], negative[i]
+		kept++
+	}
+	entries, negative = entries[:kept], negative[:kept]
+	if len(entries) > 0 {
 		res, err := src.Target.SetEach(ctx, entries)
 		took := time.Since(at)
 		if d := int64(took); d > r.copyWrite.Load() {
@@ -247,6 +258,15 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		out.LastError = err
 	}
 	return out, out.LastError
+}
+
+// copyTTL is a copy's TTL: what the source had left when read, less spent
+// since; false when under a millisecond would be left. PX counts whole
+// milliseconds and the copy must not outlive its source, so such a key is as
+// good as expired, and is loaded as one.
+func copyTTL(remaining, spent time.Duration) (time.Duration, bool) {
+	ttl := remaining - spent
+	return ttl, ttl >= time.Millisecond
 }
 
 // CopyTarget is where a copy writes (Store). Shorten repairs the copies of a

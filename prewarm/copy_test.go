@@ -93,3 +93,55 @@ func (s *slowByBatch) SetEach(ctx context.Context, entries []store.Entry) ([]sto
 	time.Sleep(s.delay())
 	return s.Store.SetEach(ctx, entries)
 }
+
+// TestCopySkipsKeysAboutToExpire: a source key with less time left than the
+// copy's write is allowed (here: less than the slowest write so far, 2 s)
+// is not copied with a TTL raised to a floor, which would outlive it: it is
+// as good as expired, and counted missing from the source. The keys with
+// time to spare are copied, each expiring no later than its source.
+func TestCopySkipsKeysAboutToExpire(t *testing.T) {
+	blue := testenv.Redis(t)
+	green := testenv.PrivateRedis(t).Client(t)
+	ctx := context.Background()
+	w, tpl := familyWarmer(t, green, staticSource(), blue.Prefix+"x:{id}", 10)
+	var keys keyList
+	for i := range 20 {
+		k := tpl.Key(strconv.Itoa(i + 1))
+		keys = append(keys, k)
+		ttl := 20 * time.Second
+		if i >= 10 {
+			ttl = 4 * time.Second // read about 2 s from now, with 2 s left: less than the write is allowed
+		}
+		if err := blue.Client.Set(ctx, k, "blue:"+k, ttl).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := prewarm.NewStore(prewarm.StoreOptions{Client: green, Namespace: blue.Prefix + "ns"})
+	if _, err := target.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	slow := &slowByBatch{Store: target, delay: func() time.Duration {
+		if n.Add(1) == 1 {
+			return 2 * time.Second // the first batch's write: the slowest so far for the second
+		}
+		return 0
+	}}
+	pw := prewarm.New(w, prometheus.NewRegistry(), zerolog.Nop())
+	rep, err := pw.Run(ctx, prewarm.Options{AccessLog: keys, TopN: len(keys), Window: time.Hour, Concurrency: 1, Reason: "test",
+		Copy: &prewarm.CopySource{Client: blue.Client, Name: "blue", Target: slow, FromOnly: true}})
+	if rep.Copied != 10 || rep.SourceMissing != 10 {
+		t.Errorf("copied %d, missing from the source %d (err %v), want 10 and 10", rep.Copied, rep.SourceMissing, err)
+	}
+	for i, k := range keys {
+		if i < 10 {
+			if err := prewarmtest.NoLaterExpiry(ctx, green, blue.Client, k); err != nil {
+				t.Error(err)
+			}
+			continue
+		}
+		if n := green.Exists(ctx, k).Val(); n != 0 {
+			t.Errorf("green holds %s (PTTL %s), copied from a source key about to expire", k, green.PTTL(ctx, k).Val())
+		}
+	}
+}
