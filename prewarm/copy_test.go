@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/hearth-dev/hearth/internal/prewarmtest"
@@ -46,15 +47,83 @@ func TestCopyScanPatternEscaped(t *testing.T) {
 // source: the time the write took beyond what the TTL allowed for is taken
 // off each copy afterwards, counted from the copy's own expiry.
 func TestCopyNeverOutlivesItsSource(t *testing.T) {
+	// Three batches in turn, each write held up longer than the last, so
+	// that each is slower than any before it.
+	delays := []time.Duration{60 * time.Millisecond, 120 * time.Millisecond, 180 * time.Millisecond}
+	c := copyThroughSlowWrites(t, 30, func(int) time.Duration { return 20 * time.Second }, func(batch int) time.Duration { return delays[min(batch, len(delays)-1)] })
+	if c.err != nil || c.rep.Copied != len(c.keys) {
+		t.Fatalf("copy: %v, %d copied, want %d", c.err, c.rep.Copied, len(c.keys))
+	}
+	ctx := context.Background()
+	for _, k := range c.keys {
+		if err := prewarmtest.NoLaterExpiry(ctx, c.green, c.blue, k); err != nil {
+			t.Error(err)
+		}
+		if v := c.green.Get(ctx, k).Val(); v != "blue:"+k {
+			t.Errorf("green %s = %q, want blue's value", k, v)
+		}
+	}
+}
+
+// TestCopySkipsKeysAboutToExpire: a source key with less time left than the
+// copy's write is allowed (here: less than the slowest write so far, 2 s)
+// is not copied with a TTL raised to a floor, which would outlive it: it is
+// as good as expired, and counted missing from the source. The keys with
+// time to spare are copied, each expiring no later than its source.
+func TestCopySkipsKeysAboutToExpire(t *testing.T) {
+	c := copyThroughSlowWrites(t, 20,
+		func(i int) time.Duration {
+			if i >= 10 {
+				return 4 * time.Second // read about 2 s from now, with 2 s left: less than the write is allowed
+			}
+			return 20 * time.Second
+		},
+		func(batch int) time.Duration {
+			if batch == 0 {
+				return 2 * time.Second // the first batch's write: the slowest so far for the second
+			}
+			return 0
+		})
+	if c.rep.Copied != 10 || c.rep.SourceMissing != 10 {
+		t.Errorf("copied %d, missing from the source %d (err %v), want 10 and 10", c.rep.Copied, c.rep.SourceMissing, c.err)
+	}
+	ctx := context.Background()
+	for i, k := range c.keys {
+		if i < 10 {
+			if err := prewarmtest.NoLaterExpiry(ctx, c.green, c.blue, k); err != nil {
+				t.Error(err)
+			}
+			continue
+		}
+		if n := c.green.Exists(ctx, k).Val(); n != 0 {
+			t.Errorf("green holds %s (PTTL %s), copied from a source key about to expire", k, c.green.PTTL(ctx, k).Val())
+		}
+	}
+}
+
+// copyRun is what copyThroughSlowWrites did.
+type copyRun struct {
+	rep         prewarm.Report
+	err         error
+	blue, green *redis.Client
+	keys        keyList
+}
+
+// copyThroughSlowWrites sets n keys in blue (the shared Redis), key i with
+// TTL ttl(i), and copies them --from-only to green (a private Redis) in
+// batches of 10, one batch at a time, each batch's write held up by
+// delay(batch) first (batch counts the writes from 0).
+func copyThroughSlowWrites(t *testing.T, n int, ttl func(i int) time.Duration, delay func(batch int) time.Duration) copyRun {
+	t.Helper()
 	blue := testenv.Redis(t)
 	green := testenv.PrivateRedis(t).Client(t)
 	ctx := context.Background()
 	w, tpl := familyWarmer(t, green, staticSource(), blue.Prefix+"c:{id}", 10)
 	var keys keyList
-	for i := range 30 {
+	for i := range n {
 		k := tpl.Key(strconv.Itoa(i + 1))
 		keys = append(keys, k)
-		if err := blue.Client.Set(ctx, k, "blue:"+k, 20*time.Second).Err(); err != nil {
+		if err := blue.Client.Set(ctx, k, "blue:"+k, ttl(i)).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,25 +131,12 @@ func TestCopyNeverOutlivesItsSource(t *testing.T) {
 	if _, err := target.Prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Three batches in turn, each write held up longer than the last, so
-	// that each is slower than any before it.
-	delays := []time.Duration{60 * time.Millisecond, 120 * time.Millisecond, 180 * time.Millisecond}
-	var n atomic.Int32
-	slow := &slowByBatch{Store: target, delay: func() time.Duration { return delays[min(int(n.Add(1))-1, len(delays)-1)] }}
+	var batches atomic.Int32
+	slow := &slowByBatch{Store: target, delay: func() time.Duration { return delay(int(batches.Add(1)) - 1) }}
 	pw := prewarm.New(w, prometheus.NewRegistry(), zerolog.Nop())
 	rep, err := pw.Run(ctx, prewarm.Options{AccessLog: keys, TopN: len(keys), Window: time.Hour, Concurrency: 1, Reason: "test",
 		Copy: &prewarm.CopySource{Client: blue.Client, Name: "blue", Target: slow, FromOnly: true}})
-	if err != nil || rep.Copied != len(keys) {
-		t.Fatalf("copy: %v, %d copied, want %d", err, rep.Copied, len(keys))
-	}
-	for _, k := range keys {
-		if err := prewarmtest.NoLaterExpiry(ctx, green, blue.Client, k); err != nil {
-			t.Error(err)
-		}
-		if v := green.Get(ctx, k).Val(); v != "blue:"+k {
-			t.Errorf("green %s = %q, want blue's value", k, v)
-		}
-	}
+	return copyRun{rep: rep, err: err, blue: blue.Client, green: green, keys: keys}
 }
 
 // slowByBatch holds up each write by delay(), asked once per write.
@@ -92,56 +148,4 @@ type slowByBatch struct {
 func (s *slowByBatch) SetEach(ctx context.Context, entries []store.Entry) ([]store.SetOutcome, error) {
 	time.Sleep(s.delay())
 	return s.Store.SetEach(ctx, entries)
-}
-
-// TestCopySkipsKeysAboutToExpire: a source key with less time left than the
-// copy's write is allowed (here: less than the slowest write so far, 2 s)
-// is not copied with a TTL raised to a floor, which would outlive it: it is
-// as good as expired, and counted missing from the source. The keys with
-// time to spare are copied, each expiring no later than its source.
-func TestCopySkipsKeysAboutToExpire(t *testing.T) {
-	blue := testenv.Redis(t)
-	green := testenv.PrivateRedis(t).Client(t)
-	ctx := context.Background()
-	w, tpl := familyWarmer(t, green, staticSource(), blue.Prefix+"x:{id}", 10)
-	var keys keyList
-	for i := range 20 {
-		k := tpl.Key(strconv.Itoa(i + 1))
-		keys = append(keys, k)
-		ttl := 20 * time.Second
-		if i >= 10 {
-			ttl = 4 * time.Second // read about 2 s from now, with 2 s left: less than the write is allowed
-		}
-		if err := blue.Client.Set(ctx, k, "blue:"+k, ttl).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	target := prewarm.NewStore(prewarm.StoreOptions{Client: green, Namespace: blue.Prefix + "ns"})
-	if _, err := target.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var n atomic.Int32
-	slow := &slowByBatch{Store: target, delay: func() time.Duration {
-		if n.Add(1) == 1 {
-			return 2 * time.Second // the first batch's write: the slowest so far for the second
-		}
-		return 0
-	}}
-	pw := prewarm.New(w, prometheus.NewRegistry(), zerolog.Nop())
-	rep, err := pw.Run(ctx, prewarm.Options{AccessLog: keys, TopN: len(keys), Window: time.Hour, Concurrency: 1, Reason: "test",
-		Copy: &prewarm.CopySource{Client: blue.Client, Name: "blue", Target: slow, FromOnly: true}})
-	if rep.Copied != 10 || rep.SourceMissing != 10 {
-		t.Errorf("copied %d, missing from the source %d (err %v), want 10 and 10", rep.Copied, rep.SourceMissing, err)
-	}
-	for i, k := range keys {
-		if i < 10 {
-			if err := prewarmtest.NoLaterExpiry(ctx, green, blue.Client, k); err != nil {
-				t.Error(err)
-			}
-			continue
-		}
-		if n := green.Exists(ctx, k).Val(); n != 0 {
-			t.Errorf("green holds %s (PTTL %s), copied from a source key about to expire", k, green.PTTL(ctx, k).Val())
-		}
-	}
 }
