@@ -96,7 +96,7 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 	}
 	var (
 		entries  []store.Entry
-		members  []string // entries[i] is members[i]'s
+		members  []string // entries[i] is members[i]'s, for the keys about to expire (below)
 		negative []bool
 		fallback []string
 	)
