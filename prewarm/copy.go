@@ -73,9 +73,10 @@ type copyMember struct {
 func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, error) {
 	src, spec := r.po.Copy, j.spec
 	pipe := src.Client.Pipeline()
-	ms := make([]copyMember, len(j.members))
+	wanted := j.members.strings()
+	ms := make([]copyMember, len(wanted))
 	withRec := spec.VersionColumn != ""
-	for i, m := range j.members {
+	for i, m := range wanted {
 		key := spec.Template.Key(m)
 		ms[i] = copyMember{member: m, get: pipe.Get(ctx, key), pttl: pipe.PTTL(ctx, key)}
 		if withRec {
@@ -90,8 +91,8 @@ func (r *prewarmRun) copyBatch(ctx context.Context, j prewarmJob) (copyOutcome, 
 		// The source is unreachable: nothing of this batch is known. The
 		// origin is not asked for a whole source's worth of keys behind the
 		// operator's back; the batch fails and the run reports the error.
-		out.Failed = len(j.members)
-		out.LastError = fmt.Errorf("read %d keys of %s from the source redis: %w", len(j.members), spec.Name, err)
+		out.Failed = len(wanted)
+		out.LastError = fmt.Errorf("read %d keys of %s from the source redis: %w", len(wanted), spec.Name, err)
 		return out, out.LastError
 	}
 	var (

@@ -230,7 +230,70 @@ func (p *Prewarmer) Status() Status {
 // prewarmJob is one batch of one declaration, queued to load.
 type prewarmJob struct {
 	spec    *warmer.Spec
-	members []string
+	members memberList
+}
+
+// memberList is a batch's members end to end in one buffer: member i is
+// buf[ends[i-1]:ends[i]] (from 0 for the first). The reader queues batches
+// far ahead of the loads (a ranking of 100,000 keys is read in a fraction of
+// the time its loads take), and what the queue holds raises the collector's
+// goal, and with it the memory the process touches. As strings, each member
+// held its access-log key alive (pgx allocates one per key) and took a
+// 16-byte header besides; here it takes its own bytes and 4.
+type memberList struct {
+	buf  []byte
+	ends []int32
+}
+
+// oneMember is a list of the single member m.
+func oneMember(m string) memberList {
+	return memberList{buf: []byte(m), ends: []int32{int32(len(m))}}
+}
+
+func (l *memberList) add(m string) {
+	l.buf = append(l.buf, m...)
+	l.ends = append(l.ends, int32(len(l.buf)))
+}
+
+func (l *memberList) len() int { return len(l.ends) }
+
+// start is where member i begins in buf.
+func (l *memberList) start(i int) int {
+	if i == 0 {
+		return 0
+	}
+	return int(l.ends[i-1])
+}
+
+// filter keeps, of the members from index from on, those whose keep[i-from]
+// is true, in order (len(keep) is the number of members from from on).
+func (l *memberList) filter(from int, keep []bool) {
+	at := l.start(from) // where the next kept member goes
+	start := at         // where member from+i begins, before any move
+	n := from
+	for i, ok := range keep {
+		end := int(l.ends[from+i])
+		if ok {
+			at += copy(l.buf[at:], l.buf[start:end])
+			l.ends[n] = int32(at)
+			n++
+		}
+		start = end
+	}
+	l.buf, l.ends = l.buf[:at], l.ends[:n]
+}
+
+// strings returns the members as strings, all cut from one: a batch's
+// members cost two allocations when it loads.
+func (l *memberList) strings() []string {
+	all := string(l.buf)
+	out := make([]string, len(l.ends))
+	start := 0
+	for i, end := range l.ends {
+		out[i] = all[start:end]
+		start = int(end)
+	}
+	return out
 }
 
 // Run loads every declared single key plus the top-N keys of the access log
@@ -332,7 +395,7 @@ type prewarmReader struct {
 // pendingBatch is a declaration's batch being filled by the reader.
 type pendingBatch struct {
 	spec    *warmer.Spec
-	members []string
+	members memberList
 	// hashes[i] is the key hash of members[checked+i]: members added since
 	// the batch was last checked against the set.
 	hashes  []uint64
@@ -350,19 +413,19 @@ func (rd *prewarmReader) checkBatch(b *pendingBatch) {
 	}
 	fresh := rd.fresh[:len(b.hashes)]
 	rd.seen.addAll(b.hashes, fresh)
-	keep := b.checked
-	for i, ok := range fresh {
+	repeats := 0
+	for _, ok := range fresh {
 		if !ok {
-			if !rd.scanning { // a scan finds the declared members again: not a repeat
-				rd.skipped[SkipDuplicate]++
-			}
-			continue
+			repeats++
 		}
-		b.members[keep] = b.members[b.checked+i]
-		keep++
 	}
-	clear(b.members[keep:]) // no repeat kept alive
-	b.members, b.checked, b.hashes = b.members[:keep], keep, b.hashes[:0]
+	if repeats > 0 {
+		if !rd.scanning { // a scan finds the declared members again: not a repeat
+			rd.skipped[SkipDuplicate] += repeats
+		}
+		b.members.filter(b.checked, fresh)
+	}
+	b.checked, b.hashes = b.members.len(), b.hashes[:0]
 }
 
 // checkAll checks every batch being filled: before the reading ends, and
@@ -397,7 +460,7 @@ func (p *Prewarmer) prewarm(ctx context.Context, po Options) (Report, error) {
 	// Declared single keys first: they load while the access log is read.
 	for _, s := range r.specs {
 		if !s.Template.IsFamily() {
-			r.push(prewarmJob{spec: s, members: []string{""}})
+			r.push(prewarmJob{spec: s, members: oneMember("")})
 		}
 	}
 	r.progress()
@@ -528,24 +591,29 @@ func (r *prewarmRun) add(key string) {
 		rd.seen = newHashSet(min(r.po.TopN, maxSeenHint))
 		rd.seed = maphash.MakeSeed()
 	}
-	if b.members == nil && spec.BatchSize > 0 {
-		b.members = make([]string, 0, spec.BatchSize) // handed on with the batch
+	if b.members.ends == nil && spec.BatchSize > 0 {
+		// Handed on with the batch; the buffer is sized for members of
+		// this one's length.
+		b.members = memberList{
+			buf:  make([]byte, 0, spec.BatchSize*len(member)),
+			ends: make([]int32, 0, spec.BatchSize),
+		}
 	}
 	if b.hashes == nil && spec.BatchSize > 0 {
 		b.hashes = make([]uint64, 0, spec.BatchSize) // kept: empty once checked
 	}
-	b.members = append(b.members, member)
+	b.members.add(member)
 	b.hashes = append(b.hashes, maphash.String(rd.seed, key))
-	if size := spec.BatchSize; size > 0 && len(b.members) >= size {
+	if size := spec.BatchSize; size > 0 && b.members.len() >= size {
 		// Full: checked for repeats, and queued unless some were dropped.
-		if rd.checkBatch(b); len(b.members) < size {
+		if rd.checkBatch(b); b.members.len() < size {
 			return
 		}
 		r.mu.Lock()
 		r.flushLocked()
 		r.pushLocked(prewarmJob{spec: spec, members: b.members})
 		r.mu.Unlock()
-		b.members, b.checked = nil, 0
+		b.members, b.checked = memberList{}, 0
 	} else if size <= 0 && len(b.hashes) >= uncheckedMax {
 		rd.checkBatch(b) // one batch for all its keys: checked as it grows
 	}
@@ -574,9 +642,9 @@ func (r *prewarmRun) finishReading() {
 	r.mu.Lock()
 	r.flushLocked()
 	for _, b := range r.reader.order {
-		if len(b.members) > 0 {
+		if b.members.len() > 0 {
 			r.pushLocked(prewarmJob{spec: b.spec, members: b.members})
-			b.members, b.hashes, b.checked = nil, nil, 0
+			b.members, b.hashes, b.checked = memberList{}, nil, 0
 		}
 	}
 	r.closed = true
@@ -594,7 +662,7 @@ func (r *prewarmRun) push(j prewarmJob) {
 
 func (r *prewarmRun) pushLocked(j prewarmJob) {
 	r.queue = append(r.queue, j)
-	r.rep.Wanted += len(j.members)
+	r.rep.Wanted += j.members.len()
 	r.prog.Wanted = r.rep.Wanted
 	r.signal()
 }
@@ -711,7 +779,7 @@ func (r *prewarmRun) load(ctx context.Context, j prewarmJob) {
 		r.rep.RecordsCopied += c.RecordsCopied
 		r.mu.Unlock()
 	} else {
-		o, err = r.p.e.RefreshMembers(ctx, j.spec.Name, j.members)
+		o, err = r.p.e.RefreshMembers(ctx, j.spec.Name, j.members.strings())
 	}
 	r.mu.Lock()
 	if err != nil && r.firstErr == nil {
@@ -722,7 +790,7 @@ func (r *prewarmRun) load(ctx context.Context, j prewarmJob) {
 	r.rep.Present += o.Present
 	r.rep.Fenced += o.Fenced
 	r.prog.Written, r.prog.Negative, r.prog.Present = r.rep.Written, r.rep.Negative, r.rep.Present
-	r.prog.Failed += len(j.members) - o.Written - o.Negative - o.Present
+	r.prog.Failed += j.members.len() - o.Written - o.Negative - o.Present
 	r.prog.Done = r.prog.Written + r.prog.Negative + r.prog.Present + r.prog.Failed
 	r.mu.Unlock()
 	r.progress()
