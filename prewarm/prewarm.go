@@ -239,20 +239,20 @@ type prewarmJob struct {
 // the time its loads take), and what the queue holds raises the collector's
 // goal, and with it the memory the process touches. As strings, each member
 // held its access-log key alive (pgx allocates one per key) and took a
-// 16-byte header besides; here it takes its own bytes and 4.
+// 16-byte header besides; here it takes its own bytes and 8.
 type memberList struct {
 	buf  []byte
-	ends []int32
+	ends []int
 }
 
 // oneMember is a list of the single member m.
 func oneMember(m string) memberList {
-	return memberList{buf: []byte(m), ends: []int32{int32(len(m))}}
+	return memberList{buf: []byte(m), ends: []int{len(m)}}
 }
 
 func (l *memberList) add(m string) {
 	l.buf = append(l.buf, m...)
-	l.ends = append(l.ends, int32(len(l.buf)))
+	l.ends = append(l.ends, len(l.buf))
 }
 
 func (l *memberList) len() int { return len(l.ends) }
@@ -262,7 +262,7 @@ func (l *memberList) start(i int) int {
 	if i == 0 {
 		return 0
 	}
-	return int(l.ends[i-1])
+	return l.ends[i-1]
 }
 
 // filter keeps, of the members from index from on, those whose keep[i-from]
@@ -272,10 +272,10 @@ func (l *memberList) filter(from int, keep []bool) {
 	start := at         // where member from+i begins, before any move
 	n := from
 	for i, ok := range keep {
-		end := int(l.ends[from+i])
+		end := l.ends[from+i]
 		if ok {
 			at += copy(l.buf[at:], l.buf[start:end])
-			l.ends[n] = int32(at)
+			l.ends[n] = at
 			n++
 		}
 		start = end
@@ -291,7 +291,7 @@ func (l *memberList) strings() []string {
 	start := 0
 	for i, end := range l.ends {
 		out[i] = all[start:end]
-		start = int(end)
+		start = end
 	}
 	return out
 }
@@ -593,10 +593,11 @@ func (r *prewarmRun) add(key string) {
 	}
 	if b.members.ends == nil && spec.BatchSize > 0 {
 		// Handed on with the batch; the buffer is sized for members of
-		// this one's length.
+		// this one's length (up to 64 KB: a long first member does not
+		// size it for a batch of long ones).
 		b.members = memberList{
-			buf:  make([]byte, 0, spec.BatchSize*len(member)),
-			ends: make([]int32, 0, spec.BatchSize),
+			buf:  make([]byte, 0, min(spec.BatchSize*len(member), 64<<10)),
+			ends: make([]int, 0, spec.BatchSize),
 		}
 	}
 	if b.hashes == nil && spec.BatchSize > 0 {
