@@ -103,7 +103,8 @@ func TestValueBound(t *testing.T) {
 }
 
 // TestBoundedQueryUsesIndex: the wrapper around a declaration query is pulled up
-// by the planner, so a batch on 100,000 rows is still an index scan.
+// by the planner, so a batch on 100,000 rows is still an index scan; so is the
+// query that reads the sizes of values that came back NULL.
 func TestBoundedQueryUsesIndex(t *testing.T) {
 	pg := testenv.Postgres(t)
 	ctx := context.Background()
@@ -124,24 +125,36 @@ func TestBoundedQueryUsesIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := pg.Pool.Query(ctx, "EXPLAIN "+sql, []string{"1", "500", "99999"}, int64(s.MaxValueBytes))
+	sizes, err := src.SizesSQL(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{sql, []any{[]string{"1", "500", "99999"}, int64(s.MaxValueBytes)}},
+		{sizes, []any{[]string{"1", "500", "99999"}}},
+	} {
+		rows, err := pg.Pool.Query(ctx, "EXPLAIN "+q.sql, q.args...)
+		if err != nil {
 			t.Fatal(err)
 		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "Index Scan using products_pkey") || strings.Contains(text, "Seq Scan") {
-		t.Errorf("bounded query does not use the primary key:\n%s\n%s", sql, text)
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(plan, "\n")
+		if !strings.Contains(text, "Index Scan using products_pkey") || strings.Contains(text, "Seq Scan") {
+			t.Errorf("query does not use the primary key:\n%s\n%s", q.sql, text)
+		}
 	}
 	rs, err := src.Load(ctx, s, []string{"1", "500", "99999"})
 	if err != nil || len(rs) != 3 {
@@ -220,4 +233,99 @@ func TestInt8ArrayMembers(t *testing.T) {
 	if want := map[string]bool{"007": true, " 7": true, "+7": true, "7.0": true, "x": true, "9223372036854775808": true}; !maps.Equal(bad, want) {
 		t.Errorf("bad members %v, want %v", bad, want)
 	}
+}
+
+// TestNullOrOverTheBound: a value over max_value_bytes and a NULL value both
+// come back NULL from the bounded query (no row carries its size); the sizes
+// of those two alone are read afterwards to tell them apart: too large (named
+// with its size) or NULL, in one batch, for text and jsonb values, with and
+// without a version column, and for a single key. When the sizes cannot be
+// read, both fail with that error; the other members load either way.
+func TestNullOrOverTheBound(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, `
+		CREATE TABLE things (id bigint PRIMARY KEY, note text, doc jsonb, ver bigint NOT NULL DEFAULT 7);
+		INSERT INTO things (id, note, doc) VALUES
+			(1, 'ok', '{"a": 1}'), (2, repeat('x', 100), jsonb_build_object('x', repeat('x', 100))),
+			(3, NULL, NULL), (4, 'fine', '{"b": 2}');`); err != nil {
+		t.Fatal(err)
+	}
+	src, err := postgres.New(postgres.Config{Name: "db", DSN: pg.DSN, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for _, col := range []string{"note", "doc"} {
+		for _, versioned := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s versioned %t", col, versioned), func(t *testing.T) {
+				q := fmt.Sprintf("SELECT id, %s FROM things WHERE id = ANY($1::bigint[])", col)
+				if versioned {
+					q = fmt.Sprintf("SELECT id, %s, ver FROM things WHERE id = ANY($1::bigint[])", col)
+				}
+				s := spec(t, "t:{id}", q)
+				if versioned {
+					s.VersionColumn = "ver"
+				}
+				s.MaxValueBytes = 50
+				rs, err := src.Load(ctx, s, []string{"1", "2", "3", "4"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]warmer.Result{}
+				for _, r := range rs {
+					got[r.Member] = r
+				}
+				if len(rs) != 4 || got["1"].Err != nil || got["4"].Err != nil || len(got["1"].Value) == 0 || len(got["4"].Value) == 0 {
+					t.Errorf("the members within the bound: %+v", rs)
+				}
+				if r := got["2"]; !errors.Is(r.Err, warmer.ErrTooLarge) || r.Value != nil || !strings.Contains(r.Err.Error(), "max_value_bytes is 50") {
+					t.Errorf("member 2 (over the bound): %q %v, want ErrTooLarge naming the bound", r.Value, r.Err)
+				}
+				if r := got["3"]; !errors.Is(r.Err, warmer.ErrNullValue) || errors.Is(r.Err, warmer.ErrTooLarge) || !strings.Contains(r.Err.Error(), `member "3"`) {
+					t.Errorf("member 3 (NULL): %v, want ErrNullValue naming the member", r.Err)
+				}
+				if versioned && (!got["1"].HasVersion || got["1"].Version != 7) {
+					t.Errorf("member 1's version: %+v", got["1"])
+				}
+			})
+		}
+	}
+	t.Run("single key", func(t *testing.T) {
+		for id, want := range map[int]error{2: warmer.ErrTooLarge, 3: warmer.ErrNullValue} {
+			s := spec(t, "one", fmt.Sprintf("SELECT note FROM things WHERE id = %d", id))
+			s.MaxValueBytes = 50
+			rs, err := src.Load(ctx, s, nil)
+			if err != nil || len(rs) != 1 || !errors.Is(rs[0].Err, want) || rs[0].Value != nil {
+				t.Errorf("single key of row %d: %+v %v, want %v", id, rs, err, want)
+			}
+		}
+	})
+	t.Run("sizes unreadable", func(t *testing.T) {
+		// The sizes query reads the column through a function that fails
+		// when it is called on a NULL value's row; the bounded query never
+		// calls it for that row's value.
+		if _, err := pg.Pool.Exec(ctx, `CREATE FUNCTION size_fails(t text) RETURNS text LANGUAGE plpgsql AS $$
+			BEGIN IF current_query() NOT LIKE '%CASE WHEN%' THEN RAISE EXCEPTION 'sizes unreadable'; END IF; RETURN t; END $$`); err != nil {
+			t.Fatal(err)
+		}
+		s := spec(t, "u:{id}", "SELECT id, size_fails(note) FROM things WHERE id = ANY($1::bigint[])")
+		s.MaxValueBytes = 50
+		rs, err := src.Load(ctx, s, []string{"1", "2", "3"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			switch r.Member {
+			case "1":
+				if r.Err != nil || string(r.Value) != "ok" {
+					t.Errorf("member 1: %q %v", r.Value, r.Err)
+				}
+			default:
+				if r.Err == nil || r.Value != nil || !strings.Contains(r.Err.Error(), "sizes unreadable") {
+					t.Errorf("member %s: %q %v, want the sizes query's error", r.Member, r.Value, r.Err)
+				}
+			}
+		}
+	})
 }

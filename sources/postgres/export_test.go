@@ -18,3 +18,13 @@ func (s *Source) BoundedSQL(ctx context.Context, spec *warmer.Spec) (string, err
 
 // Described is how many times the source has described a declaration's query.
 func (s *Source) Described() int64 { return s.described.Load() }
+
+// SizesSQL returns the query that reads the sizes of values that came back
+// NULL from BoundedSQL's.
+func (s *Source) SizesSQL(ctx context.Context, spec *warmer.Spec) (string, error) {
+	sh, err := s.shape(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	return sh.sizes, nil
+}

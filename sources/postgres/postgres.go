@@ -208,18 +208,18 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		return i, ok
 	}
 	answered := make([]bool, len(members))
+	var nulls []int          // the positions in out of the values that came back NULL
 	var seen map[string]bool // the other members answered
 	twice := false           // some member was answered twice: dedupe the results
 	var (
 		// Scanned into values, not pointers, through one destination list:
 		// no allocation per row for them. Each scan gives value a new slice.
 		member  pgtype.Text
-		size    pgtype.Int8
 		value   []byte
 		version any
 		ver8    pgtype.Int8
 	)
-	dest := []any{&member, &value, &size}
+	dest := []any{&member, &value}
 	if rawMember || intMember > 0 {
 		dest[0] = nil // read from RawValues
 	}
@@ -234,7 +234,7 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 	if rawValue {
 		dest[1] = nil
 	}
-	int8Version := sh.versioned && len(fds) == 4 && fds[3].DataTypeOID == pgtype.Int8OID
+	int8Version := sh.versioned && len(fds) == 3 && fds[2].DataTypeOID == pgtype.Int8OID
 	if int8Version {
 		dest = append(dest, &ver8) // no boxing of each row's version
 	} else if sh.versioned {
@@ -308,18 +308,18 @@ func (s *Source) Load(ctx context.Context, spec *warmer.Spec, members []string) 
 		case dup:
 			r.Err = fmt.Errorf("%w: query returned member %q twice", warmer.ErrDuplicate, m)
 			twice = true
-		case size.Valid && size.Int64 > valueBound(spec):
-			r.Value = nil
-			r.Err = tooLarge(size.Int64, spec)
-			s.log.Warn().Str("family", spec.Name).Str("member", m).Int64("bytes", size.Int64).Int("max_value_bytes", spec.MaxValueBytes).
-				Msg("value over max_value_bytes not fetched; the member's old value is kept")
 		case value == nil:
-			r.Err = fmt.Errorf("%w: query returned NULL for member %q", warmer.ErrNullValue, m)
+			// Over the bound, or NULL: told apart once the rows are read.
+			nulls = append(nulls, len(out))
 		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.queryError(spec, err)
+	}
+	if len(nulls) > 0 {
+		rows.Close() // its connection back first: the sizes are read on another
+		s.explainNulls(ctx, spec, sh, out, nulls)
 	}
 	if twice {
 		return dedupe(out), nil
@@ -499,6 +499,69 @@ func (s *Source) canonical(ctx context.Context, sh *shape, members []string) ([]
 	return keep, refused, nil
 }
 
+// explainNulls tells the values that came back NULL (out[i] for i in at)
+// apart: over max_value_bytes (not sent; the old value is kept), or NULL. It
+// reads their sizes with a query of their own; if that fails, each is failed
+// with its error.
+func (s *Source) explainNulls(ctx context.Context, spec *warmer.Spec, sh *shape, out []warmer.Result, at []int) {
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if spec.Template.IsFamily() {
+		members := make([]string, len(at))
+		for k, i := range at {
+			members[k] = out[i].Member
+		}
+		param, _ := bindMembers(sh.param, members) // each bound once already
+		rows, err = s.pool.Query(ctx, sh.sizes, param)
+	} else {
+		rows, err = s.pool.Query(ctx, sh.sizes)
+	}
+	sizes := map[string]int64{}
+	if err == nil {
+		var (
+			m    string
+			size *int64
+		)
+		dest := []any{&size}
+		if spec.Template.IsFamily() {
+			dest = []any{&m, &size}
+		}
+		for rows.Next() && err == nil {
+			if err = rows.Scan(dest...); err == nil && size != nil {
+				sizes[m] = *size
+			}
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	for _, i := range at {
+		r := &out[i]
+		r.Value = nil
+		name := ""
+		if spec.Template.IsFamily() {
+			name = fmt.Sprintf(" for member %q", r.Member)
+		}
+		switch size, ok := sizes[r.Member]; {
+		case err != nil:
+			r.Err = fmt.Errorf("%w: NULL or over max_value_bytes%s, and its size could not be read: %w", warmer.ErrNullValue, name, s.queryError(spec, err))
+		case ok && size > valueBound(spec):
+			r.Err = tooLarge(size, spec)
+			ev, what := s.log.Warn().Str("family", spec.Name), "key"
+			if spec.Template.IsFamily() {
+				ev, what = ev.Str("member", r.Member), "member"
+			}
+			ev.Int64("bytes", size).Int("max_value_bytes", spec.MaxValueBytes).
+				Msg("value over max_value_bytes not fetched; the " + what + "'s old value is kept")
+		default:
+			r.Err = fmt.Errorf("%w: query returned NULL%s", warmer.ErrNullValue, name)
+		}
+	}
+}
+
 // valueBound is the largest value the server may send for spec.
 func valueBound(spec *warmer.Spec) int64 {
 	if spec.MaxValueBytes <= 0 {
@@ -512,9 +575,13 @@ func tooLarge(size int64, spec *warmer.Spec) error {
 }
 
 // shape is a declaration query checked and wrapped so that the value column
-// comes with its size and is sent only within the bound.
+// is sent only within the bound (NULL over it).
 type shape struct {
 	sql string
+	// sizes reads the size of the value of each member of $1 (a family's:
+	// member and size) or of the single key's value, as the bound measures
+	// it: what tells a value over the bound from a NULL one.
+	sizes string
 	// versioned: the query returns the declaration's version column last,
 	// and the wrapper passes it through.
 	versioned bool
@@ -640,14 +707,20 @@ func (s *Source) describe(ctx context.Context, spec *warmer.Spec) (*shape, error
 		if versioned {
 			xver, cols = ", x.ver", cols+", ver"
 		}
-		sql = "SELECT " + outer + "CASE WHEN octet_length(x.v) <= " + bound + " THEN x.v END, octet_length(x.v)" + xver +
+		sql = "SELECT " + outer + "CASE WHEN octet_length(x.v) <= " + bound + " THEN x.v END" + xver +
 			"\nFROM (SELECT " + in + "q.v::text" + ver + " FROM (\n" + inner + "\n) AS q(" + cols + ") OFFSET 0) AS x(" + cols + ")"
 	case family:
-		sql = fmt.Sprintf("SELECT q.m, CASE WHEN %[1]s <= $2 THEN q.v END, %[1]s%[3]s\nFROM (\n%[2]s\n) AS q(m, v%[4]s)", size, inner, ver, verCol)
+		sql = fmt.Sprintf("SELECT q.m, CASE WHEN %[1]s <= $2 THEN q.v END%[3]s\nFROM (\n%[2]s\n) AS q(m, v%[4]s)", size, inner, ver, verCol)
 	default:
-		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END, %[1]s%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
+		sql = fmt.Sprintf("SELECT CASE WHEN %[1]s <= $1 THEN q.v END%[3]s\nFROM (\n%[2]s\n) AS q(v%[4]s)", size, inner, ver, verCol)
 	}
-	sh := &shape{sql: sql, versioned: versioned}
+	// The sizes are asked for only when a value comes back NULL (rare), so
+	// that no row of a load carries its size.
+	sizes := fmt.Sprintf("SELECT %s\nFROM (\n%s\n) AS q(v%s)", size, inner, verCol)
+	if family {
+		sizes = fmt.Sprintf("SELECT q.m::text, %s\nFROM (\n%s\n) AS q(m, v%s)", size, inner, verCol)
+	}
+	sh := &shape{sql: sql, sizes: sizes, versioned: versioned}
 	if family && len(sd.ParamOIDs) == 1 {
 		oid := sd.ParamOIDs[0]
 		sh.param = kindOf(oid)
@@ -703,11 +776,10 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec, sh *shape) (
 	defer rows.Close()
 	var (
 		value   []byte
-		size    *int64
 		version any
 		n       int
 	)
-	dest := []any{&value, &size}
+	dest := []any{&value}
 	if sh.versioned {
 		dest = append(dest, &version)
 	}
@@ -725,12 +797,11 @@ func (s *Source) loadSingle(ctx context.Context, spec *warmer.Spec, sh *shape) (
 		return []warmer.Result{{Missing: true}}, nil
 	case n > 1:
 		return []warmer.Result{{Err: fmt.Errorf("%w: query returned %d rows for a single key", warmer.ErrDuplicate, n)}}, nil
-	case size != nil && *size > valueBound(spec):
-		s.log.Warn().Str("family", spec.Name).Int64("bytes", *size).Int("max_value_bytes", spec.MaxValueBytes).
-			Msg("value over max_value_bytes not fetched; the key's old value is kept")
-		return []warmer.Result{{Err: tooLarge(*size, spec)}}, nil
 	case value == nil:
-		return []warmer.Result{{Err: fmt.Errorf("%w: query returned NULL", warmer.ErrNullValue)}}, nil
+		rows.Close()
+		out := []warmer.Result{{}}
+		s.explainNulls(ctx, spec, sh, out, []int{0})
+		return out, nil
 	}
 	r := warmer.Result{Value: value}
 	if sh.versioned {
