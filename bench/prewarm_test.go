@@ -71,6 +71,11 @@ var prewarmPayloads = []prewarmPayload{
 //	     the two sides then run in pairs, one right after the other, in
 //	     alternating order (BENCH_PREWARM_ROUNDS pairs, 5 by default);
 //	(b') the same ceiling ranking the access log live, the ceiling for (a');
+//	(d)  the same ceiling doing, as well, the two things a pre-warm owes its
+//	     users beyond the copy: SET … NX, and no value over max_value_bytes
+//	     sent (1 MiB, Hearth's default); it runs after each pair of (a) and
+//	     (b), and (a)'s ratio to it (that pair's) is printed beside the
+//	     target's, to show what the copy's extra duties cost;
 //	(c)  the naive loop: one SELECT and one SET per key (text only).
 //
 // Every run is checked to have written every key with the row's value byte
@@ -103,6 +108,7 @@ func BenchmarkPrewarm(b *testing.B) {
 		hearthCPU, ceilingCPU       time.Duration // whole processes
 		workers, chunk              int
 		pairs                       []float64 // each pair's Hearth / ceiling keys/s
+		duties                      []float64 // each round's Hearth / ceiling with NX and the bound
 	}
 	best := func(cur *time.Duration, d time.Duration) {
 		if *cur == 0 || d < *cur {
@@ -145,10 +151,10 @@ func BenchmarkPrewarm(b *testing.B) {
 				checkValues(b, rd.Client, ids, keyOf, want)
 				return d, wall, processCPU(cmd)
 			}
-			ceiling := func(stored bool, workers, chunk int) (time.Duration, time.Duration) {
+			ceiling := func(stored bool, workers, chunk int, duties ...string) (time.Duration, time.Duration) {
 				b.Helper()
 				clearKeys(b, rd.Client, ids, keyOf)
-				d, cpu := rawPrewarmWith(b, pg.DSN, rd.Addr, rd.Prefix+p.family, p.table, stored, workers, chunk)
+				d, cpu := rawPrewarmWith(b, pg.DSN, rd.Addr, rd.Prefix+p.family, p.table, stored, workers, chunk, duties...)
 				checkValues(b, rd.Client, ids, keyOf, want)
 				return d, cpu
 			}
@@ -181,6 +187,8 @@ func BenchmarkPrewarm(b *testing.B) {
 				// The machine is shared: the sides run in pairs, in both
 				// orders, so that whatever the step before leaves behind (a
 				// clear leaves Redis freeing memory) falls on both alike.
+				// The ceiling with the duties runs after each pair (not
+				// between its two runs).
 				for round := range rounds {
 					var hd, cd time.Duration
 					h := func() {
@@ -203,7 +211,9 @@ func BenchmarkPrewarm(b *testing.B) {
 						c()
 						h()
 					}
+					dd, _ := ceiling(stored, r.workers, r.chunk, "-nx", "-bound", strconv.Itoa(1<<20))
 					r.pairs = append(r.pairs, cd.Seconds()/hd.Seconds())
+					r.duties = append(r.duties, dd.Seconds()/hd.Seconds())
 				}
 			}
 			if pi == 0 {
@@ -218,19 +228,21 @@ func BenchmarkPrewarm(b *testing.B) {
 		rate := func(d time.Duration) float64 { return prewarmKeys / d.Seconds() }
 		fmt.Printf("\npre-warm of %d keys, PostgreSQL -> Redis (GOMAXPROCS %d; %d pairs of runs; the leader's ranking took %s)\n",
 			prewarmKeys, runtime.GOMAXPROCS(0), rounds, rankDur.Round(time.Millisecond))
-		fmt.Printf("  %-7s %-7s %-22s %14s %14s %7s  %s\n", "payload", "ranking", "ratio: median (range)", "hearth best", "ceiling best", "ratio",
-			"ceiling shape (workers x chunk), hearth whole process, CPU per key hearth / ceiling (best runs, whole processes)")
+		fmt.Printf("  %-7s %-7s %-22s %14s %14s %7s  %-22s  %s\n", "payload", "ranking", "ratio: median (range)", "hearth best", "ceiling best", "ratio",
+			"vs NX+bound: median", "ceiling shape (workers x chunk), hearth whole process, CPU per key hearth / ceiling (best runs, whole processes)")
 		for pi, p := range prewarmPayloads {
 			for ri, rk := range []string{"live", "stored"} {
 				r := results[pi][ri]
 				h, c := rate(r.hearth), rate(r.ceiling)
 				perKey := func(d time.Duration) float64 { return float64(d.Microseconds()) / prewarmKeys }
 				med, lo, hi := medianRange(r.pairs)
-				fmt.Printf("  %-7s %-7s %5.3f (%5.3f-%5.3f)  %14.0f %14.0f %7.3f  %d x %d, %s, %.2f / %.2f µs\n", p.name, rk, med, lo, hi, h, c, h/c,
-					r.workers, r.chunk, r.hearthWall.Round(time.Millisecond), perKey(r.hearthCPU), perKey(r.ceilingCPU))
+				dmed, dlo, dhi := medianRange(r.duties)
+				fmt.Printf("  %-7s %-7s %5.3f (%5.3f-%5.3f)  %14.0f %14.0f %7.3f  %5.3f (%5.3f-%5.3f)   %d x %d, %s, %.2f / %.2f µs\n", p.name, rk, med, lo, hi, h, c, h/c,
+					dmed, dlo, dhi, r.workers, r.chunk, r.hearthWall.Round(time.Millisecond), perKey(r.hearthCPU), perKey(r.ceilingCPU))
 				b.ReportMetric(h, p.name+"-"+rk+"-hearth-keys/s")
 				b.ReportMetric(c, p.name+"-"+rk+"-ceiling-keys/s")
 				b.ReportMetric(med, p.name+"-"+rk+"-ratio")
+				b.ReportMetric(dmed, p.name+"-"+rk+"-nx-bound-ratio")
 				b.ReportMetric(h/c, p.name+"-"+rk+"-best-ratio")
 			}
 		}
@@ -366,11 +378,13 @@ func summaryDuration(b *testing.B, out string) time.Duration {
 // rawPrewarmWith runs the ceiling (bench/ceiling: plain Go, a process of its own
 // as `hearth prewarm` is) and returns the duration it measured from the moment
 // it had one connection to each server, and the CPU time the whole process used.
-func rawPrewarmWith(b *testing.B, dsn, redisAddr, keyPrefix, table string, stored bool, workers, chunk int) (time.Duration, time.Duration) {
+// flags are the ceiling's own (-nx, -bound N).
+func rawPrewarmWith(b *testing.B, dsn, redisAddr, keyPrefix, table string, stored bool, workers, chunk int, flags ...string) (time.Duration, time.Duration) {
 	b.Helper()
-	cmd := exec.Command(e2e.Build(b, "./bench/ceiling"), "-dsn", dsn, "-redis", redisAddr, "-prefix", keyPrefix,
-		"-table", table, "-stored="+strconv.FormatBool(stored), "-n", strconv.Itoa(prewarmKeys), "-chunk", strconv.Itoa(chunk),
-		"-workers", strconv.Itoa(workers), "-ttl", prewarmTTL.String(), "-jitter", "0.2")
+	args := append([]string{"-dsn", dsn, "-redis", redisAddr, "-prefix", keyPrefix,
+		"-table", table, "-stored=" + strconv.FormatBool(stored), "-n", strconv.Itoa(prewarmKeys), "-chunk", strconv.Itoa(chunk),
+		"-workers", strconv.Itoa(workers), "-ttl", prewarmTTL.String(), "-jitter", "0.2"}, flags...)
+	cmd := exec.Command(e2e.Build(b, "./bench/ceiling"), args...)
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError

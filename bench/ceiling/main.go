@@ -10,13 +10,20 @@
 // while the keys are still read. It does nothing Hearth must do beyond that:
 // no validation, no de-duplication, no value bound, no set-if-absent, no fence.
 //
+// With -nx and -bound it also does the two things a pre-warm owes its users
+// beyond the copy, the fastest way a plain program can: it writes with
+// `SET … NX` (a value already in Redis is never replaced), and it has the server
+// send no value longer than the bound (measured as the text it is sent as,
+// converted once in a subquery kept apart: a longer value comes back NULL and
+// is not written). The benchmark prints Hearth's ratio to both.
+//
 // It runs as a process of its own, as `hearth prewarm` does, so that both
 // start from a fresh heap. With one connection open to each server, as
 // Hearth's clock starts, it starts the clock, opens its workers' connections
 // (each preparing its statements) all at once while the ranking query runs,
 // copies, and prints the elapsed nanoseconds on stdout.
 //
-//	ceiling -dsn postgres://… -redis 127.0.0.1:6379 -prefix bench:item: -table items [-stored] [-n 100000] [-workers 4] [-chunk 1000]
+//	ceiling -dsn postgres://… -redis 127.0.0.1:6379 -prefix bench:item: -table items [-stored] [-n 100000] [-workers 4] [-chunk 1000] [-nx] [-bound 1048576]
 package main
 
 import (
@@ -49,9 +56,11 @@ func main() {
 		workers = flag.Int("workers", 4, "chunks copied at once")
 		ttl     = flag.Duration("ttl", 10*time.Minute, "TTL of each key")
 		jitter  = flag.Float64("jitter", 0.2, "TTL jitter: ttl * (1 + jitter*(rand-0.5)), as Hearth's refresh.jitter")
+		nx      = flag.Bool("nx", false, "write with SET … NX: never replace a value already in Redis")
+		bound   = flag.Int("bound", 0, "when > 0, the server sends no value longer than this many bytes (as text)")
 	)
 	flag.Parse()
-	d, err := run(*dsn, *addr, *prefix, pgx.Identifier{*table}.Sanitize(), *stored, *n, *chunk, *workers, *ttl, *jitter)
+	d, err := run(*dsn, *addr, *prefix, pgx.Identifier{*table}.Sanitize(), *stored, *n, *chunk, *workers, *ttl, *jitter, *nx, *bound)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ceiling:", err)
 		os.Exit(1)
@@ -64,15 +73,20 @@ const (
 	stmtLive = "ceiling_live"
 )
 
-func run(dsn, addr, prefix, table string, stored bool, n, chunkSize, workers int, ttl time.Duration, jitter float64) (time.Duration, error) {
+func run(dsn, addr, prefix, table string, stored bool, n, chunkSize, workers int, ttl time.Duration, jitter float64, nx bool, bound int) (time.Duration, error) {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return 0, err
 	}
 	cfg.MaxConns = int32(workers + 1)
+	load := "SELECT id, v FROM " + table + " WHERE id = ANY($1::bigint[])"
+	if bound > 0 {
+		load = "SELECT id, CASE WHEN octet_length(t) <= " + strconv.Itoa(bound) + " THEN t END FROM (SELECT id, v::text FROM " + table +
+			" WHERE id = ANY($1::bigint[]) OFFSET 0) AS s(id, t)"
+	}
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		if _, err := c.Prepare(ctx, stmtLoad, "SELECT id, v FROM "+table+" WHERE id = ANY($1::bigint[])"); err != nil {
+		if _, err := c.Prepare(ctx, stmtLoad, load); err != nil {
 			return err
 		}
 		_, err := c.Prepare(ctx, stmtLive, `SELECT key, sum(hits)::bigint AS h FROM `+accesslog.Table+`
@@ -130,7 +144,7 @@ func run(dsn, addr, prefix, table string, stored bool, n, chunkSize, workers int
 			rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 			key := make([]byte, 0, len(prefix)+20)
 			for c := range chunks {
-				if err := copyChunk(ctx, pool, rdb, c, prefix, key, ttl, jitter, rng); err != nil {
+				if err := copyChunk(ctx, pool, rdb, c, prefix, key, ttl, jitter, rng, nx); err != nil {
 					mu.Lock()
 					firstErr = err
 					mu.Unlock()
@@ -212,7 +226,7 @@ func readTopKeys(ctx context.Context, tx pgx.Tx, stored bool, n int, each func(s
 
 // copyChunk copies one chunk of rows with one query and one pipeline.
 func copyChunk(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, ids []int64, prefix string, key []byte,
-	ttl time.Duration, jitter float64, rng *rand.Rand) error {
+	ttl time.Duration, jitter float64, rng *rand.Rand, nx bool) error {
 	rows, err := pool.Query(ctx, stmtLoad, ids)
 	if err != nil {
 		return err
@@ -229,12 +243,23 @@ func copyChunk(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, ids [
 			rows.Close()
 			return err
 		}
+		if v == nil {
+			continue // over the bound
+		}
 		k := string(strconv.AppendInt(key[:len(prefix)], id, 10))
-		pipe.Set(ctx, k, v, time.Duration(float64(ttl)*(1+jitter*(rng.Float64()-0.5))))
+		d := time.Duration(float64(ttl) * (1 + jitter*(rng.Float64()-0.5)))
+		if nx {
+			pipe.SetNX(ctx, k, v, d)
+		} else {
+			pipe.Set(ctx, k, v, d)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
+	}
+	if pipe.Len() == 0 {
+		return nil // every value over the bound
 	}
 	_, err = pipe.Exec(ctx)
 	return err
