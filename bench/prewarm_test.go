@@ -151,10 +151,10 @@ func BenchmarkPrewarm(b *testing.B) {
 				checkValues(b, rd.Client, ids, keyOf, want)
 				return d, wall, processCPU(cmd)
 			}
-			ceiling := func(stored bool, workers, chunk int, duties ...string) (time.Duration, time.Duration) {
+			ceiling := func(stored bool, workers, chunk int, flags ...string) (time.Duration, time.Duration) {
 				b.Helper()
 				clearKeys(b, rd.Client, ids, keyOf)
-				d, cpu := rawPrewarmWith(b, pg.DSN, rd.Addr, rd.Prefix+p.family, p.table, stored, workers, chunk, duties...)
+				d, cpu := rawPrewarmWith(b, pg.DSN, rd.Addr, rd.Prefix+p.family, p.table, stored, workers, chunk, flags...)
 				checkValues(b, rd.Client, ids, keyOf, want)
 				return d, cpu
 			}

@@ -505,10 +505,11 @@ func (s *Source) canonical(ctx context.Context, sh *shape, members []string) ([]
 // with its error.
 func (s *Source) explainNulls(ctx context.Context, spec *warmer.Spec, sh *shape, out []warmer.Result, at []int) {
 	var (
-		rows pgx.Rows
-		err  error
+		rows   pgx.Rows
+		err    error
+		family = spec.Template.IsFamily()
 	)
-	if spec.Template.IsFamily() {
+	if family {
 		members := make([]string, len(at))
 		for k, i := range at {
 			members[k] = out[i].Member
@@ -525,7 +526,7 @@ func (s *Source) explainNulls(ctx context.Context, spec *warmer.Spec, sh *shape,
 			size *int64
 		)
 		dest := []any{&size}
-		if spec.Template.IsFamily() {
+		if family {
 			dest = []any{&m, &size}
 		}
 		for rows.Next() && err == nil {
@@ -542,7 +543,7 @@ func (s *Source) explainNulls(ctx context.Context, spec *warmer.Spec, sh *shape,
 		r := &out[i]
 		r.Value = nil
 		name := ""
-		if spec.Template.IsFamily() {
+		if family {
 			name = fmt.Sprintf(" for member %q", r.Member)
 		}
 		switch size, ok := sizes[r.Member]; {
@@ -551,7 +552,7 @@ func (s *Source) explainNulls(ctx context.Context, spec *warmer.Spec, sh *shape,
 		case ok && size > valueBound(spec):
 			r.Err = tooLarge(size, spec)
 			ev, what := s.log.Warn().Str("family", spec.Name), "key"
-			if spec.Template.IsFamily() {
+			if family {
 				ev, what = ev.Str("member", r.Member), "member"
 			}
 			ev.Int64("bytes", size).Int("max_value_bytes", spec.MaxValueBytes).
