@@ -216,9 +216,18 @@ func (p *pushWatch) session(ctx context.Context, base *redis.Client, marker stri
 	defer ps.Close()
 	// A read in progress does not watch ctx: closing the subscription ends
 	// it at once, so that Close (and a shutdown handing the lease over) never
-	// waits for the receive timeout.
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	defer stop()
+	// waits for the receive timeout. A close already started is waited for:
+	// the session (and Run) returns with nothing of it still running.
+	closed := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(closed)
+		_ = ps.Close()
+	})
+	defer func() {
+		if !stop() {
+			<-closed
+		}
+	}()
 	if _, err := ps.ReceiveTimeout(ctx, 5*time.Second); err != nil {
 		end := endUnreached
 		var rerr redis.Error
