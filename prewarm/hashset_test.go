@@ -39,8 +39,28 @@ func TestHashSetAgreesWithMap(t *testing.T) {
 			t.Fatalf("%#x was lost by the set's growth", h)
 		}
 	}
-	if 2*s.len() > len(s.slots) {
-		t.Fatalf("%d hashes in %d slots: more than half full", s.len(), len(s.slots))
+	if s.full() {
+		t.Fatalf("%d hashes in %d slots: more than three quarters full", s.len(), len(s.slots))
+	}
+}
+
+// A set made for n hashes holds n distinct ones without growing (a pre-warm's
+// set is made for its top_n up front: growing rehashes every key), and is not
+// much longer than they need.
+func TestHashSetSizedForN(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 2, 3, 11, 12, 13, 100, 1_000, 65_536, 100_000, 131_072} {
+		s := newHashSet(n)
+		size := len(s.slots)
+		for s.len() < n {
+			s.add(r.Uint64())
+		}
+		if len(s.slots) != size {
+			t.Fatalf("newHashSet(%d): grew from %d to %d slots", n, size, len(s.slots))
+		}
+		if n >= 16 && size > n+n/3+1 {
+			t.Fatalf("newHashSet(%d): %d slots, more than a quarter to spare", n, size)
+		}
 	}
 }
 
