@@ -3,10 +3,10 @@ package prewarm
 import "math/bits"
 
 // hashSet is a set of 64-bit hashes: open addressing, linear probing, at most
-// three quarters full. A pre-warm checks every access-log key against it, and once the
-// set outgrows the CPU caches each check is a memory access: here one, where a
-// map[uint64]struct{} takes two (its control word, then its slot), which
-// `BenchmarkHashSetCold` shows as about three times the time.
+// three quarters full. A pre-warm checks every access-log key against it, and
+// once the set outgrows the CPU caches each check is a memory access: here
+// one, where a map[uint64]struct{} takes two (its control word, then its
+// slot), which `BenchmarkHashSetCold` shows as about three times the time.
 //
 // The low bit of every hash is set, so that 0 can mark an empty slot; two
 // hashes that differ only in that bit count as one (63 bits are left).
